@@ -1,0 +1,812 @@
+"""The per-run scheduler: readiness, joins, deadlines, cancellation.
+
+How a run works
+===============
+A run (:class:`_Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
+node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
+same way: ``code`` (where each node is in its lifecycle), join counters (``left``, ``nsucc``,
+``nskip``), ``results`` (one :class:`WorkResult` per node) and per-run node copies made on demand.
+
+Nodes whose join fired are appended to the run's ``ready`` deque. The deque is drained by at most
+``max_loops`` *loops*: callables submitted to the user's executor. A loop pops a node, runs its
+attempts and hooks, then (under the run lock, in one critical section) records the outcome,
+updates the sons' join counters, appends the sons that became ready, and pops its next node. So
+a chain runs in one worker with no executor round trip, and a fan-out spreads over up to
+``max_loops`` workers (the executor's worker count). A loop that finds the deque empty exits. No
+loop ever waits for another node, so any DAG finishes on a one-worker pool, and long chains run
+in a ``while`` loop, not by recursion.
+
+Failure of a node settles its waiting sons at once (fail fast, cause chained, the father's kind
+of failure); skipped fathers (unchosen switch branches) are ignored by joins; a son whose fathers
+all skipped is skipped. Everything that settles without running is handled in the same critical
+section with an explicit work list.
+
+Time: the run has one deadline (``t0 + timeout``). ``start``'s caller waits on ``done`` until the
+deadline; at the deadline it closes the run: every unsettled node becomes TIMEOUT, queued loop
+futures are cancelled, running ones are reported abandoned to the executor (``mark_abandoned``),
+the timed-out nodes' ``on_fail`` hooks run in the caller, and it returns. For ``submit`` the
+process-wide timer thread closes the run instead. Per-node timeouts and retry back-offs are timer
+entries too.
+
+Invariants
+==========
+* ``lock`` (one per run) guards ``code``, the join counters, ``ready``, ``loops``, ``pending``,
+  ``closed``, ``finished``, the loop maps, and every write to a ``WorkResult``. User code (tasks,
+  hooks), ``executor.submit`` and future callbacks are never called while holding it.
+* A ``WorkResult``'s ``result``/``exception`` is written before its ``state``; ``state`` leaves
+  ``DEFAULT`` exactly once. A late result (the node timed out, was cancelled, or the run closed)
+  is dropped, so it never overwrites anything.
+* ``pending`` counts nodes not yet settled (terminal *and* their hook returned and sons updated).
+  The run finishes when it reaches 0, or when it is closed (deadline or ``ctx.cancel``), and
+  ``done`` is set exactly once. After ``closed`` no hook starts, except those of the node that
+  called ``ctx.cancel`` (the run waits for it), and no new node is dispatched.
+* A node's hook runs before its sons are made ready (happens-before), on the thread that ran it.
+* ``loops`` counts loops submitted and not exited; a loop stuck in a timed-out node is abandoned
+  (not counted) and exits when its task returns.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from loguru import logger
+
+from taskflow import joins, timer
+from taskflow.context import TaskContext, TaskSupport, current
+from taskflow.errors import (
+    FlowDefinitionError,
+    NodeCancelledError,
+    RejectedExecutionError,
+    NodeTimeoutError,
+    UpstreamFailedError,
+)
+from taskflow.graph import Plan
+from taskflow.node import SchedulingNode
+from taskflow.result import FlowResult, ResultState, WorkResult
+
+__all__ = ["_Run"]
+
+# node lifecycle codes within a run
+WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
+
+_SUCCESS = ResultState.SUCCESS
+_EXCEPTION = ResultState.EXCEPTION
+_TIMEOUT = ResultState.TIMEOUT
+_CANCELLED = ResultState.CANCELLED
+_SKIPPED = ResultState.SKIPPED
+_DEFAULT = ResultState.DEFAULT
+_ALL, _ANY, _QUORUM = joins.ALL, joins.ANY, joins.QUORUM
+
+_monotonic = time.monotonic
+_current_thread = threading.current_thread
+_copy_context = contextvars.copy_context
+
+
+def _debug_enabled() -> bool:
+    """Whether a DEBUG line from taskflow would reach any loguru sink (checked once per run)."""
+    try:
+        core = logger._core  # type: ignore[attr-defined]
+        if not core.handlers or core.min_level > 10:
+            return False
+        name = "taskflow.engine."
+        for prefix, status in core.activation_list:
+            if name[: len(prefix)] == prefix:
+                return bool(status)
+        return True
+    except Exception:  # noqa: BLE001 - loguru internals changed: log, and pay for it
+        return True
+
+
+def parallelism(executor: Executor) -> int:
+    """How many loops a run may keep on ``executor`` (its worker count when it says)."""
+    n = getattr(executor, "max_size", None) or getattr(executor, "_max_workers", None)
+    if isinstance(n, int) and n > 0:
+        return n
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+class _Run:
+    """One execution of a plan. Created and started by ``TaskScheduling``."""
+
+    def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
+                 future: Future[FlowResult] | None) -> None:
+        n = len(plan.nodes)
+        self.plan = plan
+        self.executor = executor
+        self.budget = budget
+        self.ctx = ctx
+        self.flow_id = os.urandom(5).hex()
+        self.lock = threading.Lock()
+        self.code = [WAITING] * n
+        self.left = list(plan.nfathers)
+        self.nsucc = [0] * n
+        self.nskip = [0] * n
+        self.results: list[WorkResult[Any]] = [WorkResult() for _ in range(n)]
+        self.nodes: list[SchedulingNode[Any, Any] | None] = [None] * n
+        self.ready: deque[int] = deque()
+        self.loops = 0
+        self.max_loops = parallelism(executor)
+        self.loop_futs: dict[int, Future[Any]] = {}
+        self.loop_node: dict[int, int] = {}  # loop token -> node it runs
+        self.abandoned: set[int] = set()  # tokens of loops stuck in a timed-out node
+        self.tokens = 0
+        self.unstarted: set[int] = set()  # tokens of loops submitted but not started
+        self.pending = n
+        self.closed = False
+        self.finished = False
+        self.keep = -1  # node that called ctx.cancel: the run waits for it
+        self.cancel_reason: str | None = None
+        self.chosen: dict[int, frozenset[int]] = {}
+        self.node_timers: dict[int, timer.Timer] = {}
+        self.run_timer: timer.Timer | None = None
+        self.done = threading.Event()
+        self.future = future
+        self.inline = False  # the caller drains the deque itself (nested start on the pool)
+        self.wakeup: threading.Event | None = None
+        self.cv = _copy_context()
+        self.debug = _debug_enabled()
+        self.t0 = _monotonic()
+        self.deadline = self.t0 + budget
+        self.flow_result: FlowResult | None = None
+        self._log: Any = None
+
+    # -- small helpers ---------------------------------------------------------------------------
+
+    @property
+    def log(self) -> Any:
+        if self._log is None:
+            self._log = logger.bind(flow_id=self.flow_id)
+        return self._log
+
+    def node(self, i: int) -> SchedulingNode[Any, Any]:
+        """This run's copy of node ``i`` (made on first use)."""
+        n = self.nodes[i]
+        if n is None:
+            with self.lock:
+                n = self.nodes[i]
+                if n is None:
+                    n = self.nodes[i] = self._clone(i)
+        return n
+
+    def _clone(self, i: int) -> SchedulingNode[Any, Any]:
+        defn = self.plan.nodes[i]
+        obj = object.__new__(type(defn))
+        d = obj.__dict__
+        d.update(defn.__dict__)
+        d["_run"] = self
+        d["_idx"] = i
+        d["_plans"] = ()
+        return obj
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+        self.ctx._run = self
+        plan = self.plan
+        if not plan.nodes:
+            self._finish()
+            return
+        if self.budget <= 0.0:
+            self.expire()
+            return
+        now = self.t0
+        results = self.results
+        with self.lock:
+            for i in plan.roots:
+                self.code[i] = QUEUED
+                results[i].queued_at = now
+                self.ready.append(i)
+            spawn = self._spawn_count()
+        if self.future is not None and not math.isinf(self.budget):
+            self.run_timer = timer.schedule(self.deadline, self.expire)
+        self._spawn(spawn)
+
+    def _spawn_count(self) -> int:
+        """Under lock: how many new loops to submit for the ready nodes (and count them)."""
+        k = min(len(self.ready), self.max_loops - self.loops)
+        if k > 0:
+            self.loops += k
+            return k
+        return 0
+
+    def _spawn(self, k: int) -> None:
+        """Submit ``k`` loops (outside the lock). A refused submission with no loop left to
+        drain the queue fails the queued nodes with the executor's error."""
+        if self.inline:
+            if k:
+                with self.lock:
+                    self.loops -= k
+                assert self.wakeup is not None
+                self.wakeup.set()
+            return
+        for _ in range(k):
+            with self.lock:
+                self.tokens += 1
+                token = self.tokens
+                self.unstarted.add(token)
+            try:
+                fut = self.executor.submit(self._loop, token)
+            except BaseException as exc:  # noqa: BLE001 - shut down, rejected, broken: a node outcome
+                with self.lock:
+                    self.unstarted.discard(token)
+                self._refused(exc)
+                continue
+            with self.lock:
+                self.loop_futs[token] = fut
+            fut.add_done_callback(partial(self._loop_done, token))
+
+    def _loop_done(self, token: int, fut: Future[Any]) -> None:
+        """Done-callback of a loop future (any thread; kept tiny): a loop that never started
+        (cancelled by ``shutdown(cancel_futures=True)``, dropped by a DISCARD policy, failed to
+        pickle) is a refused submission."""
+        with self.lock:
+            if token not in self.unstarted:
+                return
+            self.unstarted.discard(token)
+        exc = fut.exception() if not fut.cancelled() else None
+        if exc is None:
+            exc = RejectedExecutionError(f"the executor dropped taskflow work of flow {self.flow_id}")
+        self._refused(exc)
+
+    def _refused(self, exc: BaseException) -> None:
+        hooks: list[int] = []
+        with self.lock:
+            self.loops -= 1
+            if self.loops > 0 or self.closed:
+                return
+            now = _monotonic()
+            victims = [i for i in self.ready if self.code[i] == QUEUED]
+            self.ready.clear()
+            for i in victims:
+                self._fail(i, exc, _EXCEPTION, now)
+                hooks.append(i)
+                self._settle_sons(i, hooks, now)
+        if self.debug:
+            self.log.debug("executor refused work: {!r}", exc)
+        self._after_settle(hooks, 0)
+
+    # -- the loop (executor worker threads) -------------------------------------------------------
+
+    def _loop(self, token: int) -> None:
+        with self.lock:
+            self.unstarted.discard(token)
+            i = self._next(token)
+        cv = self.cv
+        while i >= 0:
+            i = cv.copy().run(self._execute, i, token)
+
+    def _next(self, token: int) -> int:
+        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
+        code = self.code
+        ready = self.ready
+        while ready:
+            i = ready.popleft()
+            if code[i] == QUEUED:
+                code[i] = RUNNING
+                self.loop_node[token] = i
+                return i
+        self.loops -= 1
+        self.loop_node.pop(token, None)
+        return -1
+
+    def _execute(self, i: int, token: int) -> int:
+        """Run node ``i`` to its outcome, settle it, and return the loop's next node (or -1)."""
+        plan = self.plan
+        wr = self.results[i]
+        node = self.nodes[i]
+        if node is None:
+            node = self.nodes[i] = self._clone(i)
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        cur.run = self
+        cur.idx = i
+        try:
+            while True:
+                now = _monotonic()
+                if wr.started_at is None:
+                    wr.started_at = now
+                    if plan.timeout[i] is not None:
+                        self._arm_node_timeout(i, now)
+                wr.attempts += 1
+                wr.thread = _current_thread().name
+                if self.debug:
+                    self.log.bind(node=plan.names[i]).debug("node {} attempt {} started", plan.names[i], wr.attempts)
+                if plan.has_begin[i] and not self.closed:
+                    self._hook(node.on_begin, i, wr.attempts)
+                try:
+                    value = node.task(self.ctx, node.param)
+                    error: BaseException | None = None
+                    if plan.routes[i]:
+                        chosen = node._choose(value)  # type: ignore[attr-defined]
+                        if chosen is not None:
+                            self.chosen[i] = frozenset(plan_pos(plan, c) for c in chosen)
+                except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                    error = exc
+                    value = None
+                if error is not None:
+                    delay = self._retry_delay(i, wr, error)
+                    if delay == 0.0:
+                        continue
+                    if delay > 0.0:
+                        with self.lock:
+                            if self.code[i] == RUNNING and wr.state is _DEFAULT:
+                                self.code[i] = BACKOFF
+                                timer.schedule(_monotonic() + delay, self._requeue, i)
+                            if token in self.abandoned:
+                                return -1
+                            return self._next(token)
+                return self._complete(i, token, value, error)
+        finally:
+            cur.run, cur.idx = prev
+
+    def _retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
+        """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
+        plan = self.plan
+        if wr.attempts > plan.retries[i] or not isinstance(error, Exception) or self.closed:
+            return -1.0
+        if wr.state is not _DEFAULT:
+            return -1.0
+        delay = plan.backoff[i] * (2.0 ** (wr.attempts - 1))
+        limit = self.deadline
+        t = plan.timeout[i]
+        if t is not None and wr.started_at is not None:
+            limit = min(limit, wr.started_at + t)
+        if _monotonic() + delay >= limit:
+            return -1.0
+        if self.debug:
+            self.log.bind(node=plan.names[i]).debug("node {} failed attempt {}, retrying in {:.3f}s: {!r}", plan.names[i], wr.attempts, delay, error)
+        return delay
+
+    def _requeue(self, i: int) -> None:
+        """Timer thread: a back-off ended; queue the next attempt."""
+        with self.lock:
+            if self.code[i] != BACKOFF or self.closed:
+                return
+            self.code[i] = QUEUED
+            self.ready.append(i)
+            spawn = self._spawn_count()
+        self._spawn(spawn)
+
+    def _complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
+        plan = self.plan
+        wr = self.results[i]
+        now = _monotonic()
+        late = False
+        hooks: list[int] = []
+        has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
+        with self.lock:
+            timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
+            if self.code[i] != RUNNING or wr.state is not _DEFAULT:
+                late = True
+            else:
+                if error is None:
+                    wr.result = value
+                    wr.finished_at = now
+                    wr.state = _SUCCESS
+                    self.code[i] = TERMINAL
+                else:
+                    self._fail(i, error, _EXCEPTION, now)
+                if not has_hook:
+                    self._settle_sons(i, hooks, now)
+                    nxt = self._next(token) if token not in self.abandoned else -1
+                    spawn = self._spawn_count()
+                    fin = self._settled(i)
+        if late:
+            return self._late(i, token, value, error)
+        if timer_entry is not None:
+            timer_entry.cancel()
+        if self.debug or error is not None:
+            self._log_outcome(i)
+        if has_hook:
+            if error is None:
+                self._hook(self.nodes[i].on_success, i, wr.attempts)  # type: ignore[union-attr]
+            else:
+                self._hook(self.nodes[i].on_fail, i, wr.attempts)  # type: ignore[union-attr]
+            with self.lock:
+                self._settle_sons(i, hooks, now)
+                nxt = self._next(token) if token not in self.abandoned else -1
+                spawn = self._spawn_count()
+                fin = self._settled(i)
+        if hooks:
+            fin = self._after_settle(hooks, spawn) or fin
+        elif spawn:
+            self._spawn(spawn)
+        if fin:
+            self._finish()
+        return nxt
+
+    def _late(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """The node was settled without us (timeout, cancel, closed run): drop the outcome."""
+        name = self.plan.names[i]
+        if error is not None and not isinstance(error, NodeCancelledError):
+            self.log.bind(node=name).warning(
+                "late exception from abandoned node {} dropped: {!r}", name, error
+            )
+        elif self.debug:
+            self.log.bind(node=name).debug("late result from node {} dropped", name)
+        with self.lock:
+            if token in self.abandoned:
+                self.abandoned.discard(token)
+                self.loop_node.pop(token, None)
+                return -1
+            if self.closed:
+                self.loops -= 1
+                self.loop_node.pop(token, None)
+                return -1
+            return self._next(token)
+
+    # -- settling (all under lock) ----------------------------------------------------------------
+
+    def _fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
+        wr = self.results[i]
+        wr.exception = exc
+        wr.finished_at = now
+        wr.state = state
+        self.code[i] = TERMINAL
+
+    def _settled(self, i: int) -> bool:
+        """Under lock: node ``i``'s hook returned and its sons were updated. True: finish now."""
+        self.code[i] = SETTLED
+        if self.closed:
+            return i == self.keep and not self.finished
+        self.pending -= 1
+        return self.pending == 0
+
+    def _settle_sons(self, i: int, hooks: list[int], now: float) -> None:
+        """Under lock: node ``i`` is terminal; update its sons' joins, transitively.
+
+        Sons that fire go to ``ready``; sons that fail fast or are skipped become terminal here
+        and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
+        """
+        plan = self.plan
+        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
+        results = self.results
+        sons_of, kinds = plan.sons, plan.join_kind
+        work = [i]
+        while work:
+            f = work.pop()
+            st = results[f].state
+            route = self.chosen.get(f) if st is _SUCCESS and plan.routes[f] else None
+            for s in sons_of[f]:
+                if code[s] != WAITING:
+                    continue
+                left[s] -= 1
+                kind = kinds[s]
+                if st is _SUCCESS and (route is None or s in route):
+                    nsucc[s] += 1
+                    if kind == _ALL:
+                        if left[s]:
+                            continue
+                        fire = True
+                    elif kind == _ANY:
+                        fire = True
+                    elif kind == _QUORUM:
+                        if nsucc[s] >= plan.join_k[s]:
+                            fire = True
+                        elif left[s]:
+                            continue
+                        else:
+                            fire = False  # cannot happen: k <= fathers; kept for safety
+                    else:
+                        if left[s]:
+                            continue
+                        fire = True
+                    if fire:
+                        code[s] = QUEUED
+                        results[s].queued_at = now
+                        self.ready.append(s)
+                        if left[s] and kind != _ALL:
+                            self._cancel_unneeded(s, hooks, now)
+                        continue
+                elif st is _SUCCESS or st is _SKIPPED:
+                    nskip[s] += 1
+                    failed_father = -1
+                else:
+                    failed_father = f
+                    if kind == _ALL and f in plan.optional[s]:
+                        failed_father = -2  # tolerated
+                # a father failed or was skipped: decide whether s can still fire
+                nf = plan.nfathers[s]
+                if nskip[s] == nf:
+                    results[s].state = _SKIPPED
+                    results[s].finished_at = now
+                    code[s] = TERMINAL
+                    hooks.append(s)
+                    work.append(s)
+                    continue
+                cause = -1
+                if kind == _ALL:
+                    if failed_father >= 0:
+                        cause = f
+                    elif left[s] == 0:
+                        code[s] = QUEUED
+                        results[s].queued_at = now
+                        self.ready.append(s)
+                        continue
+                elif kind == _ANY:
+                    if left[s] == 0 and nsucc[s] == 0:
+                        cause = f
+                elif kind == _QUORUM:
+                    if nsucc[s] + left[s] < plan.join_k[s]:
+                        cause = f
+                elif left[s] == 0:  # BEST_EFFORT
+                    code[s] = QUEUED
+                    results[s].queued_at = now
+                    self.ready.append(s)
+                    continue
+                if cause >= 0:
+                    self._fail_fast(s, cause, now)
+                    hooks.append(s)
+                    work.append(s)
+
+    def _fail_fast(self, s: int, f: int, now: float) -> None:
+        """Under lock: son ``s`` fails without running because of father ``f``."""
+        plan = self.plan
+        fwr = self.results[f]
+        err = UpstreamFailedError(plan.names[s], plan.names[f])
+        err.__cause__ = fwr.exception
+        st = fwr.state
+        kind = st if st in (_TIMEOUT, _CANCELLED) else _EXCEPTION
+        self._fail(s, err, kind, now)
+
+    def _cancel_unneeded(self, s: int, hooks: list[int], now: float) -> None:
+        """Under lock: ``s`` fired early; cancel its unfinished fathers nobody else waits for."""
+        plan = self.plan
+        code = self.code
+        work = [s]
+        while work:
+            x = work.pop()
+            for p in plan.fathers[x]:
+                if code[p] >= TERMINAL:
+                    continue
+                if any(code[q] == WAITING for q in plan.sons[p]):
+                    continue
+                self._fail(p, NodeCancelledError(plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED, now)
+                hooks.append(p)
+                t = self.node_timers.pop(p, None)
+                if t is not None:
+                    t.cancel()
+                work.append(p)  # its own fathers may be unneeded now
+
+    def _after_settle(self, hooks: list[int], spawn: int) -> bool:
+        """Outside the lock: run on_fail hooks of nodes settled without running, settle them,
+        spawn loops. Returns True if the run is finished."""
+        plan = self.plan
+        fin = False
+        for s in hooks:
+            if self.debug or self.results[s].state is not _SKIPPED:
+                self._log_outcome(s)
+            if plan.has_fail[s] and self.results[s].state is not _SKIPPED and not self.closed:
+                self._hook(self.node(s).on_fail, s, self.results[s].attempts)
+            with self.lock:
+                if self.code[s] == TERMINAL:
+                    fin = self._settled(s) or fin
+                spawn += self._spawn_count()
+        if spawn:
+            self._spawn(spawn)
+        return fin
+
+    # -- hooks and logs ---------------------------------------------------------------------------
+
+    def _hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
+        """Call a hook; a raising hook is logged and changes nothing."""
+        if self.closed and not (i == self.keep and not self.finished):
+            return
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        cur.run, cur.idx = self, i
+        try:
+            fn(TaskSupport(self, i, attempt))
+        except BaseException:  # noqa: BLE001 - a hook never changes the flow
+            name = self.plan.names[i]
+            self.log.bind(node=name).opt(exception=True).error(
+                "hook {} of node {} raised; ignored", getattr(fn, "__name__", "?"), name
+            )
+        finally:
+            cur.run, cur.idx = prev
+
+    def _log_outcome(self, i: int) -> None:
+        wr = self.results[i]
+        name = self.plan.names[i]
+        st = wr.state
+        log = self.log.bind(node=name)
+        if st is _EXCEPTION or st is _TIMEOUT:
+            log.warning("node {} ended {}: {!r}", name, st.name, wr.exception)
+        elif st is _CANCELLED:
+            log.info("node {} ended CANCELLED: {}", name, wr.exception)
+        else:
+            log.debug("node {} ended {}", name, st.name)
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def _arm_node_timeout(self, i: int, started: float) -> None:
+        t = self.plan.timeout[i]
+        assert t is not None
+        when = started + t
+        if when < self.deadline:
+            self.node_timers[i] = timer.schedule(when, self._node_timeout, i)
+
+    def _node_timeout(self, i: int) -> None:
+        """Timer thread: node ``i``'s own timeout passed."""
+        plan = self.plan
+        hooks = [i]
+        abandoned_fut = None
+        with self.lock:
+            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF):
+                return
+            now = _monotonic()
+            running = self.code[i] == RUNNING
+            self._fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
+            self.node_timers.pop(i, None)
+            if running:
+                for token, x in self.loop_node.items():
+                    if x == i:
+                        self.abandoned.add(token)
+                        self.loops -= 1
+                        abandoned_fut = self.loop_futs.get(token)
+                        del self.loop_node[token]
+                        break
+            self._settle_sons(i, hooks, now)
+            spawn = self._spawn_count()
+        if abandoned_fut is not None:
+            self._mark_abandoned([abandoned_fut])
+        if self._after_settle(hooks, spawn):
+            self._finish()
+
+    def _mark_abandoned(self, futs: list[Future[Any]]) -> None:
+        mark = getattr(self.executor, "mark_abandoned", None)
+        if mark is None:
+            return
+        for f in futs:
+            try:
+                mark(f)
+            except Exception:  # noqa: BLE001 - metrics must not break a run
+                self.log.opt(exception=True).warning("mark_abandoned failed")
+
+    def expire(self) -> None:
+        """The budget is spent: close the run with every unsettled node TIMEOUT."""
+        self._close(_TIMEOUT, None)
+
+    def cancel(self, reason: str | None) -> None:
+        """``ctx.cancel``: close the run with unsettled nodes CANCELLED (but the caller's)."""
+        keep = -1
+        if getattr(current, "run", None) is self:
+            keep = current.idx
+        self._close(_CANCELLED, reason or "cancelled", keep)
+
+    def _close(self, state: ResultState, reason: str | None, keep: int = -1) -> None:
+        plan = self.plan
+        with self.lock:
+            if self.finished or (self.closed and state is not _TIMEOUT):
+                return
+            now = _monotonic()
+            if self.closed:
+                keep = -1  # the budget ends the wait for the node that cancelled the run
+            self.closed = True
+            if state is _CANCELLED:
+                self.cancel_reason = reason
+            self.keep = keep
+            victims = []
+            for i, wr in enumerate(self.results):
+                if wr.state is _DEFAULT and i != keep:
+                    if state is _TIMEOUT:
+                        exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
+                    else:
+                        exc = NodeCancelledError(plan.names[i], reason)
+                    self._fail(i, exc, state, now)
+                    self.code[i] = SETTLED
+                    victims.append(i)
+            self.ready.clear()
+            futs = list(self.loop_futs.values())
+            running = [self.loop_futs[t] for t, x in self.loop_node.items()
+                       if x != keep and t in self.loop_futs]
+            timers = list(self.node_timers.values())
+            self.node_timers.clear()
+            wait_keep = keep >= 0 and self.code[keep] != SETTLED
+        for t in timers:
+            t.cancel()
+        for f in futs:
+            f.cancel()  # loops not started yet never run (a started one finds the run closed)
+        self._mark_abandoned([f for f in running if not f.done()])
+        for i in victims:
+            self._log_outcome(i)
+            if plan.has_fail[i]:
+                cur = current
+                prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+                cur.run, cur.idx = self, i
+                try:
+                    self.node(i).on_fail(TaskSupport(self, i, self.results[i].attempts))
+                except BaseException:  # noqa: BLE001
+                    self.log.bind(node=plan.names[i]).opt(exception=True).error(
+                        "hook on_fail of node {} raised; ignored", plan.names[i])
+                finally:
+                    cur.run, cur.idx = prev
+        if not wait_keep:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self.lock:
+            if self.finished:
+                return
+            self.finished = True
+            self.closed = True
+        if self.run_timer is not None:
+            self.run_timer.cancel()
+        elapsed = _monotonic() - self.t0
+        self.flow_result = FlowResult(self, elapsed)
+        if self.debug:
+            self.log.debug("flow finished in {:.6f}s", elapsed)
+        self.done.set()
+        if self.wakeup is not None:
+            self.wakeup.set()
+        fut = self.future
+        if fut is not None:
+            fut.set_result(self.flow_result)
+
+    # -- the caller ---------------------------------------------------------------------------
+
+    def wait(self) -> FlowResult:
+        """``start``'s caller: wait for the run, closing it at the deadline."""
+        if self.inline:
+            return self._wait_inline()
+        if not self.done.wait(None if math.isinf(self.budget) else max(0.0, self.deadline - _monotonic())):
+            self.expire()
+            self.done.wait()
+        assert self.flow_result is not None
+        return self.flow_result
+
+    def _wait_inline(self) -> FlowResult:
+        """Nested ``start`` from a worker of the same pool: the caller runs the nodes itself."""
+        wakeup = self.wakeup
+        assert wakeup is not None
+        token = -1
+        while not self.done.is_set():
+            with self.lock:
+                self.loops += 1
+                i = self._next(token)
+            while i >= 0:
+                i = self.cv.copy().run(self._execute, i, token)
+            if self.done.is_set():
+                break
+            left = None if math.isinf(self.budget) else self.deadline - _monotonic()
+            if left is not None and left <= 0:
+                self.expire()
+                break
+            wakeup.wait(left)
+            wakeup.clear()
+        self.done.wait()
+        assert self.flow_result is not None
+        return self.flow_result
+
+
+def plan_pos(plan: Plan, node: SchedulingNode[Any, Any]) -> int:
+    """Index of a definition node in ``plan`` (FlowDefinitionError if it is not a son there)."""
+    i = plan.pos.get(id(node))
+    if i is not None and plan.nodes[i] is node:
+        return i
+    raise FlowDefinitionError(f"switch chose {node!r}, which is not in this flow")
+
+
+def thread_based(executor: Executor) -> bool:
+    """Whether ``executor`` runs tasks in this process (loops may run there)."""
+    return isinstance(executor, ThreadPoolExecutor) or not _is_remote(executor)
+
+
+def _is_remote(executor: Executor) -> bool:
+    from concurrent.futures import ProcessPoolExecutor
+
+    if isinstance(executor, ProcessPoolExecutor):
+        return True
+    mod = type(executor).__module__
+    return mod.startswith(("distributed", "loky", "dask"))

@@ -1,0 +1,169 @@
+"""The graph: discovery from the top nodes, validation, and compilation into an immutable plan.
+
+``compile_plan(tops)`` follows edges in both directions from the nodes given (iteratively, so a
+10,000-node chain is fine), validates everything that can be known before a run (types, names,
+cycles via ``graphlib``, join parameters) and returns a :class:`Plan`: flat tuples indexed by node
+number that the engine reads without locks. Plans are cached on the first top node and marked
+stale when any node in them is rewired or has an option changed.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import inspect
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from taskflow import joins
+from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError
+from taskflow.node import SchedulingNode
+
+__all__ = ["Plan", "compile_plan", "as_top_nodes"]
+
+
+class Plan:
+    """An immutable, validated graph. Node ``i`` is ``nodes[i]``; edges are index tuples."""
+
+    __slots__ = ("tops", "nodes", "names", "index", "fathers", "sons", "optional", "nfathers",
+                 "pos", "join_kind", "join_k", "roots", "timeout", "retries", "backoff", "has_begin",
+                 "has_success", "has_fail", "routes", "stale", "any_timeout", "__weakref__")
+
+    def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
+                 nodes: list[SchedulingNode[Any, Any]]) -> None:
+        self.stale = False
+        self.tops = tops
+        self.nodes = tuple(nodes)
+        self.pos = pos = {id(n): i for i, n in enumerate(nodes)}
+        self.names = tuple(n.name for n in nodes)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.fathers = tuple(tuple(pos[id(f)] for f in n._fathers) for n in nodes)
+        self.sons = tuple(tuple(pos[id(s)] for s in n._sons) for n in nodes)
+        self.optional = tuple(
+            frozenset(pos[id(f)] for f in n._fathers if id(f) in n._optional) for n in nodes
+        )
+        self.nfathers = tuple(len(f) for f in self.fathers)
+        self.join_kind = tuple(n.join.kind for n in nodes)
+        self.join_k = tuple(n.join.k for n in nodes)
+        self.roots = tuple(i for i, f in enumerate(self.fathers) if not f)
+        self.timeout = tuple(n.timeout for n in nodes)
+        self.any_timeout = any(t is not None for t in self.timeout)
+        self.retries = tuple(n.retries for n in nodes)
+        self.backoff = tuple(n.retry_backoff for n in nodes)
+        base = SchedulingNode
+        self.has_begin = tuple(type(n).on_begin is not base.on_begin for n in nodes)
+        self.has_success = tuple(type(n).on_success is not base.on_success for n in nodes)
+        self.has_fail = tuple(type(n).on_fail is not base.on_fail for n in nodes)
+        # nodes that choose which sons run (switches): index -> True
+        self.routes = tuple(getattr(type(n), "_routes_sons", False) for n in nodes)
+
+
+def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
+    """Normalise ``start``'s ``nodes`` argument, naming the culprit on bad input."""
+    if isinstance(nodes, SchedulingNode):
+        return (nodes,)
+    if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
+        raise TypeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
+    if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
+        raise TypeError(
+            f"nodes must be a SchedulingNode or an iterable of them, got {type(nodes).__name__}"
+        )
+    tops = tuple(nodes)
+    for i, n in enumerate(tops):
+        if not isinstance(n, SchedulingNode):
+            if isinstance(n, type) and issubclass(n, SchedulingNode):
+                raise TypeError(
+                    f"nodes[{i}] is the class {n.__name__}; pass an instance: {n.__name__}(...)"
+                )
+            raise TypeError(f"nodes[{i}] is {n!r} ({type(n).__name__}), not a SchedulingNode")
+    return tops
+
+
+def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
+    """The validated plan of the graph connected to ``tops`` (cached until rewired)."""
+    cached: Plan | None = tops[0].__dict__.get("_plan_cache") if tops else None
+    if cached is not None and not cached.stale and len(cached.tops) == len(tops) and all(
+        a is b for a, b in zip(cached.tops, tops)
+    ):
+        return cached
+    nodes = _discover(tops)
+    _validate(nodes)
+    plan = Plan(tops, nodes)
+    for n in nodes:
+        n.__dict__["_plans"].append(plan)
+    if tops:
+        tops[0].__dict__["_plan_cache"] = plan
+    return plan
+
+
+def _discover(tops: tuple[SchedulingNode[Any, Any], ...]) -> list[SchedulingNode[Any, Any]]:
+    """Every node connected to ``tops`` (breadth first, both directions), then put in a stable
+    topological order (Kahn's algorithm, ties by discovery). A cycle leaves nodes out of the
+    order; they are appended so that validation can name the cycle."""
+    seen: set[int] = set()
+    found: list[SchedulingNode[Any, Any]] = []
+    queue = deque(tops)
+    while queue:
+        n = queue.popleft()
+        if id(n) in seen:
+            continue
+        d = n.__dict__
+        if "_fathers" not in d:
+            raise FlowDefinitionError(
+                f"{type(n).__name__}.__init__ did not call super().__init__(); "
+                "SchedulingNode subclasses must initialise their base"
+            )
+        seen.add(id(n))
+        found.append(n)
+        queue.extend(m for m in d["_sons"] if id(m) not in seen)
+        queue.extend(m for m in d["_fathers"] if id(m) not in seen)
+    left = {id(n): len(n._fathers) for n in found}
+    ready = deque(n for n in found if not left[id(n)])
+    order: list[SchedulingNode[Any, Any]] = []
+    while ready:
+        n = ready.popleft()
+        order.append(n)
+        for s in n._sons:
+            left[id(s)] -= 1
+            if not left[id(s)]:
+                ready.append(s)
+    if len(order) < len(found):
+        placed = {id(n) for n in order}
+        order.extend(n for n in found if id(n) not in placed)
+    return order
+
+
+def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
+    names: dict[str, SchedulingNode[Any, Any]] = {}
+    for n in nodes:
+        cls = type(n)
+        if cls.task is SchedulingNode.task:
+            raise FlowDefinitionError(
+                f"node {n.name!r}: {cls.__name__} does not implement task(self, ctx, param)"
+            )
+        if inspect.iscoroutinefunction(cls.task):
+            raise FlowDefinitionError(
+                f"node {n.name!r}: {cls.__name__}.task is a coroutine function; "
+                "tasks run on executor threads and must be plain functions"
+            )
+        other = names.get(n.name)
+        if other is not None:
+            raise DuplicateNameError(n.name)
+        names[n.name] = n
+        nf = len(n._fathers)
+        kind, k = n.join.kind, n.join.k
+        if kind in (joins.ANY, joins.QUORUM) and nf == 0:
+            raise FlowDefinitionError(f"node {n.name!r} has join {n.join!r} but no fathers")
+        if kind == joins.QUORUM and k > nf:
+            raise FlowDefinitionError(
+                f"node {n.name!r} has join {n.join!r} but only {nf} father(s)"
+            )
+    ts: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+    for n in nodes:
+        ts.add(n.name, *(f.name for f in n._fathers))
+    try:
+        ts.prepare()
+    except graphlib.CycleError as e:
+        cycle = list(e.args[1])
+        cycle.reverse()  # graphlib reports son -> father; name it along the edges
+        raise CycleError(cycle) from None

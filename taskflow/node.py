@@ -1,0 +1,339 @@
+"""Nodes: ``SchedulingNode`` (subclass it), ``FunctionNode`` (wrap a function), and their wiring.
+
+A node object is a *definition*: its wiring (fathers, sons) and options. ``TaskScheduling.start``
+never mutates it; every run works on per-run copies, made when the run needs them, whose
+``state`` and ``work_result`` read that run's bookkeeping. ``task`` and the hooks are called on the
+run's copy, so ``self`` inside them is that run's node and attributes set there stay in that run.
+
+Wiring and options may be changed between runs (the compiled plan cached for the graph is then
+rebuilt), but not while a run of the same graph is being started from another thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
+
+from taskflow.joins import Join
+from taskflow.result import ResultState, WorkResult
+
+if TYPE_CHECKING:
+    from taskflow.context import TaskContext, TaskSupport
+    from taskflow.engine import _Run
+
+__all__ = ["NodeState", "SchedulingNode", "FunctionNode"]
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+# attributes whose change invalidates a compiled plan (see graph.compile_plan)
+_PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"})
+
+
+class NodeState(enum.Enum):
+    """Coarse lifecycle of a node in one run (the Java design's INIT/WORKING/FINISH/ERROR).
+
+    ``SUCCESS`` and ``SKIPPED`` end in ``FINISH``; ``EXCEPTION``, ``TIMEOUT`` and ``CANCELLED``
+    in ``ERROR``.
+    """
+
+    INIT = 0
+    WORKING = 3
+    FINISH = 1
+    ERROR = 2
+
+
+_FINISH_STATES = (ResultState.SUCCESS, ResultState.SKIPPED)
+
+
+def check_timeout(value: object, what: str = "timeout") -> float | None:
+    """Validate a duration option: None, or a non-negative real number (``inf`` = no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None, got {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{what} must not be NaN")
+    if value < 0:
+        raise ValueError(f"{what} must be non-negative, got {value!r}")
+    return float(value)
+
+
+def _check_retries(retries: object, backoff: object) -> tuple[int, float]:
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise TypeError(f"retries must be an int, got {type(retries).__name__}")
+    if retries < 0:
+        raise ValueError(f"retries must be non-negative, got {retries}")
+    checked = check_timeout(backoff, "retry_backoff")
+    if checked is None or math.isinf(checked):
+        raise ValueError(f"retry_backoff must be a finite number of seconds, got {backoff!r}")
+    return retries, checked
+
+
+NodeArg = Union["SchedulingNode[Any, Any]", Iterable["SchedulingNode[Any, Any]"]]
+
+
+def _flatten(nodes: tuple[Any, ...]) -> list[SchedulingNode[Any, Any]]:
+    """``f(a, b)`` and ``f([a, b])`` both give ``[a, b]``; anything else is a TypeError."""
+    if len(nodes) == 1 and not isinstance(nodes[0], SchedulingNode):
+        items = nodes[0]
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise TypeError(f"expected SchedulingNode instances, got {type(items).__name__}")
+        nodes = tuple(items)
+    out = []
+    for i, n in enumerate(nodes):
+        if not isinstance(n, SchedulingNode):
+            raise TypeError(
+                f"expected SchedulingNode instances, got {type(n).__name__} at position {i}"
+            )
+        out.append(n)
+    return out
+
+
+class SchedulingNode(Generic[T, V]):
+    """A unit of work in a flow. Subclass it and implement :meth:`task`.
+
+    Args:
+        param: the value passed to ``task`` as ``param``.
+        name: unique name within a flow; defaults to the class name.
+        timeout: seconds from the node's first start that cover all its attempts; when it passes
+            the node is ``TIMEOUT`` at once and its sons fail fast. Its thread keeps running (a
+            Python thread cannot be interrupted): the late result is dropped. None: no limit.
+        retries: extra attempts after a failure.
+        retry_backoff: seconds before the first retry, doubled for each further one. Retries stop
+            when the next back-off would not fit the budget.
+        join: the :class:`~taskflow.Join` policy deciding when the node runs.
+    """
+
+    def __init__(
+        self,
+        param: T | None = None,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_backoff: float = 0.0,
+        join: Join = Join.ALL,
+    ) -> None:
+        d = self.__dict__
+        d["_plans"] = []  # compiled plans that include this node; invalidated on change
+        d["_run"] = None  # set on per-run copies only
+        d["_idx"] = -1
+        d["_fathers"] = []
+        d["_sons"] = []
+        d["_optional"] = set()  # ids of fathers whose failure is tolerated
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"node name must be a non-empty str, got {name!r}")
+        if not isinstance(join, Join):
+            raise TypeError(f"join must be a taskflow.Join policy, got {join!r}")
+        d["param"] = param
+        d["name"] = name if name is not None else type(self).__name__
+        d["timeout"] = check_timeout(timeout, f"timeout of node {d['name']!r}")
+        d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff)
+        d["join"] = join
+
+    # -- the work and the hooks -------------------------------------------------------------
+
+    def task(self, ctx: TaskContext, param: T) -> V:
+        """The work. Runs on an executor worker (or in another process, see the README)."""
+        raise NotImplementedError
+
+    def on_begin(self, support: TaskSupport) -> None:
+        """Called before each attempt, on the thread that runs the attempt."""
+
+    def on_success(self, support: TaskSupport) -> None:
+        """Called once when the node succeeded, before its sons are started."""
+
+    def on_fail(self, support: TaskSupport) -> None:
+        """Called once when the node ends EXCEPTION, TIMEOUT or CANCELLED (failed fast too)."""
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def set_son_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
+        """Add edges self -> each node (also recorded on the sons). Returns self."""
+        for son in _flatten(nodes):
+            _link(self, son)
+        return self
+
+    def set_father_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
+        """Add edges each node -> self (also recorded on the fathers). Returns self."""
+        for father in _flatten(nodes):
+            _link(father, self)
+        return self
+
+    def depends_on(self, node: SchedulingNode[Any, Any], optional: bool = False) -> SchedulingNode[T, V]:
+        """Add the edge node -> self; ``optional=True`` tolerates that father's failure."""
+        (father,) = _flatten((node,))
+        _link(father, self)
+        opt = self._optional
+        if optional and id(father) not in opt:
+            opt.add(id(father))
+            self._touch()
+        elif not optional and id(father) in opt:
+            opt.discard(id(father))
+            self._touch()
+        return self
+
+    @property
+    def father_handler(self) -> list[SchedulingNode[Any, Any]]:
+        """The fathers (in a run's copy: that run's nodes)."""
+        run = self._run
+        if run is not None:
+            return [run.node(i) for i in run.plan.fathers[self._idx]]
+        return list(self._fathers)
+
+    @property
+    def son_handler(self) -> list[SchedulingNode[Any, Any]]:
+        """The sons (in a run's copy: that run's nodes)."""
+        run = self._run
+        if run is not None:
+            return [run.node(i) for i in run.plan.sons[self._idx]]
+        return list(self._sons)
+
+    @overload
+    def __rshift__(self, other: SchedulingNode[Any, Any]) -> SchedulingNode[Any, Any]: ...
+    @overload
+    def __rshift__(self, other: list[SchedulingNode[Any, Any]]) -> list[SchedulingNode[Any, Any]]: ...
+
+    def __rshift__(self, other: Any) -> Any:
+        """``a >> b`` adds a -> b and returns b; ``a >> [b, c]`` returns the list."""
+        if isinstance(other, SchedulingNode):
+            _link(self, other)
+            return other
+        sons = _flatten((other,))
+        for son in sons:
+            _link(self, son)
+        return other
+
+    def __rrshift__(self, other: Any) -> SchedulingNode[Any, Any]:
+        """``[a, b] >> c`` adds a -> c and b -> c and returns c."""
+        for father in _flatten((other,)):
+            _link(father, self)
+        return self
+
+    # -- per-run view --------------------------------------------------------------------------
+
+    @property
+    def work_result(self) -> WorkResult[V]:
+        """This run's result (a definition node holds a default result forever)."""
+        run = self._run
+        if run is None:
+            return _DEFAULT_RESULT
+        return run.results[self._idx]  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> NodeState:
+        run = self._run
+        if run is None:
+            return NodeState.INIT
+        wr = run.results[self._idx]
+        st = wr.state
+        if st is ResultState.DEFAULT:
+            return NodeState.WORKING if wr.started_at is not None else NodeState.INIT
+        return NodeState.FINISH if st in _FINISH_STATES else NodeState.ERROR
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        d = self.__dict__
+        if key in _PLAN_FIELDS and d.get("_run", 1) is None:
+            if key == "join" and not isinstance(value, Join):
+                raise TypeError(f"join must be a taskflow.Join policy, got {value!r}")
+            if key == "timeout":
+                value = check_timeout(value, f"timeout of node {self.name!r}")
+            elif key == "retries":
+                value = _check_retries(value, d.get("retry_backoff", 0.0))[0]
+            elif key == "retry_backoff":
+                value = _check_retries(d.get("retries", 0), value)[1]
+            d[key] = value
+            self._touch()
+            return
+        object.__setattr__(self, key, value)
+
+    def _touch(self) -> None:
+        """Invalidate the compiled plans that include this node."""
+        plans = self.__dict__.get("_plans")
+        if plans:
+            for plan in plans:
+                plan.stale = True
+            plans.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # only the node itself travels to other processes: not the graph, not the run
+        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
+        state["_run"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.update(_plans=[], _fathers=[], _sons=[], _optional=set(), _idx=-1)
+
+    def __repr__(self) -> str:
+        name = self.__dict__.get("name", "?")
+        run = self.__dict__.get("_run")
+        if run is None:
+            return f"<{type(self).__name__} {name!r}>"
+        return f"<{type(self).__name__} {name!r} {self.work_result.state.name}>"
+
+
+_UNPICKLED = frozenset({"_plans", "_run", "_fathers", "_sons", "_optional", "_plan_cache"})
+_DEFAULT_RESULT: WorkResult[Any] = WorkResult()
+
+
+def _link(father: SchedulingNode[Any, Any], son: SchedulingNode[Any, Any]) -> None:
+    fd, sd = father.__dict__, son.__dict__
+    if "_sons" not in fd or "_fathers" not in sd:
+        bad = father if "_sons" not in fd else son
+        from taskflow.errors import FlowDefinitionError
+
+        raise FlowDefinitionError(
+            f"{type(bad).__name__}.__init__ did not call super().__init__(); "
+            "SchedulingNode subclasses must initialise their base"
+        )
+    if fd["_run"] is not None or sd["_run"] is not None:
+        raise RuntimeError("cannot rewire the nodes of a run; wire the definitions instead")
+    sons, fathers = fd["_sons"], sd["_fathers"]
+    if not any(s is son for s in sons):
+        sons.append(son)
+        father._touch()
+        son._touch()
+    if not any(f is father for f in fathers):
+        fathers.append(father)
+        father._touch()
+        son._touch()
+
+
+class FunctionNode(SchedulingNode[Any, Any]):
+    """A node that calls ``fn(ctx, param)``: replaces an ``executor.submit`` without a class.
+
+    Args:
+        fn: a callable taking ``(ctx, param)``.
+        param: passed as ``param``.
+        name: defaults to ``fn.__name__``.
+        **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` as for SchedulingNode.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[TaskContext, Any], Any],
+        param: Any = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"FunctionNode needs a callable, got {type(fn).__name__}")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"FunctionNode {getattr(fn, '__name__', fn)!r} is a coroutine function; "
+                "nodes run on executor threads: pass a plain function"
+            )
+        if name is None:
+            name = getattr(fn, "__name__", None) or type(fn).__name__
+        super().__init__(param, name=name, **options)
+        self.__dict__["fn"] = fn
+
+    def task(self, ctx: TaskContext, param: Any) -> Any:
+        return self.fn(ctx, param)

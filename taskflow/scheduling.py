@@ -1,0 +1,116 @@
+"""The facade: ``TaskScheduling.start`` (blocking), ``.submit`` (a Future) and ``run_async``."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from concurrent.futures import Executor, Future
+from typing import Any
+
+from taskflow.context import TaskContext, current
+from taskflow.engine import _Run
+from taskflow.errors import FlowDefinitionError
+from taskflow.graph import as_top_nodes, compile_plan
+from taskflow.node import check_timeout
+from taskflow.result import FlowResult
+
+__all__ = ["TaskScheduling", "run_async"]
+
+
+def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
+             future: Future[FlowResult] | None) -> _Run:
+    """Validate everything and build the run; nothing has been submitted when this raises."""
+    if not isinstance(executor, Executor):
+        raise TypeError(
+            "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
+            f"taskflow.ThreadPool, ProcessPoolExecutor, ...), got {type(executor).__name__}"
+        )
+    budget = check_timeout(timeout)
+    if budget is None:
+        budget = math.inf
+    if context is None:
+        ctx = TaskContext()
+    elif isinstance(context, TaskContext):
+        ctx = context
+        active = ctx._run
+        if active is not None and not active.finished:
+            raise FlowDefinitionError(
+                f"context is already used by running flow {active.flow_id}; "
+                "one context belongs to one run at a time"
+            )
+    else:
+        raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
+    plan = compile_plan(as_top_nodes(nodes))
+    run = _Run(plan, executor, budget, ctx, future)
+    outer = getattr(current, "run", None)
+    if future is None and outer is not None and outer.executor is executor:
+        # nested start from a worker of the same pool: run the nodes in this thread, so a
+        # saturated (e.g. one-worker) pool cannot deadlock on us
+        import threading
+
+        run.inline = True
+        run.wakeup = threading.Event()
+    return run
+
+
+class TaskScheduling:
+    """Starts flows. Stateless: every call builds its own run."""
+
+    @staticmethod
+    def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
+              context: TaskContext | None = None) -> FlowResult:
+        """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
+
+        Args:
+            nodes: one node or an iterable of nodes; the whole connected graph is found by
+                following edges both ways.
+            executor: any ``concurrent.futures.Executor``; it is never shut down by taskflow.
+            timeout: the run's budget in seconds (None or ``inf``: none). ``start`` returns by
+                then, always: unfinished nodes become TIMEOUT, queued work is cancelled, and
+                their ``on_fail`` hooks run in this thread before it returns.
+            context: the run's TaskContext (a new one if None).
+
+        Returns:
+            The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
+
+        Raises:
+            FlowDefinitionError: invalid graph or options (cycle, duplicate name, ...).
+            TypeError: nodes, executor, timeout or context of the wrong type.
+            ValueError: negative or NaN timeout.
+        """
+        run = _prepare(nodes, executor, timeout, context, None)
+        run.begin()
+        return run.wait()
+
+    @staticmethod
+    def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
+               context: TaskContext | None = None) -> Future[FlowResult]:
+        """Start the run and return a Future of its FlowResult without waiting.
+
+        The budget is enforced by taskflow's timer thread: at the deadline the future resolves
+        (with unfinished nodes TIMEOUT) and their ``on_fail`` hooks run on that thread.
+        Validation errors are raised here, before anything runs.
+        """
+        future: Future[FlowResult] = Future()
+        future.set_running_or_notify_cancel()
+        run = _prepare(nodes, executor, timeout, context, future)
+        run.begin()
+        return future
+
+
+async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
+                    context: TaskContext | None = None) -> FlowResult:
+    """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
+
+    The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
+    taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    """
+    future: Future[FlowResult] = Future()
+    future.set_running_or_notify_cancel()
+    run = _prepare(nodes, executor, timeout, context, future)
+    run.begin()
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        run.cancel("the awaiting asyncio task was cancelled")
+        raise

@@ -1,0 +1,118 @@
+"""Shared test harness: scalable delays, thread-leak and worker-exception checks.
+
+Every delay in the suite comes from ``TASKFLOW_TEST_DELAY_SCALE`` (default 1.0) so a slow CI
+machine can stretch them all at once (JSR-166 TCK's SHORT/MEDIUM/LONG convention).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+SCALE = float(os.environ.get("TASKFLOW_TEST_DELAY_SCALE", "1.0"))
+SHORT = 0.05 * SCALE
+MEDIUM = 0.5 * SCALE
+LONG = 10.0 * SCALE
+# scheduling tolerance for "returns about when it should" checks on a busy 2-core machine
+EPS = 0.25 * SCALE
+
+# long-lived daemon threads that taskflow or third-party libraries start once per process
+_ALLOWED_PREFIXES = ("taskflow-timer", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
+
+
+def _live_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves threads behind (CPython's threading_cleanup, with names)."""
+    before = _live_threads()
+    yield
+    if request.node.get_closest_marker("allow_thread_leak"):
+        return
+    deadline = time.monotonic() + 2.0 * SCALE
+    while True:
+        leaked = [
+            t
+            for t in _live_threads() - before
+            if not t.name.startswith(_ALLOWED_PREFIXES)
+        ]
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert not leaked, "dangling threads: " + ", ".join(sorted(t.name for t in leaked))
+
+
+@pytest.fixture(autouse=True)
+def worker_exceptions_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """An exception escaping any thread (an assertion in a worker) fails the test (TCK threadFailure)."""
+    errors: list[str] = []
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        errors.append(f"{args.thread.name if args.thread else '?'}: {args.exc_type.__name__}: {args.exc_value}")
+
+    monkeypatch.setattr(threading, "excepthook", hook)
+    yield errors
+    assert not errors, "exceptions escaped worker threads: " + "; ".join(errors)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "allow_thread_leak: the test deliberately abandons a thread")
+
+
+# --- fixtures for the core-engine suites (test_scheduling, test_timeouts, test_failures, ...) ---
+
+
+@pytest.fixture
+def make_executor() -> Iterator[object]:
+    """Factory of ThreadPoolExecutors that are shut down (after every gate is open) at teardown."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    created: list[ThreadPoolExecutor] = []
+
+    def make(max_workers: int = 2, prefix: str = "tfpool") -> ThreadPoolExecutor:
+        pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=prefix)
+        created.append(pool)
+        return pool
+
+    yield make
+    for pool in created:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture
+def gate(make_executor: object) -> Iterator[object]:
+    """Factory of Events that are all set at teardown, before the executors are shut down.
+
+    It depends on ``make_executor`` so pytest tears it down first: no pool thread is left blocked.
+    """
+    events: list[threading.Event] = []
+
+    def make() -> threading.Event:
+        event = threading.Event()
+        events.append(event)
+        return event
+
+    yield make
+    for event in events:
+        event.set()
+
+
+@pytest.fixture
+def taskflow_logs() -> Iterator[list[dict[str, object]]]:
+    """Enable taskflow's loguru logs and collect their records (dicts with level, message, extra)."""
+    from loguru import logger
+
+    records: list[dict[str, object]] = []
+    logger.enable("taskflow")
+    handler_id = logger.add(lambda message: records.append(message.record), level="DEBUG", format="{message}")
+    try:
+        yield records
+    finally:
+        logger.remove(handler_id)
+        logger.disable("taskflow")
