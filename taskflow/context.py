@@ -9,10 +9,10 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from taskflow.errors import NodeCancelledError, ResultNotAvailableError
-from taskflow.result import ResultState, WorkResult
+from taskflow.result import WorkResult
 
 if TYPE_CHECKING:
-    from taskflow.engine import _Run
+    from taskflow.engine import RunView as _Run
     from taskflow.node import SchedulingNode
 
 __all__ = ["TaskContext", "TaskSupport", "current"]
@@ -100,25 +100,19 @@ class TaskContext(MutableMapping[str, Any]):
         """True once the run timed out or was cancelled, or the asking node was cancelled
         (a join no longer needs it, or its own timeout passed). Long tasks poll it."""
         run = self._run
-        if run is None:
-            return False
-        if run.closed:
-            return True
-        if getattr(current, "run", None) is run:
-            return run.results[current.idx].state is not ResultState.DEFAULT
-        return False
+        return run is not None and run.cancelled_for_caller()
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``NodeCancelledError`` if :attr:`cancelled` is True."""
-        if self.cancelled:
-            run = self._run
-            name = run.plan.names[current.idx] if getattr(current, "run", None) is run else "?"
-            raise NodeCancelledError(name, run.cancel_reason if run is not None else None)
+        """Raise ``NodeCancelledError`` naming the asking node if :attr:`cancelled` is True."""
+        run = self._run
+        if run is not None and run.cancelled_for_caller():
+            raise NodeCancelledError(run.caller_name(), run.cancel_reason)
 
     def cancel(self, reason: str | None = None) -> None:
         """End the run early: unfinished nodes become CANCELLED and ``start`` returns.
 
-        A node that calls this and returns keeps its own result. Safe from any thread.
+        A node that calls this and returns keeps its own result. Safe from any thread. In
+        another process (process pools, dask) it has no effect: return a value instead.
         """
         run = self._run
         if run is not None:
@@ -127,6 +121,8 @@ class TaskContext(MutableMapping[str, Any]):
     def result_of(self, name: str) -> Any:
         """The value of node ``name`` if it finished with SUCCESS.
 
+        In another process only the fathers' results are available.
+
         Raises:
             KeyError: no node of that name in the run.
             ResultNotAvailableError: the node has not (or not successfully) finished.
@@ -134,13 +130,7 @@ class TaskContext(MutableMapping[str, Any]):
         run = self._run
         if run is None:
             raise ResultNotAvailableError(name, "not part of a running flow")
-        try:
-            wr = run.results[run.plan.index[name]]
-        except KeyError:
-            raise KeyError(f"no node named {name!r} in flow {run.flow_id}") from None
-        if wr.state is not ResultState.SUCCESS:
-            raise ResultNotAvailableError(name, wr.state.name)
-        return wr.result
+        return run.value_of(name)
 
     def __repr__(self) -> str:
         return f"<TaskContext flow={self.flow_id} keys={sorted(self._data)!r}>"

@@ -53,8 +53,9 @@ import os
 import threading
 import time
 from collections import deque
+from queue import Empty, SimpleQueue
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -66,6 +67,7 @@ from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
     RejectedExecutionError,
+    ResultNotAvailableError,
     NodeTimeoutError,
     UpstreamFailedError,
 )
@@ -77,6 +79,7 @@ __all__ = ["_Run"]
 
 # node lifecycle codes within a run
 WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
+REMOTE = -2  # the "loop token" of outcomes processed by a remote run's coordinator
 
 _SUCCESS = ResultState.SUCCESS
 _EXCEPTION = ResultState.EXCEPTION
@@ -151,6 +154,14 @@ class _Run:
         self.done = threading.Event()
         self.future = future
         self.inline = False  # the caller drains the deque itself (nested start on the pool)
+        # executors that run tasks in other processes: one submission per attempt, outcomes
+        # come back through ``inbox`` to a coordinator (start's caller, or the shared thread)
+        self.remote = is_remote(executor)
+        self.remote_futs: dict[int, Future[Any]] = {}
+        self.inbox: SimpleQueue[tuple[int, Future[Any] | None]] | None = None
+        if self.remote:
+            self.inbox = SimpleQueue()
+            self.max_loops = 1 << 30
         self.wakeup: threading.Event | None = None
         self.cv = _copy_context()
         self.debug = _debug_enabled()
@@ -176,6 +187,28 @@ class _Run:
                 if n is None:
                     n = self.nodes[i] = self._clone(i)
         return n
+
+    # what TaskContext asks of its run (see RunView)
+    def cancelled_for_caller(self) -> bool:
+        if self.closed:
+            return True
+        cur = current
+        if getattr(cur, "run", None) is self:
+            return self.results[cur.idx].state is not _DEFAULT
+        return False
+
+    def caller_name(self) -> str:
+        cur = current
+        return self.plan.names[cur.idx] if getattr(cur, "run", None) is self else "?"
+
+    def value_of(self, name: str) -> Any:
+        try:
+            wr = self.results[self.plan.index[name]]
+        except KeyError:
+            raise KeyError(f"no node named {name!r} in flow {self.flow_id}") from None
+        if wr.state is not _SUCCESS:
+            raise ResultNotAvailableError(name, wr.state.name)
+        return wr.result
 
     def _clone(self, i: int) -> SchedulingNode[Any, Any]:
         defn = self.plan.nodes[i]
@@ -222,6 +255,12 @@ class _Run:
     def _spawn(self, k: int) -> None:
         """Submit ``k`` loops (outside the lock). A refused submission with no loop left to
         drain the queue fails the queued nodes with the executor's error."""
+        if self.remote:
+            if k:
+                with self.lock:
+                    self.loops -= k
+                self._dispatch_remote()
+            return
         if self.inline:
             if k:
                 with self.lock:
@@ -399,7 +438,7 @@ class _Run:
                     self._fail(i, error, _EXCEPTION, now)
                 if not has_hook:
                     self._settle_sons(i, hooks, now)
-                    nxt = self._next(token) if token not in self.abandoned else -1
+                    nxt = self._next(token) if token >= -1 and token not in self.abandoned else -1
                     spawn = self._spawn_count()
                     fin = self._settled(i)
         if late:
@@ -415,7 +454,7 @@ class _Run:
                 self._hook(self.nodes[i].on_fail, i, wr.attempts)  # type: ignore[union-attr]
             with self.lock:
                 self._settle_sons(i, hooks, now)
-                nxt = self._next(token) if token not in self.abandoned else -1
+                nxt = self._next(token) if token >= -1 and token not in self.abandoned else -1
                 spawn = self._spawn_count()
                 fin = self._settled(i)
         if hooks:
@@ -435,6 +474,8 @@ class _Run:
             )
         elif self.debug:
             self.log.bind(node=name).debug("late result from node {} dropped", name)
+        if token == REMOTE:
+            return -1
         with self.lock:
             if token in self.abandoned:
                 self.abandoned.discard(token)
@@ -649,7 +690,9 @@ class _Run:
             running = self.code[i] == RUNNING
             self._fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
             self.node_timers.pop(i, None)
-            if running:
+            if running and self.remote:
+                abandoned_fut = self.remote_futs.pop(i, None)
+            elif running:
                 for token, x in self.loop_node.items():
                     if x == i:
                         self.abandoned.add(token)
@@ -711,14 +754,19 @@ class _Run:
             futs = list(self.loop_futs.values())
             running = [self.loop_futs[t] for t, x in self.loop_node.items()
                        if x != keep and t in self.loop_futs]
+            for x, f in self.remote_futs.items():
+                if x != keep:
+                    futs.append(f)
+                    running.append(f)
+            self.remote_futs.clear()
             timers = list(self.node_timers.values())
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
         for t in timers:
             t.cancel()
+        self._mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
         for f in futs:
-            f.cancel()  # loops not started yet never run (a started one finds the run closed)
-        self._mark_abandoned([f for f in running if not f.done()])
+            f.cancel()
         for i in victims:
             self._log_outcome(i)
             if plan.has_fail[i]:
@@ -750,6 +798,8 @@ class _Run:
         self.done.set()
         if self.wakeup is not None:
             self.wakeup.set()
+        if self.inbox is not None:
+            self.inbox.put((-1, None))
         fut = self.future
         if fut is not None:
             fut.set_result(self.flow_result)
@@ -760,11 +810,125 @@ class _Run:
         """``start``'s caller: wait for the run, closing it at the deadline."""
         if self.inline:
             return self._wait_inline()
+        if self.remote:
+            return self._wait_remote()
         if not self.done.wait(None if math.isinf(self.budget) else max(0.0, self.deadline - _monotonic())):
             self.expire()
             self.done.wait()
         assert self.flow_result is not None
         return self.flow_result
+
+    def _wait_remote(self) -> FlowResult:
+        """``start``'s caller coordinates a remote run: it processes outcomes as they arrive."""
+        inbox = self.inbox
+        assert inbox is not None
+        while not self.done.is_set():
+            if math.isinf(self.budget):
+                item = inbox.get()
+            else:
+                left = self.deadline - _monotonic()
+                try:
+                    if left <= 0:
+                        raise Empty
+                    item = inbox.get(timeout=left)
+                except Empty:
+                    self.expire()
+                    break
+            i, fut = item
+            if fut is not None:
+                self.process_remote(i, fut)
+        self.done.wait()
+        assert self.flow_result is not None
+        return self.flow_result
+
+    # -- remote executors (process pools, loky, dask) ---------------------------------------------
+
+    def _dispatch_remote(self) -> None:
+        """Submit every queued node as its own task (outside the lock)."""
+        with self.lock:
+            batch = []
+            code = self.code
+            while self.ready:
+                i = self.ready.popleft()
+                if code[i] == QUEUED:
+                    code[i] = RUNNING
+                    batch.append(i)
+        for i in batch:
+            self._submit_remote(i)
+
+    def _submit_remote(self, i: int) -> None:
+        plan = self.plan
+        wr = self.results[i]
+        now = _monotonic()
+        if wr.started_at is None:
+            wr.started_at = now
+            if plan.timeout[i] is not None:
+                self._arm_node_timeout(i, now)
+        wr.attempts += 1
+        wr.thread = type(self.executor).__name__
+        if plan.has_begin[i] and not self.closed:
+            self._hook(self.node(i).on_begin, i, wr.attempts)
+        defn = plan.nodes[i]
+        results = self.results
+        fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
+                   if results[f].state is _SUCCESS}
+        args = (defn, defn.param, self.ctx.snapshot(), fathers, self.deadline - now, self.flow_id)
+        error = preflight_pickle(self.executor, plan.names[i], args)
+        if error is None:
+            try:
+                fut = self.executor.submit(_remote_call, *args)
+            except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
+                error = exc
+        if error is not None:
+            self._complete(i, REMOTE, None, error)
+            return
+        with self.lock:
+            self.remote_futs[i] = fut
+        fut.add_done_callback(partial(self._remote_done, i))
+
+    def _remote_done(self, i: int, fut: Future[Any]) -> None:
+        """Done-callback, on the executor's callback thread (dask: its I/O loop): only enqueue."""
+        if self.future is None:
+            assert self.inbox is not None
+            self.inbox.put((i, fut))
+        else:
+            _coordinator.put(self, i, fut)
+
+    def process_remote(self, i: int, fut: Future[Any]) -> None:
+        """Coordinator thread: one remote attempt ended; retry it or complete the node."""
+        with self.lock:
+            if self.remote_futs.get(i) is fut:
+                del self.remote_futs[i]
+        if fut.cancelled():
+            error: BaseException | None = NodeCancelledError(self.plan.names[i], "the executor cancelled it")
+            value = None
+        else:
+            error = fut.exception()
+            value = fut.result() if error is None else None
+        if error is None and self.plan.routes[i]:
+            try:
+                chosen = self.plan.nodes[i]._choose(value)  # type: ignore[attr-defined]
+                if chosen is not None:
+                    self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+            except BaseException as exc:  # noqa: BLE001
+                error = exc
+        if error is not None:
+            wr = self.results[i]
+            delay = self._retry_delay(i, wr, error)
+            if delay >= 0.0:
+                with self.lock:
+                    if self.code[i] != RUNNING or wr.state is not _DEFAULT:
+                        return
+                    if delay == 0.0:
+                        self.code[i] = QUEUED
+                        self.ready.append(i)
+                    else:
+                        self.code[i] = BACKOFF
+                        timer.schedule(_monotonic() + delay, self._requeue, i)
+                if delay == 0.0:
+                    self._dispatch_remote()
+                return
+        self._complete(i, REMOTE, value, error)
 
     def _wait_inline(self) -> FlowResult:
         """Nested ``start`` from a worker of the same pool: the caller runs the nodes itself."""
@@ -798,15 +962,148 @@ def plan_pos(plan: Plan, node: SchedulingNode[Any, Any]) -> int:
     raise FlowDefinitionError(f"switch chose {node!r}, which is not in this flow")
 
 
-def thread_based(executor: Executor) -> bool:
-    """Whether ``executor`` runs tasks in this process (loops may run there)."""
-    return isinstance(executor, ThreadPoolExecutor) or not _is_remote(executor)
 
 
-def _is_remote(executor: Executor) -> bool:
-    from concurrent.futures import ProcessPoolExecutor
+class _Coordinator:
+    """The one shared thread, ``taskflow-coordinator``, that processes outcomes of remote runs
+    started with ``submit`` (their callers do not wait). Started on first use."""
 
+    def __init__(self) -> None:
+        self._queue: SimpleQueue[tuple[_Run, int, Future[Any]]] = SimpleQueue()
+        self._lock = threading.Lock()  # guards _thread
+        self._thread: threading.Thread | None = None
+
+    def put(self, run: _Run, i: int, fut: Future[Any]) -> None:
+        self._queue.put((run, i, fut))
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._serve, name="taskflow-coordinator", daemon=True)
+                    self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            run, i, fut = self._queue.get()
+            try:
+                run.process_remote(i, fut)
+            except BaseException:  # noqa: BLE001 - one run's bug must not stop the others
+                logger.opt(exception=True).error("taskflow coordinator failed on flow {}", run.flow_id)
+            del run, fut
+
+
+_coordinator = _Coordinator()
+
+
+def is_remote(executor: Executor) -> bool:
+    """Whether ``executor`` runs tasks in other processes (only the task may travel there).
+
+    Recognised: ``ProcessPoolExecutor`` and subclasses (loky's), and dask's ``ClientExecutor``.
+    Any other executor is taken to run tasks in this process."""
     if isinstance(executor, ProcessPoolExecutor):
         return True
-    mod = type(executor).__module__
-    return mod.startswith(("distributed", "loky", "dask"))
+    inner = getattr(executor, "inner", None)  # wrappers such as MonitoredExecutor
+    if isinstance(inner, Executor) and inner is not executor:
+        return is_remote(inner)
+    return type(executor).__module__.startswith(("distributed", "loky"))
+
+
+def _pickler(executor: Executor) -> Any:
+    mod = type(getattr(executor, "inner", executor)).__module__
+    if mod.startswith(("distributed", "loky")):
+        try:
+            import cloudpickle
+
+            return cloudpickle
+        except ImportError:  # pragma: no cover - both ship it
+            pass
+    import pickle
+
+    return pickle
+
+
+_FIELDS = ("node", "param", "context", "fathers' results")
+
+
+def preflight_pickle(executor: Executor, name: str, args: tuple[Any, ...]) -> BaseException | None:
+    """A TypeError naming the node and the field that cannot travel, or None."""
+    pickler = _pickler(executor)
+    # the param first: it also rides inside the node, and the message should name it
+    checks = sorted(zip(_FIELDS, args), key=lambda fv: fv[0] != "param")
+    for field, value in checks:
+        try:
+            pickler.dumps(value)
+        except Exception as exc:  # noqa: BLE001 - pickling raises many types
+            err = TypeError(
+                f"node {name!r}: its {field} cannot be pickled to run on "
+                f"{type(executor).__name__}: {exc}"
+            )
+            err.__cause__ = exc
+            return err
+    return None
+
+
+class _RemoteRun:
+    """What a TaskContext sees of its run inside another process: a snapshot."""
+
+    def __init__(self, flow_id: str, remaining: float, fathers: dict[str, Any], name: str) -> None:
+        self.flow_id = flow_id
+        self.deadline = _monotonic() + remaining
+        self.fathers = fathers
+        self.name = name
+        self.cancel_reason: str | None = None
+        self.finished = False
+
+    def cancelled_for_caller(self) -> bool:
+        return _monotonic() >= self.deadline
+
+    def caller_name(self) -> str:
+        return self.name
+
+    def value_of(self, name: str) -> Any:
+        try:
+            return self.fathers[name]
+        except KeyError:
+            raise ResultNotAvailableError(
+                name, "not available in another process (only the fathers' results travel)"
+            ) from None
+
+    def cancel(self, reason: str | None) -> None:
+        logger.warning("ctx.cancel() in another process has no effect (flow {})", self.flow_id)
+
+
+def _remote_call(node: SchedulingNode[Any, Any], param: Any, entries: dict[str, Any],
+                 fathers: dict[str, Any], remaining: float, flow_id: str) -> Any:
+    """Runs in the executor's process: the task on a snapshot of the context."""
+    ctx = TaskContext(entries)
+    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)  # type: ignore[assignment]
+    value = node.task(ctx, param)
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001
+        try:
+            import cloudpickle
+
+            cloudpickle.dumps(value)
+        except Exception:  # noqa: BLE001
+            raise TypeError(
+                f"node {node.name!r}: its result ({type(value).__name__}) cannot be pickled "
+                f"to return it: {exc}"
+            ) from None
+    return value
+
+
+class RunView:
+    """What ``TaskContext`` needs of a run (``_Run`` here, ``_RemoteRun`` in other processes)."""
+
+    flow_id: str
+    deadline: float
+    cancel_reason: str | None
+    finished: bool
+
+    def cancelled_for_caller(self) -> bool: ...
+    def caller_name(self) -> str: ...
+    def value_of(self, name: str) -> Any: ...
+    def cancel(self, reason: str | None) -> None: ...

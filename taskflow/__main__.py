@@ -1,0 +1,5 @@
+"""``python -m taskflow``: the command line of :mod:`taskflow.cli`."""
+
+from taskflow.cli import main
+
+raise SystemExit(main())

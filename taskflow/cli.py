@@ -1,0 +1,237 @@
+"""The ``taskflow`` command line: ``python -m taskflow demo`` (``graph`` and ``run`` to come).
+
+This module is an application, not library code: it is the one place in taskflow that configures
+loguru, and only when asked (``--verbose``). By default it prints the demo's output and nothing
+else. Exit status: 0 the flow succeeded, 1 it failed (``--fail``, a too short ``--timeout``),
+2 the command line was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TextIO
+
+from loguru import logger
+
+from taskflow.demo import NODE_NAMES, DemoRun, run_demo
+from taskflow.result import FlowResult
+
+__all__ = ["build_parser", "format_table", "main"]
+
+EXIT_OK = 0
+EXIT_FLOW_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _budget(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser of the ``taskflow`` command and its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="python -m taskflow",
+        description="Orchestrate a DAG of tasks on a concurrent.futures executor.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the product-detail aggregation and compare it with hand-written stages",
+        description=(
+            "Run the product-detail aggregation of the JUC orchestration article: the product "
+            "side (product_info -> price, stock) and the item side (category -> reviews, "
+            "recommendations) in parallel, then aggregate. Print a per-node table, the Mermaid "
+            "Gantt chart of the run, and the same work done the hand-written staged way "
+            "(product stage, then item stage) with the speed-up."
+        ),
+        epilog=(
+            "nodes: " + ", ".join(NODE_NAMES) + ". "
+            "Exit status: 0 flow ok, 1 flow failed, 2 bad command line."
+        ),
+    )
+    demo.add_argument(
+        "--timeout",
+        type=_budget,
+        default=1.0,
+        metavar="SECONDS",
+        help="global budget of the run in seconds (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="threads of the embedded pool (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--fail",
+        metavar="NODE",
+        help="make NODE raise, to show fail-fast (its sons fail without running)",
+    )
+    demo.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run's report as JSON instead of the table, chart and comparison",
+    )
+    demo.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="log taskflow's node transitions to stderr (DEBUG)",
+    )
+    return parser
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def _relative(at: float | None, origin: float) -> float | None:
+    return None if at is None else at - origin
+
+
+def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
+    """Return the per-node table of a run: state, thread, and times relative to the run start.
+
+    Args:
+        result: The run.
+        order: Node names to list first, in this order; the others follow sorted by name.
+
+    Returns:
+        Aligned plain-text lines, times in milliseconds, ``-`` for a time that never came.
+    """
+    names = [name for name in order if name in result]
+    names += sorted(name for name in result if name not in names)
+    header = ("node", "state", "thread", "queued ms", "started ms", "duration ms")
+    rows = [header]
+    for name in names:
+        work_result = result[name].work_result
+        rows.append(
+            (
+                name,
+                work_result.state.name,
+                work_result.thread or "-",
+                _ms(_relative(work_result.queued_at, result.started_at)),
+                _ms(_relative(work_result.started_at, result.started_at)),
+                _ms(work_result.duration),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for row in rows:
+        # text columns left-aligned, times right-aligned
+        cells = [cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _format_failures(result: FlowResult) -> str:
+    lines = []
+    for name, work_result in result.failed.items():
+        exc = work_result.exception
+        line = f"  {name}: {work_result.state.name}: {exc!r}"
+        if exc is not None and exc.__cause__ is not None:
+            line += f"\n      caused by {exc.__cause__!r}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _speed_up_line(flow_elapsed: float, staged_elapsed: float) -> str:
+    ratio = staged_elapsed / flow_elapsed if flow_elapsed > 0 else math.inf
+    verdict = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
+    return (
+        f"taskflow {flow_elapsed * 1000:.0f} ms vs hand-written staged "
+        f"{staged_elapsed * 1000:.0f} ms: {verdict}"
+    )
+
+
+def _print_demo(run: DemoRun, workers: int, out: TextIO) -> None:
+    result = run.result
+    verdict = "ok" if result.ok else f"FAILED ({len(result.failed)} node(s))"
+    print(
+        f"\nproduct-detail flow {result.flow_id}: {verdict} in {result.elapsed * 1000:.1f} ms "
+        f"on a {workers}-thread pool\n",
+        file=out,
+    )
+    print(format_table(result, NODE_NAMES), file=out)
+    if not result.ok:
+        print("\nfailures:", file=out)
+        print(_format_failures(result), file=out)
+    print("\nMermaid Gantt chart of the run (paste into any Mermaid renderer):\n", file=out)
+    print(result.to_mermaid().rstrip(), file=out)
+    print("\nthe same work, hand-written the article's way (product stage, then item stage):", file=out)
+    if run.staged_elapsed is not None:
+        print(f"  staged run: {run.staged_elapsed * 1000:.1f} ms", file=out)
+        if result.ok:
+            print("\n" + _speed_up_line(result.elapsed, run.staged_elapsed), file=out)
+    elif run.staged_error is not None:
+        print(f"  staged run failed: {run.staged_error!r}", file=out)
+    else:
+        print("  skipped: --fail makes a node fail, so there is nothing to compare", file=out)
+
+
+def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.fail is not None and args.fail not in NODE_NAMES:
+        print(
+            f"python -m taskflow demo: error: unknown node {args.fail!r} for --fail; "
+            f"nodes are: {', '.join(NODE_NAMES)}",
+            file=err,
+        )
+        return EXIT_USAGE
+    # hook lines go where they cannot spoil the JSON on stdout
+    echo = err if args.json else out
+    pool = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="demo")
+    try:
+        run = run_demo(pool, timeout=args.timeout, fail=args.fail, echo=echo)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if args.json:
+        print(run.result.report().model_dump_json(indent=2), file=out)
+    else:
+        _print_demo(run, args.workers, out)
+    return EXIT_OK if run.result.ok else EXIT_FLOW_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``taskflow`` command.
+
+    Args:
+        argv: The arguments after the program name; None reads ``sys.argv``.
+
+    Returns:
+        The exit status: 0 ok, 1 the flow failed, 2 bad command line (argparse exits with 2
+        itself for malformed options, and with 0 after ``--help``).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "verbose", False):
+        logger.remove()
+        logger.add(
+            sys.stderr,
+            level="DEBUG",
+            format="{time:HH:mm:ss.SSS} {level: <7} {thread.name: <12} {message} {extra}",
+        )
+        logger.enable("taskflow")
+    if args.command == "demo":
+        return _demo(args, sys.stdout, sys.stderr)
+    parser.error(f"unknown command {args.command!r}")  # unreachable: argparse checks choices
+    return EXIT_USAGE
