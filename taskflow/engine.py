@@ -149,6 +149,7 @@ class _Run:
         self.keep = -1  # node that called ctx.cancel: the run waits for it
         self.cancel_reason: str | None = None
         self.chosen: dict[int, frozenset[int]] = {}
+        self.fans: dict[int, Any] = {}  # node -> its _FanOut while it fans out
         self.node_timers: dict[int, timer.Timer] = {}
         self.run_timer: timer.Timer | None = None
         self.done = threading.Event()
@@ -158,7 +159,7 @@ class _Run:
         # come back through ``inbox`` to a coordinator (start's caller, or the shared thread)
         self.remote = is_remote(executor)
         self.remote_futs: dict[int, Future[Any]] = {}
-        self.inbox: SimpleQueue[tuple[int, Future[Any] | None]] | None = None
+        self.inbox: SimpleQueue[tuple[Callable[[Any, Any], None] | None, Any, Any]] | None = None
         if self.remote:
             self.inbox = SimpleQueue()
             self.max_loops = 1 << 30
@@ -350,6 +351,8 @@ class _Run:
         cur.run = self
         cur.idx = i
         try:
+            if plan.fanout[i]:
+                return self._start_fanout(i, token, node)
             while True:
                 now = _monotonic()
                 if wr.started_at is None:
@@ -388,6 +391,30 @@ class _Run:
         finally:
             cur.run, cur.idx = prev
 
+    def _start_fanout(self, i: int, token: int, node: SchedulingNode[Any, Any]) -> int:
+        """Start node ``i``'s fan-out (taskflow.fanout) and give the loop its next node."""
+        from taskflow.fanout import _FanOut
+
+        wr = self.results[i]
+        now = _monotonic()
+        wr.started_at = now
+        wr.attempts = 1
+        wr.thread = _current_thread().name
+        if self.plan.timeout[i] is not None:
+            self._arm_node_timeout(i, now)
+        if self.plan.has_begin[i] and not self.closed:
+            self._hook(node.on_begin, i, 1)
+        fan = _FanOut(self, i, node)  # type: ignore[arg-type]
+        with self.lock:
+            self.fans[i] = fan
+        fan.start()
+        if token == REMOTE:
+            return -1
+        with self.lock:
+            if token in self.abandoned:
+                return -1
+            return self._next(token)
+
     def _retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
         """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
         plan = self.plan
@@ -425,6 +452,7 @@ class _Run:
         hooks: list[int] = []
         has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
         with self.lock:
+            self.fans.pop(i, None)
             timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
             if self.code[i] != RUNNING or wr.state is not _DEFAULT:
                 late = True
@@ -435,7 +463,8 @@ class _Run:
                     wr.state = _SUCCESS
                     self.code[i] = TERMINAL
                 else:
-                    self._fail(i, error, _EXCEPTION, now)
+                    wr.result = value  # a fan-out's partial FanInResult; None otherwise
+                    self._fail(i, error, _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
                 if not has_hook:
                     self._settle_sons(i, hooks, now)
                     nxt = self._next(token) if token >= -1 and token not in self.abandoned else -1
@@ -683,6 +712,10 @@ class _Run:
         plan = self.plan
         hooks = [i]
         abandoned_fut = None
+        fan = self.fans.get(i)
+        if fan is not None:
+            fan.finish(timed_out=True)
+            return
         with self.lock:
             if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF):
                 return
@@ -747,6 +780,9 @@ class _Run:
                         exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
                     else:
                         exc = NodeCancelledError(plan.names[i], reason)
+                    fan = self.fans.pop(i, None)
+                    if fan is not None:
+                        wr.result = fan.abort()  # the partial fan-in: in-flight items missing
                     self._fail(i, exc, state, now)
                     self.code[i] = SETTLED
                     victims.append(i)
@@ -799,7 +835,7 @@ class _Run:
         if self.wakeup is not None:
             self.wakeup.set()
         if self.inbox is not None:
-            self.inbox.put((-1, None))
+            self.inbox.put((None, None, None))
         fut = self.future
         if fut is not None:
             fut.set_result(self.flow_result)
@@ -834,9 +870,9 @@ class _Run:
                 except Empty:
                     self.expire()
                     break
-            i, fut = item
-            if fut is not None:
-                self.process_remote(i, fut)
+            fn, a, b = item
+            if fn is not None:
+                fn(a, b)
         self.done.wait()
         assert self.flow_result is not None
         return self.flow_result
@@ -858,6 +894,9 @@ class _Run:
 
     def _submit_remote(self, i: int) -> None:
         plan = self.plan
+        if plan.fanout[i]:
+            self._start_fanout(i, REMOTE, self.node(i))
+            return
         wr = self.results[i]
         now = _monotonic()
         if wr.started_at is None:
@@ -884,15 +923,16 @@ class _Run:
             return
         with self.lock:
             self.remote_futs[i] = fut
-        fut.add_done_callback(partial(self._remote_done, i))
+        fut.add_done_callback(partial(self.post, self.process_remote, i))
 
-    def _remote_done(self, i: int, fut: Future[Any]) -> None:
-        """Done-callback, on the executor's callback thread (dask: its I/O loop): only enqueue."""
+    def post(self, fn: Callable[[Any, Any], None], a: Any, fut: Future[Any]) -> None:
+        """Done-callback of remote work, on the executor's callback thread (dask: its I/O loop):
+        only hand ``fn(a, fut)`` to the run's coordinator."""
         if self.future is None:
             assert self.inbox is not None
-            self.inbox.put((i, fut))
+            self.inbox.put((fn, a, fut))
         else:
-            _coordinator.put(self, i, fut)
+            _coordinator.put(fn, a, fut)
 
     def process_remote(self, i: int, fut: Future[Any]) -> None:
         """Coordinator thread: one remote attempt ended; retry it or complete the node."""
@@ -969,12 +1009,12 @@ class _Coordinator:
     started with ``submit`` (their callers do not wait). Started on first use."""
 
     def __init__(self) -> None:
-        self._queue: SimpleQueue[tuple[_Run, int, Future[Any]]] = SimpleQueue()
+        self._queue: SimpleQueue[tuple[Callable[[Any, Any], None], Any, Any]] = SimpleQueue()
         self._lock = threading.Lock()  # guards _thread
         self._thread: threading.Thread | None = None
 
-    def put(self, run: _Run, i: int, fut: Future[Any]) -> None:
-        self._queue.put((run, i, fut))
+    def put(self, fn: Callable[[Any, Any], None], a: Any, b: Any) -> None:
+        self._queue.put((fn, a, b))
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -984,12 +1024,12 @@ class _Coordinator:
 
     def _serve(self) -> None:
         while True:
-            run, i, fut = self._queue.get()
+            fn, a, b = self._queue.get()
             try:
-                run.process_remote(i, fut)
+                fn(a, b)
             except BaseException:  # noqa: BLE001 - one run's bug must not stop the others
-                logger.opt(exception=True).error("taskflow coordinator failed on flow {}", run.flow_id)
-            del run, fut
+                logger.opt(exception=True).error("taskflow coordinator callback {!r} failed", fn)
+            del fn, a, b
 
 
 _coordinator = _Coordinator()
@@ -1093,6 +1133,14 @@ def _remote_call(node: SchedulingNode[Any, Any], param: Any, entries: dict[str, 
                 f"to return it: {exc}"
             ) from None
     return value
+
+
+def _remote_work(node: Any, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
+                 remaining: float, flow_id: str) -> Any:
+    """Runs in the executor's process: one fan-out item."""
+    ctx = TaskContext(entries)
+    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)  # type: ignore[assignment]
+    return node.work(ctx, item)
 
 
 class RunView:

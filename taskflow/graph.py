@@ -27,7 +27,7 @@ class Plan:
 
     __slots__ = ("tops", "nodes", "names", "index", "fathers", "sons", "optional", "nfathers",
                  "pos", "join_kind", "join_k", "roots", "timeout", "retries", "backoff", "has_begin",
-                 "has_success", "has_fail", "routes", "stale", "any_timeout", "__weakref__")
+                 "has_success", "has_fail", "routes", "fanout", "stale", "any_timeout", "__weakref__")
 
     def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
                  nodes: list[SchedulingNode[Any, Any]]) -> None:
@@ -56,6 +56,8 @@ class Plan:
         self.has_fail = tuple(type(n).on_fail is not base.on_fail for n in nodes)
         # nodes that choose which sons run (switches): index -> True
         self.routes = tuple(getattr(type(n), "_routes_sons", False) for n in nodes)
+        # nodes that schedule sub-work themselves (taskflow.fanout)
+        self.fanout = tuple(getattr(type(n), "_fans_out", False) for n in nodes)
 
 
 def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
@@ -146,6 +148,9 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
                 f"node {n.name!r}: {cls.__name__}.task is a coroutine function; "
                 "tasks run on executor threads and must be plain functions"
             )
+        check = getattr(n, "_check_definition", None)
+        if check is not None:
+            check()
         other = names.get(n.name)
         if other is not None:
             raise DuplicateNameError(n.name)

@@ -1,0 +1,484 @@
+"""Bounded dynamic fan-out: ``FanOutNode`` runs ``work(ctx, item)`` for every item that
+``items(ctx, param)`` yields, at most ``max_concurrency`` at a time, and fans in to a
+:class:`FanInResult` (seed 002: stable item ids, dedupe, all / quorum / best-effort at the end).
+
+How it runs (thread executors): the engine starts the fan-out from the loop that dispatched the
+node and returns that worker to the run at once. Up to ``max_concurrency`` *item loops* run on the
+flow's executor; each pulls the next item from the (lazily advanced) iterator, runs ``work`` and
+pulls again, so 100,000 items never exist as 100,000 futures and no worker waits for another. On
+executors that run tasks in other processes each item is its own submission (at most
+``max_concurrency`` in flight), and outcomes come back through the run's coordinator.
+
+An item id seen twice is counted in ``duplicates`` and run once. ``item_timeout`` fails a slow
+item (its thread is abandoned, its late result dropped) and a new item loop takes its place. When
+the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
+``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
+is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
+``work_result.result``.
+
+Locks: ``_FanOut.lock`` guards the counters and maps; ``pull_lock`` only serialises ``next()`` on
+the user's iterator (a generator cannot run in two threads at once). Lock order: the run's lock
+may be held when taking ``_FanOut.lock`` (to snapshot at the budget), never the reverse.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from time import monotonic as timer_now
+from collections.abc import Hashable, Iterable, Iterator
+from concurrent.futures import Future
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from taskflow import timer
+from taskflow.context import TaskContext, current
+from taskflow.errors import FlowDefinitionError, NodeTimeoutError, TaskflowError
+from taskflow.joins import Join
+from taskflow.node import SchedulingNode, check_timeout
+
+if TYPE_CHECKING:
+    from taskflow.engine import _Run
+
+__all__ = ["FanOutNode", "FanInResult", "FanOutPolicyError", "ItemTimeoutError"]
+
+T = TypeVar("T")
+
+
+class FanInResult:
+    """The fan-in of a FanOutNode.
+
+    Attributes:
+        complete: every item pulled succeeded and none is missing.
+        succeeded: item id -> value of ``work``.
+        failed: item id -> exception (``ItemTimeoutError`` for a slow item).
+        missing: ids of items pulled but unfinished when the fan-in ended (deadline).
+        duplicates: how many times an already-seen id was yielded again (run once).
+    """
+
+    __slots__ = ("complete", "succeeded", "failed", "missing", "duplicates")
+
+    def __init__(self, complete: bool, succeeded: dict[Hashable, Any],
+                 failed: dict[Hashable, BaseException], missing: list[Hashable],
+                 duplicates: int) -> None:
+        self.complete = complete
+        self.succeeded = succeeded
+        self.failed = failed
+        self.missing = missing
+        self.duplicates = duplicates
+
+    @property
+    def total(self) -> int:
+        """Distinct items pulled."""
+        return len(self.succeeded) + len(self.failed) + len(self.missing)
+
+    def __repr__(self) -> str:
+        return (f"FanInResult(complete={self.complete}, succeeded={len(self.succeeded)}, "
+                f"failed={len(self.failed)}, missing={len(self.missing)}, "
+                f"duplicates={self.duplicates})")
+
+
+class ItemTimeoutError(TaskflowError, TimeoutError):
+    """An item's ``work`` did not finish within ``item_timeout``."""
+
+    def __init__(self, node: str, item_id: Hashable, timeout: float) -> None:
+        self.node = node
+        self.item_id = item_id
+        super().__init__(f"item {item_id!r} of node {node!r} did not finish within {timeout:g}s")
+
+
+class FanOutPolicyError(TaskflowError, RuntimeError):
+    """The fan-in did not meet the node's policy; ``result`` is the FanInResult."""
+
+    def __init__(self, node: str, policy: str | float, result: FanInResult) -> None:
+        self.node = node
+        self.policy = policy
+        self.result = result
+        super().__init__(
+            f"fan-out {node!r} did not meet policy {policy!r}: {len(result.succeeded)} of "
+            f"{result.total} item(s) succeeded, {len(result.failed)} failed, "
+            f"{len(result.missing)} missing"
+        )
+
+
+def _check_policy(policy: object) -> str | float:
+    if policy in ("all", "best_effort"):
+        return policy  # type: ignore[return-value]
+    if isinstance(policy, bool) or not isinstance(policy, (int, float)):
+        raise TypeError(
+            f"policy must be 'all', 'best_effort' or a quorum fraction in (0, 1], got {policy!r}"
+        )
+    if math.isnan(policy) or not 0.0 < policy <= 1.0:
+        raise ValueError(f"quorum fraction must be in (0, 1], got {policy!r}")
+    return float(policy)
+
+
+def policy_met(policy: str | float, succeeded: int, total: int, failed: int, missing: int) -> bool:
+    """Whether a fan-in with these counts satisfies ``policy``."""
+    if policy == "best_effort":
+        return True
+    if policy == "all":
+        return failed == 0 and missing == 0
+    assert isinstance(policy, float)
+    return succeeded >= math.ceil(policy * total - 1e-9)
+
+
+class FanOutNode(SchedulingNode[T, FanInResult]):
+    """A dynamic fork: override :meth:`items` and :meth:`work`.
+
+    Args:
+        param: passed to ``items``.
+        name: defaults to the class name.
+        max_concurrency: items in flight at most (>= 1).
+        item_timeout: seconds one item may take (None: no limit).
+        policy: ``"all"`` (every item must succeed), a quorum fraction in (0, 1] of the distinct
+            items pulled, or ``"best_effort"`` (always succeeds, listing what failed/is missing).
+        timeout: the node's own deadline for the whole fan-out (None: the run's budget).
+        join: the join policy over the node's fathers.
+    """
+
+    _fans_out = True
+
+    def __init__(self, param: T | None = None, *, name: str | None = None,
+                 max_concurrency: int = 8, item_timeout: float | None = None,
+                 policy: str | float = "all", timeout: float | None = None,
+                 join: Join = Join.ALL) -> None:
+        super().__init__(param, name=name, timeout=timeout, join=join)
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+            raise TypeError(f"max_concurrency must be an int, got {type(max_concurrency).__name__}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        d = self.__dict__
+        d["max_concurrency"] = max_concurrency
+        d["item_timeout"] = check_timeout(item_timeout, f"item_timeout of node {self.name!r}")
+        d["policy"] = _check_policy(policy)
+
+    def items(self, ctx: TaskContext, param: T) -> Iterable[tuple[Hashable, Any]]:
+        """Yield ``(item_id, item)`` pairs; pulled lazily, ids must be hashable and stable."""
+        raise NotImplementedError
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        """Process one item (on an executor worker, or in another process)."""
+        raise NotImplementedError
+
+    def task(self, ctx: TaskContext, param: T) -> FanInResult:
+        """Not called by the engine (it schedules ``work`` per item); runs the items one after
+        another, for calling a fan-out directly outside a flow."""
+        succeeded: dict[Hashable, Any] = {}
+        failed: dict[Hashable, BaseException] = {}
+        dup = 0
+        for item_id, item in self.items(ctx, param):
+            if item_id in succeeded or item_id in failed:
+                dup += 1
+                continue
+            try:
+                succeeded[item_id] = self.work(ctx, item)
+            except Exception as exc:  # noqa: BLE001 - an item's failure is recorded
+                failed[item_id] = exc
+        return FanInResult(not failed, succeeded, failed, [], dup)
+
+    def _check_definition(self) -> None:
+        cls = type(self)
+        for method in ("items", "work"):
+            if getattr(cls, method) is getattr(FanOutNode, method):
+                raise FlowDefinitionError(
+                    f"node {self.name!r}: {cls.__name__} does not implement {method}()"
+                )
+
+
+class _FanOut:
+    """One fan-out in one run (see the module docstring)."""
+
+    def __init__(self, run: _Run, i: int, node: FanOutNode[Any]) -> None:
+        self.run = run
+        self.i = i
+        self.node = node
+        self.name = node.name
+        self.max_c: int = node.max_concurrency
+        self.item_timeout: float | None = node.item_timeout
+        self.policy: str | float = node.policy
+        self.lock = threading.Lock()  # guards everything below but `it`
+        self.pull_lock = threading.Lock()  # serialises next(it)
+        self.it: Iterator[tuple[Hashable, Any]] | None = None
+        self.exhausted = False
+        self.done = False
+        self.seen: set[Hashable] = set()
+        self.duplicates = 0
+        self.succeeded: dict[Hashable, Any] = {}
+        self.failed: dict[Hashable, BaseException] = {}
+        self.inflight: dict[Hashable, int] = {}  # item id -> loop token (remote: 0)
+        self.timers: dict[Hashable, timer.Timer] = {}
+        self.futs: dict[int, Future[Any]] = {}  # item-loop token -> its future
+        self.remote_futs: dict[Hashable, Future[Any]] = {}
+        self.loops = 0
+        self.tokens = 0
+        self.abandoned: set[int] = set()
+        self.error: BaseException | None = None
+
+    # -- start and finish -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """On the loop thread that dispatched the node: open the iterator, start pulling."""
+        run = self.run
+        try:
+            self.it = iter(self.node.items(run.ctx, self.node.param))
+        except BaseException as exc:  # noqa: BLE001 - items() failing fails the node
+            self.error = exc
+            self.finish()
+            return
+        if run.remote:
+            self.pump_remote()
+        else:
+            with self.lock:
+                self.loops += 1
+            self._spawn_loop()
+
+    def snapshot_locked(self) -> FanInResult:
+        """Under ``lock``: the fan-in so far, in-flight items missing."""
+        missing = list(self.inflight)
+        return FanInResult(not self.failed and not missing, dict(self.succeeded),
+                           dict(self.failed), missing, self.duplicates)
+
+    def abort(self) -> FanInResult:
+        """The run closed (budget or cancel): stop and return the partial fan-in."""
+        with self.lock:
+            self.done = True
+            result = self.snapshot_locked()
+            timers = list(self.timers.values())
+            self.timers.clear()
+        for t in timers:
+            t.cancel()
+        return result
+
+    def finish(self, timed_out: bool = False) -> None:
+        """Fan in once: evaluate the policy and complete the node."""
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            result = self.snapshot_locked()
+            timers = list(self.timers.values())
+            self.timers.clear()
+            abandon = [self.futs[t] for t in set(self.inflight.values()) if t in self.futs]
+            abandon += list(self.remote_futs.values())
+            self.inflight.clear()
+        for t in timers:
+            t.cancel()
+        if abandon:
+            self.run._mark_abandoned([f for f in abandon if not f.done()])
+        error: BaseException | None = self.error
+        if error is None:
+            met = policy_met(self.policy, len(result.succeeded), result.total,
+                             len(result.failed), len(result.missing))
+            if not met and timed_out:
+                error = NodeTimeoutError(self.name, self.node.timeout)
+            elif not met:
+                error = FanOutPolicyError(self.name, self.policy, result)
+        from taskflow.engine import REMOTE
+
+        self.run._complete(self.i, REMOTE, result, error)
+
+    # -- pulling --------------------------------------------------------------------------------
+
+    def _pull(self) -> tuple[Hashable, Any] | None:
+        """Next new item, or None when the iterator is exhausted or failed (records it)."""
+        while True:
+            if self.done or self.run.closed:
+                return None
+            with self.pull_lock:
+                if self.exhausted:
+                    return None
+                try:
+                    assert self.it is not None
+                    item_id, item = next(self.it)
+                except StopIteration:
+                    self.exhausted = True
+                    return None
+                except BaseException as exc:  # noqa: BLE001 - items() failing fails the node
+                    self.exhausted = True
+                    self.error = exc
+                    return None
+            with self.lock:
+                try:
+                    if item_id in self.seen:
+                        self.duplicates += 1
+                        continue
+                    self.seen.add(item_id)
+                except TypeError as exc:
+                    self.error = TypeError(f"node {self.name!r}: item id {item_id!r} is not hashable")
+                    self.error.__cause__ = exc
+                    self.exhausted = True
+                    return None
+                return item_id, item
+
+    def _register(self, item_id: Hashable, token: int) -> bool:
+        """Under ``lock``: mark the item in flight; False if the fan-in already ended."""
+        if self.done:
+            return False
+        self.inflight[item_id] = token
+        if self.item_timeout is not None:
+            self.timers[item_id] = timer.schedule(
+                timer_now() + self.item_timeout, self._item_timeout, item_id, token)
+        return True
+
+    def _settle_item(self, item_id: Hashable, token: int, ok: bool, value: Any) -> bool | None:
+        """Record an item's outcome. None: dropped (late); True: the fan-in is complete."""
+        with self.lock:
+            if self.inflight.get(item_id) != token or self.done:
+                return None
+            del self.inflight[item_id]
+            t = self.timers.pop(item_id, None)
+            if ok:
+                self.succeeded[item_id] = value
+            else:
+                self.failed[item_id] = value
+            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.run.remote)
+        if t is not None:
+            t.cancel()
+        return fin
+
+    # -- thread executors: item loops -------------------------------------------------------------
+
+    def _spawn_loop(self) -> None:
+        with self.lock:
+            self.tokens += 1
+            token = self.tokens
+        try:
+            fut = self.run.executor.submit(self._item_loop, token)
+        except BaseException as exc:  # noqa: BLE001 - refused: the fan-out fails with it
+            with self.lock:
+                self.loops -= 1
+                alone = self.loops == 0 and not self.inflight
+            if self.error is None:
+                self.error = exc
+            if alone:
+                self.finish()
+            return
+        with self.lock:
+            self.futs[token] = fut
+
+    def _item_loop(self, token: int) -> None:
+        run = self.run
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        cur.run, cur.idx = run, self.i
+        node, ctx, cv = self.node, run.ctx, run.cv
+        try:
+            while True:
+                nxt = self._pull()
+                with self.lock:
+                    if nxt is None or not self._register(nxt[0], token):
+                        self.loops -= 1
+                        fin = (self.exhausted or self.error is not None) and not self.inflight \
+                            and self.loops == 0
+                        spawn = False
+                    else:
+                        fin = False
+                        spawn = self.loops < self.max_c and not self.exhausted
+                        if spawn:
+                            self.loops += 1
+                if nxt is None or fin:
+                    if fin:
+                        self.finish()
+                    return
+                if spawn:
+                    self._spawn_loop()
+                item_id, item = nxt
+                try:
+                    value = cv.copy().run(node.work, ctx, item)
+                    ok = True
+                except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
+                    value, ok = exc, False
+                if self._settle_item(item_id, token, ok, value) is None:
+                    with self.lock:
+                        if token in self.abandoned:  # timed out: a new loop took our place
+                            self.abandoned.discard(token)
+                            return
+        finally:
+            cur.run, cur.idx = prev
+
+    def _item_timeout(self, item_id: Hashable, token: int) -> None:
+        """Timer thread: an item overran ``item_timeout``; abandon its loop, start another."""
+        with self.lock:
+            if self.inflight.get(item_id) != token or self.done:
+                return
+            del self.inflight[item_id]
+            self.timers.pop(item_id, None)
+            assert self.item_timeout is not None
+            self.failed[item_id] = ItemTimeoutError(self.name, item_id, self.item_timeout)
+            fut = None
+            if not self.run.remote:
+                self.abandoned.add(token)
+                self.loops -= 1
+                fut = self.futs.get(token)
+                replace = not self.exhausted
+                if replace:
+                    self.loops += 1
+            else:
+                fut = self.remote_futs.pop(item_id, None)
+                replace = False
+            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.run.remote)
+        if fut is not None and not fut.done():
+            self.run._mark_abandoned([fut])
+        if fin:
+            self.finish()
+        elif replace:
+            self._spawn_loop()
+        elif self.run.remote:
+            self.pump_remote()
+
+    # -- remote executors: one submission per item --------------------------------------------------
+
+    def pump_remote(self) -> None:
+        """Coordinator: keep up to ``max_concurrency`` items submitted."""
+        from taskflow.engine import _remote_work, preflight_pickle
+
+        run = self.run
+        while True:
+            with self.lock:
+                if self.done or len(self.inflight) >= self.max_c:
+                    return
+            nxt = self._pull()
+            if nxt is None:
+                with self.lock:
+                    fin = not self.inflight
+                if fin:
+                    self.finish()
+                return
+            item_id, item = nxt
+            args = (self.node, item, run.ctx.snapshot(), {}, run.deadline - timer_now(), run.flow_id)
+            error = preflight_pickle(run.executor, self.name, (self.node, item, args[2], {}))
+            fut: Future[Any] | None = None
+            if error is None:
+                try:
+                    fut = run.executor.submit(_remote_work, *args)
+                except BaseException as exc:  # noqa: BLE001
+                    error = exc
+            with self.lock:
+                if not self._register(item_id, 0):
+                    return
+                if fut is not None:
+                    self.remote_futs[item_id] = fut
+            if fut is None:
+                assert error is not None
+                if self._settle_item(item_id, 0, False, error):
+                    self.finish()
+                    return
+                continue
+            fut.add_done_callback(partial(run.post, self._remote_done, item_id))
+
+    def _remote_done(self, item_id: Hashable, fut: Future[Any]) -> None:
+        """Coordinator: a remote item ended."""
+        with self.lock:
+            if self.remote_futs.get(item_id) is fut:
+                del self.remote_futs[item_id]
+        if fut.cancelled():
+            ok, value = False, TimeoutError("cancelled by the executor")
+        else:
+            exc = fut.exception()
+            ok, value = (True, fut.result()) if exc is None else (False, exc)
+        if self._settle_item(item_id, 0, ok, value):
+            self.finish()
+        else:
+            self.pump_remote()
+
