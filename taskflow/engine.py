@@ -68,6 +68,7 @@ from taskflow.errors import (
     NodeCancelledError,
     RejectedExecutionError,
     ResultNotAvailableError,
+    TaskflowError,
     NodeTimeoutError,
     UpstreamFailedError,
 )
@@ -107,6 +108,20 @@ def _debug_enabled() -> bool:
         return True
     except Exception:  # noqa: BLE001 - loguru internals changed: log, and pay for it
         return True
+
+
+def _note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` once (Python 3.10: the same ``__notes__`` list by hand)."""
+    notes = getattr(exc, "__notes__", None)
+    if notes is not None and note in notes:
+        return
+    try:
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        else:  # pragma: no cover - Python 3.10
+            exc.__notes__ = [*(notes or ()), note]  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an exception type that refuses attributes keeps its text
+        pass
 
 
 def parallelism(executor: Executor) -> int:
@@ -313,7 +328,8 @@ class _Run:
                 self._settle_sons(i, hooks, now)
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)
-        self._after_settle(hooks, 0)
+        if self._after_settle(hooks, 0):
+            self._finish()
 
     # -- the loop (executor worker threads) -------------------------------------------------------
 
@@ -321,9 +337,18 @@ class _Run:
         with self.lock:
             self.unstarted.discard(token)
             i = self._next(token)
+        if i < 0:
+            return
         cv = self.cv
-        while i >= 0:
-            i = cv.copy().run(self._execute, i, token)
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        cur.run = self
+        tname = _current_thread().name
+        try:
+            while i >= 0:
+                i = cv.copy().run(self._execute, i, token, tname)
+        finally:
+            cur.run, cur.idx = prev
 
     def _next(self, token: int) -> int:
         """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
@@ -339,57 +364,57 @@ class _Run:
         self.loop_node.pop(token, None)
         return -1
 
-    def _execute(self, i: int, token: int) -> int:
-        """Run node ``i`` to its outcome, settle it, and return the loop's next node (or -1)."""
+    def _execute(self, i: int, token: int, tname: str) -> int:
+        """Run node ``i`` to its outcome, settle it, and return the loop's next node (or -1).
+
+        Called in a fresh copy of the caller's contextvars, with ``current.run`` set to this run
+        by the loop."""
         plan = self.plan
         wr = self.results[i]
-        node = self.nodes[i]
-        if node is None:
-            node = self.nodes[i] = self._clone(i)
-        cur = current
-        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
-        cur.run = self
-        cur.idx = i
-        try:
-            if plan.fanout[i]:
-                return self._start_fanout(i, token, node)
-            while True:
-                now = _monotonic()
-                if wr.started_at is None:
-                    wr.started_at = now
-                    if plan.timeout[i] is not None:
-                        self._arm_node_timeout(i, now)
-                wr.attempts += 1
-                wr.thread = _current_thread().name
-                if self.debug:
-                    self.log.bind(node=plan.names[i]).debug("node {} attempt {} started", plan.names[i], wr.attempts)
-                if plan.has_begin[i] and not self.closed:
-                    self._hook(node.on_begin, i, wr.attempts)
-                try:
-                    value = node.task(self.ctx, node.param)
-                    error: BaseException | None = None
-                    if plan.routes[i]:
-                        chosen = node._choose(value)  # type: ignore[attr-defined]
-                        if chosen is not None:
-                            self.chosen[i] = frozenset(plan_pos(plan, c) for c in chosen)
-                except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
-                    error = exc
-                    value = None
-                if error is not None:
-                    delay = self._retry_delay(i, wr, error)
-                    if delay == 0.0:
-                        continue
-                    if delay > 0.0:
-                        with self.lock:
-                            if self.code[i] == RUNNING and wr.state is _DEFAULT:
-                                self.code[i] = BACKOFF
-                                timer.schedule(_monotonic() + delay, self._requeue, i)
-                            if token in self.abandoned:
-                                return -1
-                            return self._next(token)
-                return self._complete(i, token, value, error)
-        finally:
-            cur.run, cur.idx = prev
+        if plan.stateless[i]:
+            node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
+        else:
+            node = self.nodes[i]
+            if node is None:
+                node = self.nodes[i] = self._clone(i)
+        current.idx = i
+        if plan.fanout[i]:
+            return self._start_fanout(i, token, node)
+        while True:
+            now = _monotonic()
+            if wr.started_at is None:
+                wr.started_at = now
+                if plan.timeout[i] is not None:
+                    self._arm_node_timeout(i, now)
+            wr.attempts += 1
+            wr.thread = tname
+            if self.debug:
+                self.log.bind(node=plan.names[i]).debug("node {} attempt {} started", plan.names[i], wr.attempts)
+            if plan.has_begin[i] and not self.closed:
+                self._hook(node.on_begin, i, wr.attempts)
+            try:
+                value = node.task(self.ctx, node.param)
+                error: BaseException | None = None
+                if plan.routes[i]:
+                    chosen = node._choose(value)  # type: ignore[attr-defined]
+                    if chosen is not None:
+                        self.chosen[i] = frozenset(plan_pos(plan, c) for c in chosen)
+            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                error = exc
+                value = None
+            if error is not None:
+                delay = self._retry_delay(i, wr, error)
+                if delay == 0.0:
+                    continue
+                if delay > 0.0:
+                    with self.lock:
+                        if self.code[i] == RUNNING and wr.state is _DEFAULT:
+                            self.code[i] = BACKOFF
+                            timer.schedule(_monotonic() + delay, self._requeue, i)
+                        if token in self.abandoned:
+                            return -1
+                        return self._next(token)
+            return self._complete(i, token, value, error)
 
     def _start_fanout(self, i: int, token: int, node: SchedulingNode[Any, Any]) -> int:
         """Start node ``i``'s fan-out (taskflow.fanout) and give the loop its next node."""
@@ -520,6 +545,8 @@ class _Run:
 
     def _fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
         wr = self.results[i]
+        if state is _EXCEPTION and not isinstance(exc, TaskflowError):
+            _note(exc, f"taskflow: raised by node {self.plan.names[i]!r} of flow {self.flow_id}")
         wr.exception = exc
         wr.finished_at = now
         wr.state = state
@@ -540,9 +567,30 @@ class _Run:
         and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
         """
         plan = self.plan
-        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
+        code, left, nsucc = self.code, self.left, self.nsucc
         results = self.results
-        sons_of, kinds = plan.sons, plan.join_kind
+        kinds = plan.join_kind
+        if results[i].state is _SUCCESS and not plan.routes[i]:
+            # fast path: a success only fires sons or leaves them waiting
+            for s in plan.sons[i]:
+                if code[s] != WAITING:
+                    continue
+                left[s] -= 1
+                nsucc[s] += 1
+                kind = kinds[s]
+                if kind == _ANY or (kind == _QUORUM and nsucc[s] >= plan.join_k[s]):
+                    code[s] = QUEUED
+                    results[s].queued_at = now
+                    self.ready.append(s)
+                    if left[s]:
+                        self._cancel_unneeded(s, hooks, now)
+                elif not left[s] and kind != _QUORUM:
+                    code[s] = QUEUED
+                    results[s].queued_at = now
+                    self.ready.append(s)
+            return
+        nskip = self.nskip
+        sons_of = plan.sons
         work = [i]
         while work:
             f = work.pop()
@@ -975,12 +1023,19 @@ class _Run:
         wakeup = self.wakeup
         assert wakeup is not None
         token = -1
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        tname = _current_thread().name
         while not self.done.is_set():
             with self.lock:
                 self.loops += 1
                 i = self._next(token)
-            while i >= 0:
-                i = self.cv.copy().run(self._execute, i, token)
+            cur.run = self
+            try:
+                while i >= 0:
+                    i = self.cv.copy().run(self._execute, i, token, tname)
+            finally:
+                cur.run, cur.idx = prev
             if self.done.is_set():
                 break
             left = None if math.isinf(self.budget) else self.deadline - _monotonic()

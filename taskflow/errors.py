@@ -8,6 +8,7 @@ from concurrent.futures import CancelledError
 __all__ = [
     "TaskflowError",
     "FlowDefinitionError",
+    "InvalidNodeError",
     "CycleError",
     "DuplicateNameError",
     "FlowTimeoutError",
@@ -26,6 +27,10 @@ class TaskflowError(Exception):
 
 class FlowDefinitionError(TaskflowError, ValueError):
     """The graph or an option is invalid; raised before anything runs."""
+
+
+class InvalidNodeError(FlowDefinitionError, TypeError):
+    """Something given as a node is not a ``SchedulingNode`` instance (also a TypeError)."""
 
 
 class CycleError(FlowDefinitionError):

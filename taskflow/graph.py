@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from taskflow import joins
-from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError
+from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
 from taskflow.node import SchedulingNode
 
 __all__ = ["Plan", "compile_plan", "as_top_nodes"]
@@ -27,7 +27,7 @@ class Plan:
 
     __slots__ = ("tops", "nodes", "names", "index", "fathers", "sons", "optional", "nfathers",
                  "pos", "join_kind", "join_k", "roots", "timeout", "retries", "backoff", "has_begin",
-                 "has_success", "has_fail", "routes", "fanout", "stale", "any_timeout", "__weakref__")
+                 "has_success", "has_fail", "routes", "fanout", "stateless", "stale", "any_timeout", "__weakref__")
 
     def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
                  nodes: list[SchedulingNode[Any, Any]]) -> None:
@@ -56,6 +56,13 @@ class Plan:
         self.has_fail = tuple(type(n).on_fail is not base.on_fail for n in nodes)
         # nodes that choose which sons run (switches): index -> True
         self.routes = tuple(getattr(type(n), "_routes_sons", False) for n in nodes)
+        # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
+        from taskflow.node import FunctionNode
+
+        self.stateless = tuple(
+            type(n).task is FunctionNode.task and not (b or s or f)
+            for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail)
+        )
         # nodes that schedule sub-work themselves (taskflow.fanout)
         self.fanout = tuple(getattr(type(n), "_fans_out", False) for n in nodes)
 
@@ -65,19 +72,19 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
     if isinstance(nodes, SchedulingNode):
         return (nodes,)
     if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
-        raise TypeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
+        raise InvalidNodeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
     if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
-        raise TypeError(
+        raise InvalidNodeError(
             f"nodes must be a SchedulingNode or an iterable of them, got {type(nodes).__name__}"
         )
     tops = tuple(nodes)
     for i, n in enumerate(tops):
         if not isinstance(n, SchedulingNode):
             if isinstance(n, type) and issubclass(n, SchedulingNode):
-                raise TypeError(
+                raise InvalidNodeError(
                     f"nodes[{i}] is the class {n.__name__}; pass an instance: {n.__name__}(...)"
                 )
-            raise TypeError(f"nodes[{i}] is {n!r} ({type(n).__name__}), not a SchedulingNode")
+            raise InvalidNodeError(f"nodes[{i}] is {n!r} ({type(n).__name__}), not a SchedulingNode")
     return tops
 
 

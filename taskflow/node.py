@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
 
+from taskflow.errors import InvalidNodeError
 from taskflow.joins import Join
 from taskflow.result import ResultState, WorkResult
 
@@ -81,12 +82,12 @@ def _flatten(nodes: tuple[Any, ...]) -> list[SchedulingNode[Any, Any]]:
     if len(nodes) == 1 and not isinstance(nodes[0], SchedulingNode):
         items = nodes[0]
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            raise TypeError(f"expected SchedulingNode instances, got {type(items).__name__}")
+            raise InvalidNodeError(f"expected SchedulingNode instances, got {type(items).__name__}")
         nodes = tuple(items)
     out = []
     for i, n in enumerate(nodes):
         if not isinstance(n, SchedulingNode):
-            raise TypeError(
+            raise InvalidNodeError(
                 f"expected SchedulingNode instances, got {type(n).__name__} at position {i}"
             )
         out.append(n)
