@@ -12,7 +12,8 @@ from taskflow.errors import NodeCancelledError, ResultNotAvailableError
 from taskflow.result import WorkResult
 
 if TYPE_CHECKING:
-    from taskflow.engine import RunView as _Run
+    from taskflow.engine import RunView as _RunView
+    from taskflow.engine import _Run
     from taskflow.node import SchedulingNode
 
 __all__ = ["TaskContext", "TaskSupport", "current"]
@@ -32,12 +33,12 @@ class TaskContext(MutableMapping[str, Any]):
     writes are not seen by other nodes, so results travel as return values.
     """
 
-    __slots__ = ("_data", "_lock", "_run", "__weakref__")
+    __slots__ = ("__weakref__", "_data", "_lock", "_run")
 
     def __init__(self, initial: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         self._lock = threading.Lock()  # guards _data for compound operations
         self._data: dict[str, Any] = dict(initial or {}, **kwargs)
-        self._run: _Run | None = None
+        self._run: _RunView | None = None
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
@@ -93,7 +94,7 @@ class TaskContext(MutableMapping[str, Any]):
         if run is None:
             return math.inf
         left = run.deadline - time.monotonic()
-        return left if left > 0.0 else 0.0
+        return max(0.0, left)
 
     @property
     def cancelled(self) -> bool:
@@ -149,7 +150,7 @@ class TaskSupport:
         attempt: the attempt number (1-based) the hook is about.
     """
 
-    __slots__ = ("node", "work_result", "context", "attempt", "_run", "_idx")
+    __slots__ = ("_idx", "_run", "attempt", "context", "node", "work_result")
 
     def __init__(self, run: _Run, idx: int, attempt: int) -> None:
         self._run = run

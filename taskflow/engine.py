@@ -53,11 +53,11 @@ import os
 import threading
 import time
 from collections import deque
-from queue import Empty, SimpleQueue
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from functools import partial
-from typing import Any
+from queue import Empty, SimpleQueue
+from typing import Any, Union
 
 from loguru import logger
 
@@ -66,10 +66,10 @@ from taskflow.context import TaskContext, TaskSupport, current
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
+    NodeTimeoutError,
     RejectedExecutionError,
     ResultNotAvailableError,
     TaskflowError,
-    NodeTimeoutError,
     UpstreamFailedError,
 )
 from taskflow.graph import Plan
@@ -119,7 +119,7 @@ def _note(exc: BaseException, note: str) -> None:
         if hasattr(exc, "add_note"):
             exc.add_note(note)
         else:  # pragma: no cover - Python 3.10
-            exc.__notes__ = [*(notes or ()), note]  # type: ignore[attr-defined]
+            exc.__notes__ = [*(notes or ()), note]
     except Exception:  # noqa: BLE001 - an exception type that refuses attributes keeps its text
         pass
 
@@ -371,6 +371,7 @@ class _Run:
         by the loop."""
         plan = self.plan
         wr = self.results[i]
+        node: SchedulingNode[Any, Any] | None
         if plan.stateless[i]:
             node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
         else:
@@ -1107,7 +1108,7 @@ def _pickler(executor: Executor) -> Any:
     mod = type(getattr(executor, "inner", executor)).__module__
     if mod.startswith(("distributed", "loky")):
         try:
-            import cloudpickle
+            import cloudpickle  # type: ignore[import-untyped]
 
             return cloudpickle
         except ImportError:  # pragma: no cover - both ship it
@@ -1171,7 +1172,7 @@ def _remote_call(node: SchedulingNode[Any, Any], param: Any, entries: dict[str, 
                  fathers: dict[str, Any], remaining: float, flow_id: str) -> Any:
     """Runs in the executor's process: the task on a snapshot of the context."""
     ctx = TaskContext(entries)
-    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)  # type: ignore[assignment]
+    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)
     value = node.task(ctx, param)
     import pickle
 
@@ -1194,19 +1195,9 @@ def _remote_work(node: Any, item: Any, entries: dict[str, Any], fathers: dict[st
                  remaining: float, flow_id: str) -> Any:
     """Runs in the executor's process: one fan-out item."""
     ctx = TaskContext(entries)
-    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)  # type: ignore[assignment]
+    ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)
     return node.work(ctx, item)
 
 
-class RunView:
-    """What ``TaskContext`` needs of a run (``_Run`` here, ``_RemoteRun`` in other processes)."""
-
-    flow_id: str
-    deadline: float
-    cancel_reason: str | None
-    finished: bool
-
-    def cancelled_for_caller(self) -> bool: ...
-    def caller_name(self) -> str: ...
-    def value_of(self, name: str) -> Any: ...
-    def cancel(self, reason: str | None) -> None: ...
+RunView = Union[_Run, _RemoteRun]
+"""What a ``TaskContext`` points at: the run (``_Run``) or, in other processes, a snapshot."""

@@ -6,18 +6,18 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import CancelledError
 
 __all__ = [
-    "TaskflowError",
-    "FlowDefinitionError",
-    "InvalidNodeError",
     "CycleError",
     "DuplicateNameError",
-    "FlowTimeoutError",
+    "FlowDefinitionError",
     "FlowFailedError",
-    "NodeTimeoutError",
+    "FlowTimeoutError",
+    "InvalidNodeError",
     "NodeCancelledError",
-    "UpstreamFailedError",
+    "NodeTimeoutError",
     "RejectedExecutionError",
     "ResultNotAvailableError",
+    "TaskflowError",
+    "UpstreamFailedError",
 ]
 
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 import threading
-from time import monotonic as timer_now
 from collections.abc import Hashable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
+from time import monotonic as timer_now
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskflow import timer
@@ -40,7 +40,7 @@ from taskflow.node import SchedulingNode, check_timeout
 if TYPE_CHECKING:
     from taskflow.engine import _Run
 
-__all__ = ["FanOutNode", "FanInResult", "FanOutPolicyError", "ItemTimeoutError"]
+__all__ = ["FanInResult", "FanOutNode", "FanOutPolicyError", "ItemTimeoutError"]
 
 T = TypeVar("T")
 
@@ -56,7 +56,7 @@ class FanInResult:
         duplicates: how many times an already-seen id was yielded again (run once).
     """
 
-    __slots__ = ("complete", "succeeded", "failed", "missing", "duplicates")
+    __slots__ = ("complete", "duplicates", "failed", "missing", "succeeded")
 
     def __init__(self, complete: bool, succeeded: dict[Hashable, Any],
                  failed: dict[Hashable, BaseException], missing: list[Hashable],
@@ -102,8 +102,8 @@ class FanOutPolicyError(TaskflowError, RuntimeError):
 
 
 def _check_policy(policy: object) -> str | float:
-    if policy in ("all", "best_effort"):
-        return policy  # type: ignore[return-value]
+    if policy == "all" or policy == "best_effort":
+        return str(policy)
     if isinstance(policy, bool) or not isinstance(policy, (int, float)):
         raise TypeError(
             f"policy must be 'all', 'best_effort' or a quorum fraction in (0, 1], got {policy!r}"
@@ -138,6 +138,9 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
     """
 
     _fans_out = True
+    max_concurrency: int
+    item_timeout: float | None
+    policy: str | float
 
     def __init__(self, param: T | None = None, *, name: str | None = None,
                  max_concurrency: int = 8, item_timeout: float | None = None,
@@ -446,7 +449,7 @@ class _FanOut:
                     self.finish()
                 return
             item_id, item = nxt
-            args = (self.node, item, run.ctx.snapshot(), {}, run.deadline - timer_now(), run.flow_id)
+            args: tuple[Any, ...] = (self.node, item, run.ctx.snapshot(), {}, run.deadline - timer_now(), run.flow_id)
             error = preflight_pickle(run.executor, self.name, (self.node, item, args[2], {}))
             fut: Future[Any] | None = None
             if error is None:
@@ -472,6 +475,7 @@ class _FanOut:
         with self.lock:
             if self.remote_futs.get(item_id) is fut:
                 del self.remote_futs[item_id]
+        value: Any
         if fut.cancelled():
             ok, value = False, TimeoutError("cancelled by the executor")
         else:

@@ -19,15 +19,38 @@ from taskflow import joins
 from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
 from taskflow.node import SchedulingNode
 
-__all__ = ["Plan", "compile_plan", "as_top_nodes"]
+__all__ = ["Plan", "as_top_nodes", "compile_plan"]
 
 
 class Plan:
     """An immutable, validated graph. Node ``i`` is ``nodes[i]``; edges are index tuples."""
 
-    __slots__ = ("tops", "nodes", "names", "index", "fathers", "sons", "optional", "nfathers",
-                 "pos", "join_kind", "join_k", "roots", "timeout", "retries", "backoff", "has_begin",
-                 "has_success", "has_fail", "routes", "fanout", "stateless", "stale", "any_timeout", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "any_timeout",
+        "backoff",
+        "fanout",
+        "fathers",
+        "has_begin",
+        "has_fail",
+        "has_success",
+        "index",
+        "join_k",
+        "join_kind",
+        "names",
+        "nfathers",
+        "nodes",
+        "optional",
+        "pos",
+        "retries",
+        "roots",
+        "routes",
+        "sons",
+        "stale",
+        "stateless",
+        "timeout",
+        "tops",
+    )
 
     def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
                  nodes: list[SchedulingNode[Any, Any]]) -> None:

@@ -28,7 +28,7 @@ class Join:
     """A join policy. Use the constants ``Join.ALL``, ``Join.ANY``, ``Join.BEST_EFFORT`` or
     ``Join.quorum(k)``; instances are immutable and compare by value."""
 
-    __slots__ = ("kind", "k")
+    __slots__ = ("k", "kind")
 
     ALL: ClassVar[Join]
     ANY: ClassVar[Join]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from taskflow.context import TaskContext, TaskSupport
     from taskflow.engine import _Run
 
-__all__ = ["NodeState", "SchedulingNode", "FunctionNode"]
+__all__ = ["FunctionNode", "NodeState", "SchedulingNode"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -108,6 +108,19 @@ class SchedulingNode(Generic[T, V]):
             when the next back-off would not fit the budget.
         join: the :class:`~taskflow.Join` policy deciding when the node runs.
     """
+
+    # set in __init__ (through __dict__, so that construction does not invalidate plans)
+    param: T
+    name: str
+    timeout: float | None
+    retries: int
+    retry_backoff: float
+    join: Join
+    _fathers: list[SchedulingNode[Any, Any]]
+    _sons: list[SchedulingNode[Any, Any]]
+    _optional: set[int]
+    _run: _Run | None
+    _idx: int
 
     def __init__(
         self,
@@ -223,7 +236,7 @@ class SchedulingNode(Generic[T, V]):
         run = self._run
         if run is None:
             return _DEFAULT_RESULT
-        return run.results[self._idx]  # type: ignore[no-any-return]
+        return run.results[self._idx]
 
     @property
     def state(self) -> NodeState:
@@ -335,6 +348,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
             name = getattr(fn, "__name__", None) or type(fn).__name__
         super().__init__(param, name=name, **options)
         self.__dict__["fn"] = fn
+
+    fn: Callable[[TaskContext, Any], Any]
 
     def task(self, ctx: TaskContext, param: Any) -> Any:
         return self.fn(ctx, param)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from taskflow.engine import _Run
     from taskflow.node import SchedulingNode
 
-__all__ = ["ResultState", "WorkResult", "FlowResult", "NodeReport", "FlowReport"]
+__all__ = ["FlowReport", "FlowResult", "NodeReport", "ResultState", "WorkResult"]
 
 V = TypeVar("V")
 
@@ -47,8 +47,16 @@ class WorkResult(Generic[V]):
         thread: name of the thread that ran the last attempt.
     """
 
-    __slots__ = ("result", "state", "exception", "attempts", "queued_at", "started_at",
-                 "finished_at", "thread")
+    __slots__ = (
+        "attempts",
+        "exception",
+        "finished_at",
+        "queued_at",
+        "result",
+        "started_at",
+        "state",
+        "thread",
+    )
 
     def __init__(self) -> None:
         self.result: V | None = None
@@ -127,7 +135,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         timeout: the budget it had (None: none).
     """
 
-    __slots__ = ("_run", "flow_id", "elapsed", "started_at", "timeout", "_values", "_failed")
+    __slots__ = ("_failed", "_run", "_values", "elapsed", "flow_id", "started_at", "timeout")
 
     def __init__(self, run: _Run, elapsed: float) -> None:
         self._run = run
@@ -155,12 +163,12 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
     def result_of(self, name: str) -> WorkResult[Any]:
         """The WorkResult of node ``name`` (KeyError if there is no such node)."""
         try:
-            return self._run.results[self._run.plan.index[name]]  # type: ignore[no-any-return]
+            return self._run.results[self._run.plan.index[name]]
         except KeyError:
             raise KeyError(name) from None
 
     @property
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:  # type: ignore[override]  # API.md: an attribute
         """name -> result of each node that ended SUCCESS."""
         if self._values is None:
             names = self._run.plan.names

@@ -24,7 +24,7 @@ __all__ = ["Timer", "schedule"]
 class Timer:
     """A handle to one scheduled call; ``cancel()`` is idempotent and cheap."""
 
-    __slots__ = ("when", "fn", "args")
+    __slots__ = ("args", "fn", "when")
 
     def __init__(self, when: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.when = when
