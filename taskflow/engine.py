@@ -26,7 +26,15 @@ deadline; at the deadline it closes the run: every unsettled node becomes TIMEOU
 futures are cancelled, running ones are reported abandoned to the executor (``mark_abandoned``),
 the timed-out nodes' ``on_fail`` hooks run in the caller, and it returns. For ``submit`` the
 process-wide timer thread closes the run instead. Per-node timeouts and retry back-offs are timer
-entries too.
+entries too. The one bound the budget cannot give: ``start``'s caller submits the first loops
+itself, so an executor whose ``submit`` blocks (a blocking bounded queue) or runs the task in the
+caller (``CALLER_RUNS``) delays ``start`` by that long; every later submission is made by workers.
+
+Executors that run tasks in other processes (process pools, loky, dask) cannot run loops: each
+attempt is its own submission of the node's task alone (with a picklable snapshot of the context)
+and its done-callback only enqueues the outcome; ``start``'s caller (or, for ``submit``, the shared
+``taskflow-coordinator`` thread) takes outcomes off the queue and settles them as above, so hooks
+and bookkeeping stay in this process and never run on the executor's callback thread.
 
 Invariants
 ==========
