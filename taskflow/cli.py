@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -135,7 +136,10 @@ def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
     lines = []
     for row in rows:
         # text columns left-aligned, times right-aligned
-        cells = [cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        cells = [
+            cell.ljust(width) if i < 3 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths))
+        ]
         lines.append("  ".join(cells).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -161,12 +165,12 @@ def _speed_up_line(flow_elapsed: float, staged_elapsed: float) -> str:
     )
 
 
-def _print_demo(run: DemoRun, workers: int, out: TextIO) -> None:
+def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
     result = run.result
     verdict = "ok" if result.ok else f"FAILED ({len(result.failed)} node(s))"
     print(
         f"\nproduct-detail flow {result.flow_id}: {verdict} in {result.elapsed * 1000:.1f} ms "
-        f"on a {workers}-thread pool\n",
+        f"on a {args.workers}-thread pool\n",
         file=out,
     )
     print(format_table(result, NODE_NAMES), file=out)
@@ -175,13 +179,16 @@ def _print_demo(run: DemoRun, workers: int, out: TextIO) -> None:
         print(_format_failures(result), file=out)
     print("\nMermaid Gantt chart of the run (paste into any Mermaid renderer):\n", file=out)
     print(result.to_mermaid().rstrip(), file=out)
-    print("\nthe same work, hand-written the article's way (product stage, then item stage):", file=out)
+    print(
+        "\nthe same work, hand-written the article's way (product stage, then item stage):",
+        file=out,
+    )
     if run.staged_elapsed is not None:
         print(f"  staged run: {run.staged_elapsed * 1000:.1f} ms", file=out)
         if result.ok:
             print("\n" + _speed_up_line(result.elapsed, run.staged_elapsed), file=out)
-    elif run.staged_error is not None:
-        print(f"  staged run failed: {run.staged_error!r}", file=out)
+    elif run.staged_timed_out:
+        print(f"  staged run: did not finish within the {args.timeout:g} s budget", file=out)
     else:
         print("  skipped: --fail makes a node fail, so there is nothing to compare", file=out)
 
@@ -204,7 +211,7 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         print(run.result.report().model_dump_json(indent=2), file=out)
     else:
-        _print_demo(run, args.workers, out)
+        _print_demo(run, args, out)
     return EXIT_OK if run.result.ok else EXIT_FLOW_FAILED
 
 
@@ -232,6 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         logger.enable("taskflow")
     if args.command == "demo":
-        return _demo(args, sys.stdout, sys.stderr)
+        try:
+            return _demo(args, sys.stdout, sys.stderr)
+        except BrokenPipeError:
+            # the reader went away (``| head``): stop quietly, and keep the interpreter's
+            # final flush of stdout from raising again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_FLOW_FAILED
     parser.error(f"unknown command {args.command!r}")  # unreachable: argparse checks choices
     return EXIT_USAGE
