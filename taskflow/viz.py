@@ -36,7 +36,7 @@ def run_to_mermaid(result: FlowResult) -> str:
         "gantt",
         f"    title flow {result.flow_id} ({'ok' if result.ok else 'failed'}, {result.elapsed * 1000:.1f} ms)",
         "    dateFormat x",
-        "    axisFormat %L ms",
+        "    axisFormat %S.%L s",
     ]
     for name in result:
         wr = result.result_of(name)
