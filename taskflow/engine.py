@@ -248,7 +248,6 @@ class _Run:
 
     def begin(self) -> None:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
-        self.ctx._run = self
         plan = self.plan
         if not plan.nodes:
             self._finish()

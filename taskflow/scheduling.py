@@ -32,16 +32,18 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         ctx = TaskContext()
     elif isinstance(context, TaskContext):
         ctx = context
+    else:
+        raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
+    plan = compile_plan(as_top_nodes(nodes))
+    run = _Run(plan, executor, budget, ctx, future)
+    with ctx._lock:
         active = ctx._run
         if active is not None and not active.finished:
             raise FlowDefinitionError(
                 f"context is already used by running flow {active.flow_id}; "
                 "one context belongs to one run at a time"
             )
-    else:
-        raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
-    plan = compile_plan(as_top_nodes(nodes))
-    run = _Run(plan, executor, budget, ctx, future)
+        ctx._run = run
     outer = getattr(current, "run", None)
     if future is None and outer is not None and outer.executor is executor:
         # nested start from a worker of the same pool: run the nodes in this thread, so a
