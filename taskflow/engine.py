@@ -88,6 +88,8 @@ __all__ = ["_Run"]
 
 # node lifecycle codes within a run
 WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
+# how long closing a run waits for hooks already admitted (they are meant to be quick)
+HOOK_GRACE = 0.05
 REMOTE = -2  # the "loop token" of outcomes processed by a remote run's coordinator
 
 _SUCCESS = ResultState.SUCCESS
@@ -176,6 +178,8 @@ class _Run:
         self.node_timers: dict[int, timer.Timer] = {}
         self.run_timer: timer.Timer | None = None
         self.done = threading.Event()
+        self.hooks_running = 0  # hooks admitted and not returned (guarded by lock)
+        self.hooks_idle = threading.Condition(self.lock)
         self.future = future
         self.inline = False  # the caller drains the deque itself (nested start on the pool)
         # executors that run tasks in other processes: one submission per attempt, outcomes
@@ -727,11 +731,15 @@ class _Run:
 
     def _hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
         """Call a hook; a raising hook is logged and changes nothing."""
-        if self.closed and not (i == self.keep and not self.finished):
-            return
+        with self.lock:
+            # admission and the closing check are one step, so no hook starts after a close
+            # has waited for the admitted ones (see _close)
+            if self.closed and not (i == self.keep and not self.finished):
+                return
+            self.hooks_running += 1
         cur = current
-        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
-        cur.run, cur.idx = self, i
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
+        cur.run, cur.idx, cur.hooking = self, i, self
         try:
             fn(TaskSupport(self, i, attempt))
         except BaseException:  # noqa: BLE001 - a hook never changes the flow
@@ -740,7 +748,11 @@ class _Run:
                 "hook {} of node {} raised; ignored", getattr(fn, "__name__", "?"), name
             )
         finally:
-            cur.run, cur.idx = prev
+            cur.run, cur.idx, cur.hooking = prev
+            with self.lock:
+                self.hooks_running -= 1
+                if self.closed and self.hooks_running <= 1:
+                    self.hooks_idle.notify_all()
 
     def _log_outcome(self, i: int) -> None:
         wr = self.results[i]
@@ -854,6 +866,11 @@ class _Run:
             timers = list(self.node_timers.values())
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
+            # hooks admitted before the close may not have begun yet: let them begin (and,
+            # being quick, end) before we return, but never wait longer than HOOK_GRACE
+            mine = 1 if getattr(current, "hooking", None) is self else 0
+            if self.hooks_running > mine:
+                self.hooks_idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
         for t in timers:
             t.cancel()
         self._mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask

@@ -110,7 +110,9 @@ def taskflow_logs() -> Iterator[list[dict[str, object]]]:
 
     records: list[dict[str, object]] = []
     logger.enable("taskflow")
-    handler_id = logger.add(lambda message: records.append(message.record), level="DEBUG", format="{message}")
+    handler_id = logger.add(
+        lambda message: records.append(message.record), level="DEBUG", format="{message}"
+    )
     try:
         yield records
     finally:
