@@ -22,10 +22,13 @@ from taskflow.errors import (
     TaskflowError,
     UpstreamFailedError,
 )
+from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
+from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.joins import Join
 from taskflow.node import FunctionNode, NodeState, SchedulingNode
 from taskflow.result import FlowReport, FlowResult, NodeReport, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
+from taskflow.switch import SwitchNode, UnknownCaseError
 
 logger.disable("taskflow")
 
@@ -34,14 +37,21 @@ __version__ = "0.1.0"
 __all__ = [
     "CycleError",
     "DuplicateNameError",
+    "FanInResult",
+    "FanOutNode",
+    "FanOutPolicyError",
     "FlowDefinitionError",
     "FlowFailedError",
     "FlowReport",
     "FlowResult",
     "FlowTimeoutError",
+    "ForkNode",
     "FunctionNode",
     "InvalidNodeError",
+    "ItemTimeoutError",
     "Join",
+    "JoinNode",
+    "JoinOutput",
     "NodeCancelledError",
     "NodeReport",
     "NodeState",
@@ -50,11 +60,14 @@ __all__ = [
     "ResultNotAvailableError",
     "ResultState",
     "SchedulingNode",
+    "SwitchNode",
     "TaskContext",
     "TaskScheduling",
     "TaskSupport",
     "TaskflowError",
+    "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "fork_join",
     "run_async",
 ]

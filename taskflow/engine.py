@@ -99,6 +99,7 @@ _CANCELLED = ResultState.CANCELLED
 _SKIPPED = ResultState.SKIPPED
 _DEFAULT = ResultState.DEFAULT
 _ALL, _ANY, _QUORUM = joins.ALL, joins.ANY, joins.QUORUM
+_FAILED_STATES = (ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCELLED)
 
 _monotonic = time.monotonic
 _current_thread = threading.current_thread
@@ -336,7 +337,8 @@ class _Run:
             for i in victims:
                 self._fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
-                self._settle_sons(i, hooks, now)
+                if not self.plan.has_fail[i]:
+                    self._settle_sons(i, hooks, now)
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)
         if self._after_settle(hooks, 0):
@@ -393,6 +395,10 @@ class _Run:
         if plan.fanout[i]:
             return self._start_fanout(i, token, node)
         while True:
+            if wr.state is not _DEFAULT:
+                # settled while queued or between attempts (a join cancelled it, the run
+                # closed): never start an attempt for it
+                return self._late(i, token, None, None)
             now = _monotonic()
             if wr.started_at is None:
                 wr.started_at = now
@@ -639,7 +645,15 @@ class _Run:
                         if left[s] and kind != _ALL:
                             self._cancel_unneeded(s, hooks, now)
                         continue
-                elif st is _SUCCESS or st is _SKIPPED:
+                elif st is _SUCCESS:
+                    # a case the switch did not choose: skipped, whatever else feeds it
+                    results[s].state = _SKIPPED
+                    results[s].finished_at = now
+                    code[s] = TERMINAL
+                    hooks.append(s)
+                    work.append(s)
+                    continue
+                elif st is _SKIPPED:
                     nskip[s] += 1
                     failed_father = -1
                 else:
@@ -676,9 +690,21 @@ class _Run:
                     self.ready.append(s)
                     continue
                 if cause >= 0:
-                    self._fail_fast(s, cause, now)
+                    self._fail_fast(s, self._failed_father(s, cause), now)
                     hooks.append(s)
-                    work.append(s)
+                    if not plan.has_fail[s]:
+                        work.append(s)  # else its sons are settled after its on_fail hook
+
+    def _failed_father(self, s: int, f: int) -> int:
+        """Under lock: the father to blame for ``s`` failing: ``f`` if it failed, else the
+        first father of ``s`` that did (``f`` may be a skipped father that ended the wait)."""
+        results = self.results
+        if results[f].state in _FAILED_STATES:
+            return f
+        for x in self.plan.fathers[s]:
+            if results[x].state in _FAILED_STATES:
+                return x
+        return f
 
     def _fail_fast(self, s: int, f: int, now: float) -> None:
         """Under lock: son ``s`` fails without running because of father ``f``."""
@@ -714,12 +740,18 @@ class _Run:
         spawn loops. Returns True if the run is finished."""
         plan = self.plan
         fin = False
-        for s in hooks:
+        k = 0
+        while k < len(hooks):  # grows: settling a node after its hook may settle more
+            s = hooks[k]
+            k += 1
+            deferred = plan.has_fail[s] and self.results[s].state is not _SKIPPED
             if self.debug or self.results[s].state is not _SKIPPED:
                 self._log_outcome(s)
-            if plan.has_fail[s] and self.results[s].state is not _SKIPPED and not self.closed:
+            if deferred and not self.closed:
                 self._hook(self.node(s).on_fail, s, self.results[s].attempts)
             with self.lock:
+                if deferred:  # its hook has returned: now its sons may move
+                    self._settle_sons(s, hooks, _monotonic())
                 if self.code[s] == TERMINAL:
                     fin = self._settled(s) or fin
                 spawn += self._spawn_count()
@@ -801,7 +833,8 @@ class _Run:
                         abandoned_fut = self.loop_futs.get(token)
                         del self.loop_node[token]
                         break
-            self._settle_sons(i, hooks, now)
+            if not plan.has_fail[i]:
+                self._settle_sons(i, hooks, now)  # else after its on_fail hook
             spawn = self._spawn_count()
         if abandoned_fut is not None:
             self._mark_abandoned([abandoned_fut])

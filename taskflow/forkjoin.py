@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from taskflow.context import TaskContext
@@ -244,7 +245,7 @@ def fork_join(
     fork.__dict__["join_node"] = join
     for chain in chains:
         fork.set_son_handler(chain[0])
-        for father, son in zip(chain, chain[1:]):
+        for father, son in pairwise(chain):
             father.set_son_handler(son)
     join.set_father_handler(targets or [fork])
     return fork

@@ -4,10 +4,11 @@ A switch is an ordinary node whose ``task`` returns a *decision* (its result, ke
 report like any other). ``cases`` maps each decision to the node or nodes that start its branch,
 and ``default`` (optional) catches every other decision. The switch is wired at construction as
 the father of every case and default node. When the switch succeeds, the engine asks it which
-sons were chosen (:meth:`SwitchNode._choose`); every other son receives a ``SKIPPED`` outcome on
-its edge. Joins ignore skipped fathers and a node whose fathers were all skipped is skipped
-itself, so an unchosen branch is skipped down to the first node that also hears from a branch
-that ran (a *merge* node), which runs as usual.
+sons were chosen (:meth:`SwitchNode._choose`); every other case node is ``SKIPPED`` at once,
+whatever its other fathers do (a rejected order is never charged). Below it, joins ignore skipped
+fathers and a node whose fathers were all skipped is skipped itself, so an unchosen branch is
+skipped down to the first node that also hears from a branch that ran (a *merge* node), which
+runs as usual.
 
 The questions seed 002 asks of every switch, answered here:
 
@@ -18,17 +19,18 @@ The questions seed 002 asks of every switch, answered here:
   exactly one case (a case may list several nodes, which all run).
 * *No case matches*: ``default`` if given, else the failure above. Nothing runs by accident.
 * *Replays*: the decision is the switch's recorded result (``work_result.result``), so a report
-  shows which branch was taken and why.
+  shows which branch was taken; put the reason beside it (the risk example audits it).
 
 Sons wired to a switch outside ``cases``/``default`` (``switch >> audit``) always run.
 
-A case node should have the switch as its only father: a skipped edge is ignored by joins, so a
-case node with another father is decided by that father's outcome (see the README).
+A case node may have other fathers: it runs only when chosen *and* its join holds. Making what
+the decision needs a father of the switch (``[risk, inventory] >> switch``) lets the switch decide
+with everything in hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
@@ -83,7 +85,7 @@ class SwitchNode(SchedulingNode[T, Any]):
 
     Subclass it and implement ``task`` (or use :meth:`SwitchNode.of` with a function)::
 
-        class RiskSwitch(SwitchNode[None, str]):
+        class RiskSwitch(SwitchNode[None]):
             def task(self, ctx, param):
                 return ctx.result_of("risk")["decision"]
 
@@ -116,9 +118,9 @@ class SwitchNode(SchedulingNode[T, Any]):
         param: T | None = None,
         *,
         name: str | None = None,
-        cases: Mapping[Hashable, SchedulingNode[Any, Any] | Iterable[SchedulingNode[Any, Any]]]
+        cases: Mapping[Hashable, SchedulingNode[Any, Any] | Sequence[SchedulingNode[Any, Any]]]
         | None = None,
-        default: SchedulingNode[Any, Any] | Iterable[SchedulingNode[Any, Any]] | None = None,
+        default: SchedulingNode[Any, Any] | Sequence[SchedulingNode[Any, Any]] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(param, name=name, **options)
@@ -149,9 +151,9 @@ class SwitchNode(SchedulingNode[T, Any]):
         param: Any = None,
         *,
         name: str | None = None,
-        cases: Mapping[Hashable, SchedulingNode[Any, Any] | Iterable[SchedulingNode[Any, Any]]]
+        cases: Mapping[Hashable, SchedulingNode[Any, Any] | Sequence[SchedulingNode[Any, Any]]]
         | None = None,
-        default: SchedulingNode[Any, Any] | Iterable[SchedulingNode[Any, Any]] | None = None,
+        default: SchedulingNode[Any, Any] | Sequence[SchedulingNode[Any, Any]] | None = None,
         **options: Any,
     ) -> SwitchNode[Any]:
         """A switch whose decision is ``fn(ctx, param)``; ``name`` defaults to ``fn.__name__``.
