@@ -28,7 +28,9 @@ from taskflow.joins import Join
 from taskflow.node import FunctionNode, NodeState, SchedulingNode
 from taskflow.result import FlowReport, FlowResult, NodeReport, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
+from taskflow.spec import FlowSpec, load_spec
 from taskflow.switch import SwitchNode, UnknownCaseError
+from taskflow import conductor
 
 logger.disable("taskflow")
 
@@ -44,6 +46,7 @@ __all__ = [
     "FlowFailedError",
     "FlowReport",
     "FlowResult",
+    "FlowSpec",
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",
@@ -68,6 +71,8 @@ __all__ = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "conductor",
     "fork_join",
+    "load_spec",
     "run_async",
 ]

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from loguru import logger
 
+from taskflow.conductor_cli import add_graph_parser, add_run_parser
 from taskflow.demo import NODE_NAMES, DemoRun, run_demo
 from taskflow.result import FlowResult
 
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="log taskflow's node transitions to stderr (DEBUG)",
     )
+    add_graph_parser(commands)
+    add_run_parser(commands)
     return parser
 
 
@@ -246,5 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # final flush of stdout from raising again
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return EXIT_FLOW_FAILED
+    if args.command in ("graph", "run"):
+        return int(args.handler(args, sys.stdout, sys.stderr))
     parser.error(f"unknown command {args.command!r}")  # unreachable: argparse checks choices
     return EXIT_USAGE

@@ -1,15 +1,23 @@
-"""Pictures of runs: a Mermaid Gantt chart (``FlowResult.to_mermaid``)."""
+"""Pictures of runs and graphs.
+
+* ``run_to_mermaid(result)``: a Mermaid Gantt chart of one run (``FlowResult.to_mermaid``).
+* ``definition_to_mermaid(nodes)`` / ``to_dot(nodes)``: a flowchart of a graph's wiring (Mermaid or
+  Graphviz DOT). Optional edges are dotted, a switch's case edges carry the case value, and with
+  ``result=`` the nodes are coloured by how they ended in that run.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from taskflow.result import ResultState
 
 if TYPE_CHECKING:
+    from taskflow.graph import Plan
     from taskflow.result import FlowResult
 
-__all__ = ["run_to_mermaid"]
+__all__ = ["definition_to_mermaid", "run_to_mermaid", "to_dot"]
 
 # Mermaid gantt task tags: done (grey), active (light), crit (red)
 _TAGS = {
@@ -50,4 +58,208 @@ def run_to_mermaid(result: FlowResult) -> str:
         finish = wr.finished_at if wr.finished_at is not None else end_of_run
         length = max(1, int(round((finish - wr.started_at) * 1000)))
         lines.append(f"    {label} : {tag}, {start}, {length}ms")
+    return "\n".join(lines) + "\n"
+
+
+# -- flowcharts of a graph's wiring --------------------------------------------------------------
+
+# Mermaid node shapes by kind: (open, close) around the quoted label
+_MERMAID_SHAPES = {
+    "task": ("[", "]"),
+    "switch": ("{", "}"),
+    "fanout": ("{{", "}}"),
+    "fork": ("[/", "\\]"),
+    "join": ("[\\", "/]"),
+}
+_DOT_SHAPES = {
+    "task": "box",
+    "switch": "diamond",
+    "fanout": "hexagon",
+    "fork": "trapezium",
+    "join": "invtrapezium",
+}
+# fill, stroke, text colour of a node by its state in a run
+_STATE_COLOURS = {
+    ResultState.SUCCESS: ("#d4edda", "#2e7d32", "#1b1b1b"),
+    ResultState.EXCEPTION: ("#f8d7da", "#c62828", "#1b1b1b"),
+    ResultState.TIMEOUT: ("#ffe0b2", "#ef6c00", "#1b1b1b"),
+    ResultState.CANCELLED: ("#fff9c4", "#f9a825", "#1b1b1b"),
+    ResultState.SKIPPED: ("#eeeeee", "#9e9e9e", "#757575"),
+    ResultState.DEFAULT: ("#ffffff", "#9e9e9e", "#1b1b1b"),
+}
+
+
+def _plan(nodes: Any) -> Plan:
+    """The validated graph connected to ``nodes`` (one node or an iterable, as for ``start``)."""
+    from taskflow.graph import as_top_nodes, compile_plan
+
+    return compile_plan(as_top_nodes(nodes))
+
+
+def _kind(node: Any) -> str:
+    """How a node is drawn: task, switch, fanout, fork or join."""
+    cls = type(node)
+    kind = getattr(cls, "_viz_kind", None)
+    if isinstance(kind, str) and kind in _MERMAID_SHAPES:
+        return kind
+    if getattr(cls, "_routes_sons", False):
+        return "switch"
+    if getattr(cls, "_fans_out", False):
+        return "fanout"
+    try:
+        from taskflow.forkjoin import ForkNode, JoinNode
+    except ImportError:  # pragma: no cover - forkjoin is part of the package
+        return "task"
+    if isinstance(node, ForkNode):
+        return "fork"
+    if isinstance(node, JoinNode):
+        return "join"
+    return "task"
+
+
+def _case_text(value: object) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def _case_labels(node: Any) -> dict[int, str]:
+    """id(son) -> the case values (or "default") that route a switch to that son."""
+    if not getattr(type(node), "_routes_sons", False):
+        return {}
+    labels: dict[int, list[str]] = {}
+    cases = getattr(node, "cases", None)
+    if isinstance(cases, Mapping):
+        for value, branch in cases.items():
+            targets = branch if isinstance(branch, (tuple, list)) else (branch,)
+            for son in targets:
+                labels.setdefault(id(son), []).append(_case_text(value))
+    default = getattr(node, "default", None)
+    if default:
+        for son in default if isinstance(default, (tuple, list)) else (default,):
+            labels.setdefault(id(son), []).append("default")
+    return {k: " | ".join(v) for k, v in labels.items()}
+
+
+def _edges(plan: Plan) -> list[tuple[int, int, bool, str | None]]:
+    """(father, son, optional, case label) for every edge, fathers in plan order."""
+    out = []
+    for f, defn in enumerate(plan.nodes):
+        labels = _case_labels(defn)
+        for s in plan.sons[f]:
+            out.append((f, s, f in plan.optional[s], labels.get(id(plan.nodes[s]))))
+    return out
+
+
+def _states(plan: Plan, result: FlowResult | None) -> list[ResultState | None]:
+    if result is None:
+        return [None] * len(plan.nodes)
+    return [result.result_of(name).state if name in result else None for name in plan.names]
+
+
+def _mermaid_text(text: str) -> str:
+    # inside a quoted Mermaid label: entity codes for what would end or confuse it
+    return (text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;")
+            .replace(">", "#gt;").replace("|", "#124;"))
+
+
+def definition_to_mermaid(nodes: Any, *, result: FlowResult | None = None,
+                          title: str | None = None, direction: str = "TD") -> str:
+    """A Mermaid ``flowchart`` of the graph connected to ``nodes``.
+
+    Switches are rhombi, fan-outs hexagons, forks and joins trapezoids, other nodes boxes.
+    Optional edges (``depends_on(x, optional=True)``) are dotted; a switch's edges to its case
+    nodes are labelled with the case value (``default`` for the default branch).
+
+    Args:
+        nodes: one node or an iterable of nodes; the whole connected graph is drawn.
+        result: a run of this graph: each node is coloured by its state and the state is added
+            to its label (nodes not in the run are left plain).
+        title: a title put in the chart's front matter.
+        direction: ``TD`` (top down) or ``LR`` (left to right).
+
+    Raises:
+        FlowDefinitionError: the graph is invalid (the same checks as ``TaskScheduling.start``).
+    """
+    if direction not in ("TD", "TB", "LR", "RL", "BT"):
+        raise ValueError(f"direction must be one of TD, TB, LR, RL, BT, got {direction!r}")
+    plan = _plan(nodes)
+    states = _states(plan, result)
+    lines = []
+    if title:
+        lines += ["---", f"title: {title}", "---"]
+    lines.append(f"flowchart {direction}")
+    for i, node in enumerate(plan.nodes):
+        open_, close = _MERMAID_SHAPES[_kind(node)]
+        label = _mermaid_text(plan.names[i])
+        if states[i] is not None:
+            label += "<br/>" + states[i].name  # type: ignore[union-attr]
+        lines.append(f'    n{i}{open_}"{label}"{close}')
+    for f, s, optional, case in _edges(plan):
+        arrow = "-.->" if optional else "-->"
+        text = f'|"{_mermaid_text(case)}"|' if case is not None else ""
+        lines.append(f"    n{f} {arrow}{text} n{s}")
+    if result is not None:
+        used: dict[ResultState, list[str]] = {}
+        for i, st in enumerate(states):
+            if st is not None:
+                used.setdefault(st, []).append(f"n{i}")
+        for st, ids in used.items():
+            fill, stroke, colour = _STATE_COLOURS[st]
+            dash = ",stroke-dasharray: 4 4" if st is ResultState.SKIPPED else ""
+            lines.append(f"    classDef {st.name} fill:{fill},stroke:{stroke},color:{colour}{dash}")
+            lines.append(f"    class {','.join(ids)} {st.name}")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_text(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def to_dot(nodes: Any, *, result: FlowResult | None = None, title: str | None = None,
+           direction: str = "TB") -> str:
+    """A Graphviz DOT ``digraph`` of the graph connected to ``nodes``.
+
+    Same drawing rules as :func:`definition_to_mermaid`: optional edges dashed, case edges
+    labelled, and with ``result=`` the nodes filled by their state in that run.
+
+    Args:
+        nodes: one node or an iterable of nodes; the whole connected graph is drawn.
+        result: a run of this graph, to colour the nodes by state.
+        title: the graph's label.
+        direction: Graphviz ``rankdir`` (``TB`` or ``LR``, ...).
+
+    Raises:
+        FlowDefinitionError: the graph is invalid.
+    """
+    if direction not in ("TB", "LR", "BT", "RL"):
+        raise ValueError(f"direction must be one of TB, LR, BT, RL, got {direction!r}")
+    plan = _plan(nodes)
+    states = _states(plan, result)
+    lines = ["digraph taskflow {", f"    rankdir={direction};"]
+    if title:
+        lines.append(f'    label="{_dot_text(title)}";')
+        lines.append("    labelloc=t;")
+    lines.append('    node [shape=box, style="rounded", fontname="Helvetica"];')
+    lines.append('    edge [fontname="Helvetica", fontsize=10];')
+    for i, node in enumerate(plan.nodes):
+        attrs = [f'label="{_dot_text(plan.names[i])}'
+                 + (f"\\n{states[i].name}" if states[i] is not None else "") + '"']  # type: ignore[union-attr]
+        shape = _DOT_SHAPES[_kind(node)]
+        if shape != "box":
+            attrs.append(f"shape={shape}")
+        st = states[i]
+        if st is not None:
+            fill, stroke, colour = _STATE_COLOURS[st]
+            style = "rounded,filled,dashed" if st is ResultState.SKIPPED else "rounded,filled"
+            attrs += [f'style="{style}"', f'fillcolor="{fill}"', f'color="{stroke}"',
+                      f'fontcolor="{colour}"']
+        lines.append(f"    n{i} [{', '.join(attrs)}];")
+    for f, s, optional, case in _edges(plan):
+        attrs = []
+        if optional:
+            attrs.append("style=dashed")
+        if case is not None:
+            attrs.append(f'label="{_dot_text(case)}"')
+        suffix = f" [{', '.join(attrs)}]" if attrs else ""
+        lines.append(f"    n{f} -> n{s}{suffix};")
+    lines.append("}")
     return "\n".join(lines) + "\n"

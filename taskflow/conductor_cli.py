@@ -1,0 +1,277 @@
+"""The ``graph`` and ``run`` subcommands of ``python -m taskflow``, for declarative flows.
+
+``graph FILE`` prints the Mermaid flowchart (or ``--format dot``) of a Conductor workflow
+definition or a taskflow flow spec; ``run FILE --input JSON --registry MODULE`` runs it on a
+thread pool and prints the run's report (``FlowResult.report()`` as JSON) on stdout, with a
+one-line verdict on stderr. The kind of FILE is guessed from its content (a Conductor task has
+a ``taskReferenceName``; ``--kind`` overrides).
+
+A registry is a module (``--registry shop.workers``): its ``REGISTRY`` mapping if it has one,
+otherwise its public functions by name; ``module:attribute`` names a mapping directly. The
+definition file's directory is tried when the module is not importable from ``sys.path``.
+
+Hooked into :mod:`taskflow.cli` with :func:`add_graph_parser` / :func:`add_run_parser`; each
+sets ``handler`` on the parsed arguments (``args.handler(args, out, err) -> exit status``).
+Exit status: 0 ok, 1 the flow failed, 2 a bad command line or definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TextIO
+
+from taskflow.errors import FlowDefinitionError
+
+__all__ = ["add_graph_parser", "add_run_parser", "detect_kind", "load_registry", "main"]
+
+EXIT_OK = 0
+EXIT_FLOW_FAILED = 1
+EXIT_USAGE = 2
+
+Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _budget(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE",
+                   help="a Conductor workflow definition (.json) or a flow spec (.json/.yaml)")
+    p.add_argument("--kind", choices=("auto", "conductor", "spec"), default="auto",
+                   help="what FILE is (default: guessed from its content)")
+
+
+def add_graph_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``graph FILE [--format mermaid|dot]`` to ``subparsers`` (from ``add_subparsers``)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "graph",
+        help="print the flowchart of a Conductor workflow or a flow spec",
+        description=("Print the flowchart of a Conductor workflow definition or a taskflow flow "
+                     "spec: Mermaid (paste into any Mermaid renderer) or Graphviz DOT. Switch "
+                     "case edges are labelled, optional edges dotted. No task code is run or "
+                     "imported."),
+        epilog="Exit status: 0 printed, 2 bad command line or invalid definition.",
+    )
+    _add_common(p)
+    p.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
+                   help="output format (default: %(default)s)")
+    p.set_defaults(handler=graph_command)
+    return p
+
+
+def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``run FILE [--input JSON] [--registry MODULE] ...`` to ``subparsers``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="run a Conductor workflow or a flow spec and print its report",
+        description=("Run a Conductor workflow definition (its SIMPLE tasks' names looked up in "
+                     "--registry) or a taskflow flow spec (its callables imported) on a thread "
+                     "pool, and print the run's report as JSON."),
+        epilog="Exit status: 0 flow ok, 1 flow failed, 2 bad command line or invalid definition.",
+    )
+    _add_common(p)
+    p.add_argument("--input", default=None, metavar="JSON",
+                   help="the workflow input as JSON text, or @FILE to read it (Conductor only)")
+    p.add_argument("--registry", default=None, metavar="MODULE",
+                   help=("module whose REGISTRY mapping (or public functions) implement the "
+                         "tasks by name; MODULE:ATTR names a mapping (Conductor only)"))
+    p.add_argument("--timeout", type=_budget, default=None, metavar="SECONDS",
+                   help="budget of the run (default: the definition's, else none)")
+    p.add_argument("--workers", type=_positive_int, default=8, metavar="N",
+                   help="threads of the pool (default: %(default)s)")
+    p.add_argument("--mermaid", action="store_true",
+                   help="also print the run's flowchart, coloured by state, after the report")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="log taskflow's node transitions to stderr (DEBUG)")
+    p.set_defaults(handler=run_command)
+    return p
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def detect_kind(path: str | Path) -> str:
+    """``"conductor"`` or ``"spec"``: a Conductor task has ``taskReferenceName`` (or a ``type``)."""
+    p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return "spec"
+    data = _read_json_file(p)
+    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(tasks, list):
+        for t in tasks:
+            if isinstance(t, dict) and ("taskReferenceName" in t or "type" in t):
+                return "conductor"
+            if isinstance(t, dict) and "callable" in t:
+                return "spec"
+    return "conductor" if isinstance(data, list) or (isinstance(data, dict) and "schemaVersion" in data) else "spec"
+
+
+def load_registry(spec: str, base_dir: str | None = None) -> Mapping[str, Callable[..., Any]]:
+    """The registry named by ``spec`` (``module`` or ``module:attribute``).
+
+    Raises:
+        FlowDefinitionError: the module cannot be imported, or the attribute is not a mapping.
+    """
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if base_dir is None or exc.name != module_name.split(".")[0]:
+            raise FlowDefinitionError(f"cannot import registry module {module_name!r}: {exc}") from None
+        sys.path.insert(0, base_dir)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc2:
+            raise FlowDefinitionError(f"cannot import registry module {module_name!r}: {exc2}") from None
+        finally:
+            if base_dir in sys.path:
+                sys.path.remove(base_dir)
+    except ImportError as exc:
+        raise FlowDefinitionError(f"cannot import registry module {module_name!r}: {exc}") from None
+    if attr:
+        registry = getattr(module, attr, None)
+        if not isinstance(registry, Mapping):
+            raise FlowDefinitionError(f"{spec!r} is not a mapping of task name -> callable")
+        return registry
+    registry = getattr(module, "REGISTRY", None)
+    if isinstance(registry, Mapping):
+        return registry
+    return {name: fn for name, fn in vars(module).items()
+            if not name.startswith("_") and inspect.isfunction(fn)}
+
+
+def _load(args: argparse.Namespace, *, for_run: bool) -> tuple[str, Any]:
+    """("conductor", Workflow) or ("spec", Flow) for ``args.file``."""
+    path = Path(args.file)
+    if not path.exists():
+        raise FlowDefinitionError(f"no such file: {str(path)!r}")
+    kind = args.kind if args.kind != "auto" else detect_kind(path)
+    if kind == "conductor":
+        from taskflow import conductor
+
+        registry = None
+        if for_run:
+            if not args.registry:
+                raise FlowDefinitionError(
+                    "running a Conductor workflow needs --registry MODULE (the task callables)")
+            registry = load_registry(args.registry, str(path.resolve().parent))
+        return kind, conductor.load(path, registry)
+    from taskflow.spec import load_spec
+
+    return kind, load_spec(path, resolve=for_run)
+
+
+def _input(text: str | None) -> Any:
+    if text is None:
+        return {}
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise FlowDefinitionError(f"cannot read --input file {text[1:]!r}: {exc}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlowDefinitionError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise FlowDefinitionError(f"--input must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def graph_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``graph FILE``: print the flowchart."""
+    try:
+        _, flow = _load(args, for_run=False)
+    except FlowDefinitionError as exc:
+        print(f"python -m taskflow graph: error: {exc}", file=err)
+        return EXIT_USAGE
+    text = flow.to_dot() if args.format == "dot" else flow.to_mermaid()
+    out.write(text)
+    return EXIT_OK
+
+
+def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``run FILE``: run it and print the report."""
+    try:
+        kind, flow = _load(args, for_run=True)
+        workflow_input = _input(args.input)
+        if kind == "spec" and args.input is not None:
+            raise FlowDefinitionError("--input is for Conductor workflows; a flow spec's tasks "
+                                      "take their param from the spec")
+    except FlowDefinitionError as exc:
+        print(f"python -m taskflow run: error: {exc}", file=err)
+        return EXIT_USAGE
+    pool = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="taskflow-run")
+    try:
+        if kind == "conductor":
+            result = flow.start(workflow_input, executor=pool, timeout=args.timeout)
+            verdict = flow.status(result)
+        else:
+            result = flow.start(executor=pool, timeout=args.timeout)
+            verdict = "ok" if result.ok else "FAILED"
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    print(result.report().model_dump_json(indent=2), file=out)
+    if args.mermaid:
+        out.write(flow.to_mermaid(result))
+    print(f"{flow.name}: {verdict} in {result.elapsed * 1000:.1f} ms "
+          f"({len(result.failed)} failed node(s))", file=err)
+    if kind == "conductor":
+        ok = verdict == "COMPLETED"
+    else:
+        ok = result.ok
+    return EXIT_OK if ok else EXIT_FLOW_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``graph``/``run`` on their own (``python -m taskflow.conductor_cli``)."""
+    parser = argparse.ArgumentParser(prog="python -m taskflow")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_graph_parser(commands)
+    add_run_parser(commands)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "verbose", False):
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG",
+                   format="{time:HH:mm:ss.SSS} {level: <7} {thread.name: <12} {message} {extra}")
+        logger.enable("taskflow")
+    handler: Handler = args.handler
+    return handler(args, sys.stdout, sys.stderr)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
