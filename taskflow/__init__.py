@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from loguru import logger
 
+from taskflow import conductor
 from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
     CycleError,
@@ -30,7 +31,6 @@ from taskflow.result import FlowReport, FlowResult, NodeReport, ResultState, Wor
 from taskflow.scheduling import TaskScheduling, run_async
 from taskflow.spec import FlowSpec, load_spec
 from taskflow.switch import SwitchNode, UnknownCaseError
-from taskflow import conductor
 
 logger.disable("taskflow")
 
