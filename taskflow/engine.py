@@ -728,6 +728,9 @@ class _Run:
                     continue
                 if any(code[q] == WAITING for q in plan.sons[p]):
                     continue
+                fan = self.fans.pop(p, None)
+                if fan is not None:
+                    self.results[p].result = fan.abort()  # stop pulling; keep what it had
                 self._fail(p, NodeCancelledError(plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED, now)
                 hooks.append(p)
                 t = self.node_timers.pop(p, None)
@@ -973,6 +976,8 @@ class _Run:
                     if left <= 0:
                         raise Empty
                     item = inbox.get(timeout=left)
+                    if _monotonic() >= self.deadline:
+                        raise Empty  # arrived too late: the budget is spent, it must not count
                 except Empty:
                     self.expire()
                     break
@@ -1248,9 +1253,13 @@ def _remote_call(node: SchedulingNode[Any, Any], param: Any, entries: dict[str, 
     return value
 
 
-def _remote_work(node: Any, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
+def _remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
                  remaining: float, flow_id: str) -> Any:
-    """Runs in the executor's process: one fan-out item."""
+    """Runs in the executor's process: one fan-out item (the node arrives pickled once, as
+    ``blob``, without its param)."""
+    import pickle
+
+    node = pickle.loads(blob)  # noqa: S301 - our own bytes, from the flow's process
     ctx = TaskContext(entries)
     ctx._run = _RemoteRun(flow_id, remaining, fathers, node.name)
     return node.work(ctx, item)

@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskflow import timer
 from taskflow.context import TaskContext, current
-from taskflow.errors import FlowDefinitionError, NodeTimeoutError, TaskflowError
+from taskflow.errors import (
+    FlowDefinitionError,
+    NodeTimeoutError,
+    RejectedExecutionError,
+    TaskflowError,
+)
 from taskflow.joins import Join
 from taskflow.node import SchedulingNode, check_timeout
 
@@ -113,10 +118,26 @@ def _check_policy(policy: object) -> str | float:
     return float(policy)
 
 
-def policy_met(policy: str | float, succeeded: int, total: int, failed: int, missing: int) -> bool:
-    """Whether a fan-in with these counts satisfies ``policy``."""
+_FAN_OPTIONS = frozenset({"max_concurrency", "item_timeout", "policy"})
+
+
+def _check_concurrency(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"max_concurrency must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"max_concurrency must be at least 1, got {n}")
+    return n
+
+
+def policy_met(policy: str | float, succeeded: int, total: int, failed: int, missing: int,
+               exhausted: bool = True) -> bool:
+    """Whether a fan-in with these counts satisfies ``policy``. A source not read to its end
+    meets only ``best_effort``: the items never pulled are unknown, so neither "all" nor a
+    fraction of them can be claimed."""
     if policy == "best_effort":
         return True
+    if not exhausted:
+        return False
     if policy == "all":
         return failed == 0 and missing == 0
     assert isinstance(policy, float)
@@ -147,14 +168,23 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                  policy: str | float = "all", timeout: float | None = None,
                  join: Join = Join.ALL) -> None:
         super().__init__(param, name=name, timeout=timeout, join=join)
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-            raise TypeError(f"max_concurrency must be an int, got {type(max_concurrency).__name__}")
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         d = self.__dict__
-        d["max_concurrency"] = max_concurrency
+        d["max_concurrency"] = _check_concurrency(max_concurrency)
         d["item_timeout"] = check_timeout(item_timeout, f"item_timeout of node {self.name!r}")
         d["policy"] = _check_policy(policy)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in _FAN_OPTIONS and self.__dict__.get("_run", 1) is None:
+            if key == "max_concurrency":
+                value = _check_concurrency(value)
+            elif key == "item_timeout":
+                value = check_timeout(value, f"item_timeout of node {self.name!r}")
+            else:
+                value = _check_policy(value)
+            self.__dict__[key] = value
+            self._touch()
+            return
+        super().__setattr__(key, value)
 
     def items(self, ctx: TaskContext, param: T) -> Iterable[tuple[Hashable, Any]]:
         """Yield ``(item_id, item)`` pairs; pulled lazily, ids must be hashable and stable."""
@@ -216,6 +246,8 @@ class _FanOut:
         self.loops = 0
         self.tokens = 0
         self.abandoned: set[int] = set()
+        self.unstarted: set[int] = set()  # item-loop tokens submitted but not started
+        self.blob: bytes | None = None  # remote: the node pickled once, without its param
         self.error: BaseException | None = None
 
     # -- start and finish -----------------------------------------------------------------------
@@ -239,8 +271,9 @@ class _FanOut:
     def snapshot_locked(self) -> FanInResult:
         """Under ``lock``: the fan-in so far, in-flight items missing."""
         missing = list(self.inflight)
-        return FanInResult(not self.failed and not missing, dict(self.succeeded),
-                           dict(self.failed), missing, self.duplicates)
+        complete = (not self.failed and not missing and self.exhausted and self.error is None)
+        return FanInResult(complete, dict(self.succeeded), dict(self.failed), missing,
+                           self.duplicates)
 
     def abort(self) -> FanInResult:
         """The run closed (budget or cancel): stop and return the partial fan-in."""
@@ -272,7 +305,7 @@ class _FanOut:
         error: BaseException | None = self.error
         if error is None:
             met = policy_met(self.policy, len(result.succeeded), result.total,
-                             len(result.failed), len(result.missing))
+                             len(result.failed), len(result.missing), self.exhausted)
             if not met and timed_out:
                 error = NodeTimeoutError(self.name, self.node.timeout)
             elif not met:
@@ -346,21 +379,43 @@ class _FanOut:
         with self.lock:
             self.tokens += 1
             token = self.tokens
+            self.unstarted.add(token)
         try:
             fut = self.run.executor.submit(self._item_loop, token)
-        except BaseException as exc:  # noqa: BLE001 - refused: the fan-out fails with it
+        except BaseException as exc:  # noqa: BLE001 - refused: fewer loops, or the node fails
             with self.lock:
-                self.loops -= 1
-                alone = self.loops == 0 and not self.inflight
-            if self.error is None:
-                self.error = exc
-            if alone:
-                self.finish()
+                self.unstarted.discard(token)
+            self._refused(exc)
             return
         with self.lock:
             self.futs[token] = fut
+        fut.add_done_callback(partial(self._loop_done, token))
+
+    def _loop_done(self, token: int, fut: Future[Any]) -> None:
+        """Done-callback of an item loop (tiny): one that never started was dropped."""
+        with self.lock:
+            if token not in self.unstarted:
+                return
+            self.unstarted.discard(token)
+        exc = fut.exception() if not fut.cancelled() else None
+        if exc is None:
+            exc = RejectedExecutionError(f"the executor dropped an item loop of fan-out {self.name!r}")
+        self._refused(exc)
+
+    def _refused(self, exc: BaseException) -> None:
+        """An item loop was refused or dropped: the others carry on at lower concurrency; with
+        none left and nothing in flight, the fan-out fails with the executor's error."""
+        with self.lock:
+            self.loops -= 1
+            if self.loops > 0 or self.inflight or self.done:
+                return
+            if self.error is None:
+                self.error = exc
+        self.finish()
 
     def _item_loop(self, token: int) -> None:
+        with self.lock:
+            self.unstarted.discard(token)
         run = self.run
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
@@ -393,12 +448,19 @@ class _FanOut:
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False
                 if self._settle_item(item_id, token, ok, value) is None:
+                    self._late(item_id, ok, value)
                     with self.lock:
                         if token in self.abandoned:  # timed out: a new loop took our place
                             self.abandoned.discard(token)
                             return
         finally:
             cur.run, cur.idx = prev
+
+    def _late(self, item_id: Hashable, ok: bool, value: Any) -> None:
+        """An item's outcome arrived after its timeout or the fan-in: dropped, but audited."""
+        self.run.log.bind(node=self.name).warning(
+            "late {} of item {!r} of fan-out {} dropped: {!r}",
+            "result" if ok else "exception", item_id, self.name, value)
 
     def _item_timeout(self, item_id: Hashable, token: int) -> None:
         """Timer thread: an item overran ``item_timeout``; abandon its loop, start another."""
@@ -434,7 +496,7 @@ class _FanOut:
 
     def pump_remote(self) -> None:
         """Coordinator: keep up to ``max_concurrency`` items submitted."""
-        from taskflow.engine import _remote_work, preflight_pickle
+        from taskflow.engine import _pickler, _remote_work, preflight_pickle
 
         run = self.run
         while True:
@@ -449,8 +511,21 @@ class _FanOut:
                     self.finish()
                 return
             item_id, item = nxt
-            args: tuple[Any, ...] = (self.node, item, run.ctx.snapshot(), {}, run.deadline - timer_now(), run.flow_id)
-            error = preflight_pickle(run.executor, self.name, (self.node, item, args[2], {}))
+            error: BaseException | None = None
+            if self.blob is None:
+                travel = object.__new__(type(self.node))
+                travel.__dict__.update(self.node.__getstate__())
+                travel.__dict__["param"] = None  # the manifest stays here: items travel one by one
+                error = preflight_pickle(run.executor, self.name, (travel, None, run.ctx.snapshot(), {}))
+                if error is None:
+                    self.blob = _pickler(run.executor).dumps(travel)
+                    self.entries = run.ctx.snapshot()
+            if error is None:
+                error = preflight_pickle(run.executor, self.name, (None, item, {}, {}))
+                if error is not None:
+                    error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
+            args: tuple[Any, ...] = (self.blob, item, getattr(self, "entries", {}), {},
+                                     run.deadline - timer_now(), run.flow_id)
             fut: Future[Any] | None = None
             if error is None:
                 try:
@@ -481,7 +556,10 @@ class _FanOut:
         else:
             exc = fut.exception()
             ok, value = (True, fut.result()) if exc is None else (False, exc)
-        if self._settle_item(item_id, 0, ok, value):
+        done = self._settle_item(item_id, 0, ok, value)
+        if done is None:
+            self._late(item_id, ok, value)
+        if done:
             self.finish()
         else:
             self.pump_remote()

@@ -32,8 +32,10 @@ class Timer:
         self.args = args
 
     def cancel(self) -> None:
-        self.fn = None
-        self.args = ()
+        if self.fn is not None:
+            self.fn = None
+            self.args = ()
+            _timer.cancelled += 1  # approximate (no lock): only decides when to compact
 
 
 class _TimerThread:
@@ -42,11 +44,19 @@ class _TimerThread:
         self._heap: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self.cancelled = 0  # cancelled entries still in the heap (approximately)
 
     def schedule(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
         entry = Timer(when, fn, args)
         with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), entry))
+            heap = self._heap
+            if self.cancelled > 64 and self.cancelled * 2 > len(heap):
+                # most entries were cancelled (items and nodes that finished in time): drop them
+                # so the heap stays as large as what is really pending
+                heap[:] = [e for e in heap if e[2].fn is not None]
+                heapq.heapify(heap)
+                self.cancelled = 0
+            heapq.heappush(heap, (when, next(self._seq), entry))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="taskflow-timer", daemon=True)
                 self._thread.start()
@@ -68,7 +78,7 @@ class _TimerThread:
                         break
                     self._cond.wait(None if not heap else heap[0][0] - now)
             fn, args = entry.fn, entry.args
-            entry.cancel()
+            entry.fn, entry.args = None, ()
             if fn is None:
                 continue
             try:
