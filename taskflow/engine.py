@@ -269,7 +269,7 @@ class _Run:
                 self.ready.append(i)
             spawn = self._spawn_count()
         if self.future is not None and not math.isinf(self.budget):
-            self.run_timer = timer.schedule(self.deadline, self.expire)
+            self.run_timer = timer.schedule(self.deadline, self.cv.copy().run, self.expire)
         self._spawn(spawn)
 
     def _spawn_count(self) -> int:
@@ -428,7 +428,7 @@ class _Run:
                     with self.lock:
                         if self.code[i] == RUNNING and wr.state is _DEFAULT:
                             self.code[i] = BACKOFF
-                            timer.schedule(_monotonic() + delay, self._requeue, i)
+                            timer.schedule(_monotonic() + delay, self.cv.copy().run, self._requeue, i)
                         if token in self.abandoned:
                             return -1
                         return self._next(token)
@@ -521,9 +521,9 @@ class _Run:
             self._log_outcome(i)
         if has_hook:
             if error is None:
-                self._hook(self.nodes[i].on_success, i, wr.attempts)  # type: ignore[union-attr]
+                self._hook(self.node(i).on_success, i, wr.attempts)
             else:
-                self._hook(self.nodes[i].on_fail, i, wr.attempts)  # type: ignore[union-attr]
+                self._hook(self.node(i).on_fail, i, wr.attempts)
             with self.lock:
                 self._settle_sons(i, hooks, now)
                 nxt = self._next(token) if token >= -1 and token not in self.abandoned else -1
@@ -808,7 +808,7 @@ class _Run:
         assert t is not None
         when = started + t
         if when < self.deadline:
-            self.node_timers[i] = timer.schedule(when, self._node_timeout, i)
+            self.node_timers[i] = timer.schedule(when, self.cv.copy().run, self._node_timeout, i)
 
     def _node_timeout(self, i: int) -> None:
         """Timer thread: node ``i``'s own timeout passed."""
@@ -1022,7 +1022,11 @@ class _Run:
         results = self.results
         fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
                    if results[f].state is _SUCCESS}
-        args = (defn, defn.param, self.ctx.snapshot(), fathers, self.deadline - now, self.flow_id)
+        limit = self.deadline  # the task's own deadline: its node's timeout counts too
+        t = plan.timeout[i]
+        if t is not None:
+            limit = min(limit, (wr.started_at or now) + t)
+        args = (defn, defn.param, self.ctx.snapshot(), fathers, limit - now, self.flow_id)
         error = preflight_pickle(self.executor, plan.names[i], args)
         if error is None:
             try:
@@ -1043,10 +1047,17 @@ class _Run:
             assert self.inbox is not None
             self.inbox.put((fn, a, fut))
         else:
-            _coordinator.put(fn, a, fut)
+            _coordinator.put(partial(self.cv.copy().run, fn), a, fut)
 
     def process_remote(self, i: int, fut: Future[Any]) -> None:
         """Coordinator thread: one remote attempt ended; retry it or complete the node."""
+        try:
+            self._process_remote(i, fut)
+        except BaseException as exc:  # noqa: BLE001 - a bug here must end the node, not hang it
+            self.log.opt(exception=True).error("taskflow failed processing node {}", self.plan.names[i])
+            self._complete(i, REMOTE, None, exc)
+
+    def _process_remote(self, i: int, fut: Future[Any]) -> None:
         with self.lock:
             if self.remote_futs.get(i) is fut:
                 del self.remote_futs[i]
@@ -1075,7 +1086,7 @@ class _Run:
                         self.ready.append(i)
                     else:
                         self.code[i] = BACKOFF
-                        timer.schedule(_monotonic() + delay, self._requeue, i)
+                        timer.schedule(_monotonic() + delay, self.cv.copy().run, self._requeue, i)
                 if delay == 0.0:
                     self._dispatch_remote()
                 return
@@ -1160,14 +1171,23 @@ def is_remote(executor: Executor) -> bool:
     Any other executor is taken to run tasks in this process."""
     if isinstance(executor, ProcessPoolExecutor):
         return True
-    inner = getattr(executor, "inner", None)  # wrappers such as MonitoredExecutor
-    if isinstance(inner, Executor) and inner is not executor:
+    inner = _unwrap(executor)
+    if inner is not executor:
         return is_remote(inner)
     return type(executor).__module__.startswith(("distributed", "loky"))
 
 
+def _unwrap(executor: Executor) -> Executor:
+    """The executor a wrapper (``MonitoredExecutor``: ``.executor``; others: ``.inner``) runs on."""
+    for attr in ("inner", "executor"):
+        inner = getattr(executor, attr, None)
+        if isinstance(inner, Executor) and inner is not executor:
+            return _unwrap(inner)
+    return executor
+
+
 def _pickler(executor: Executor) -> Any:
-    mod = type(getattr(executor, "inner", executor)).__module__
+    mod = type(_unwrap(executor)).__module__
     if mod.startswith(("distributed", "loky")):
         try:
             import cloudpickle  # type: ignore[import-untyped]

@@ -21,7 +21,7 @@ LONG = 10.0 * SCALE
 EPS = 0.25 * SCALE
 
 # long-lived daemon threads that taskflow or third-party libraries start once per process
-_ALLOWED_PREFIXES = ("taskflow-timer", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
+_ALLOWED_PREFIXES = ("taskflow-timer", "taskflow-coordinator", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
 
 
 def _live_threads() -> set[threading.Thread]:

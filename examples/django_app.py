@@ -1,0 +1,216 @@
+"""A product-detail endpoint in Django, as a single-file project: settings, URLs and views below.
+
+Same page as ``flask_app.py``: six backend calls, two of them waiting for a third::
+
+    product_info -> price, stock            \\
+                                              -> page
+    category     -> reviews, recommendations /
+
+The graph is built once at import and shared by every request thread; each request starts it on
+the shared pool with its own ``TaskContext``. Django's request is not a contextvar, so the view
+passes it through the context (``ctx["request"]``): any node can read the query string, headers
+or session from there (on a thread pool; on a process pool or dask only picklable values can
+travel, so pass the fields you need instead). A middleware binds a trace id with loguru's
+``contextualize``; taskflow copies the view's ``contextvars`` into every node, so the id is on
+taskflow's log lines and the nodes' own lines.
+
+A budget overrun is a ``504`` naming the nodes that timed out, a failed backend call a ``502``
+naming it. ``GET /pool`` returns the pool's metrics as JSON; ``GET /metrics`` the pool monitor's
+latest sample for Prometheus.
+
+Run it::
+
+    python examples/django_app.py runserver 8000
+    curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
+    curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
+    curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
+    curl 'localhost:8000/pool'
+    curl 'localhost:8000/metrics'
+
+(``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import django
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from loguru import logger
+
+from taskflow import (
+    FlowResult,
+    FunctionNode,
+    ResultState,
+    TaskContext,
+    TaskScheduling,
+    UpstreamFailedError,
+)
+from taskflow.monitor import PoolMonitor
+from taskflow.pool import ThreadPool
+
+if not settings.configured:
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="taskflow-example-not-a-secret",
+        ROOT_URLCONF=__name__,
+        ALLOWED_HOSTS=["localhost", "127.0.0.1", "testserver"],
+        MIDDLEWARE=[f"{__name__}.trace_middleware"],
+        INSTALLED_APPS=[],
+        DATABASES={},
+    )
+    django.setup()
+
+BUDGET = 0.5  # seconds a page may take, queueing included
+POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
+MONITOR = PoolMonitor(POOL, interval=5.0).start()  # samples every 5 s; alarms go to the log
+logger.enable("taskflow")  # taskflow's lines (WARNING for failed nodes) carry the trace id
+
+
+class BackendError(RuntimeError):
+    """A backend call failed."""
+
+
+def backend(ctx: TaskContext, call: str, seconds: float) -> None:
+    """Stand in for one remote call of ``seconds``; ``?slow=`` and ``?fail=`` inject faults."""
+    query = ctx["request"].GET
+    if query.get("fail") == call:
+        raise BackendError(f"{call} backend answered 500")
+    if query.get("slow") == call:
+        while not ctx.cancelled:  # a slow call that gives up when the budget is spent
+            time.sleep(0.01)
+        return
+    time.sleep(seconds)
+
+
+# -- the nodes: plain functions of (ctx, param); the request is ctx["request"] -------------------
+
+
+def product_info(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "product_info", 0.030)
+    logger.info("loaded product {}", ctx["sku"])  # carries trace_id, like taskflow's own lines
+    return {"sku": ctx["sku"], "title": "Mechanical keyboard K8"}
+
+
+def price(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    product = ctx.result_of("product_info")
+    backend(ctx, "price", 0.020)
+    member = ctx["request"].headers.get("X-User") is not None
+    return {"sku": product["sku"], "amount": 79.0 if member else 89.0, "member_price": member}
+
+
+def stock(ctx: TaskContext, _: Any) -> int:
+    backend(ctx, "stock", 0.025)
+    return 42
+
+
+def category(ctx: TaskContext, _: Any) -> str:
+    backend(ctx, "category", 0.015)
+    return "keyboards"
+
+
+def reviews(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "reviews", 0.040)
+    return {"category": ctx.result_of("category"), "rating": 4.7, "count": 1284}
+
+
+def recommendations(ctx: TaskContext, _: Any) -> list[str]:
+    backend(ctx, "recommendations", 0.035)
+    n = int(ctx["request"].GET.get("n", 3))
+    return [f"{ctx.result_of('category')}/sku-{10087 + i}" for i in range(n)]
+
+
+def page(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    parts = ("product_info", "price", "stock", "reviews", "recommendations")
+    return {name: ctx.result_of(name) for name in parts}
+
+
+# -- the graph, built once at import ------------------------------------------------------------
+
+PAGE = FunctionNode(page)
+FunctionNode(product_info) >> [FunctionNode(price), FunctionNode(stock)] >> PAGE
+FunctionNode(category) >> [FunctionNode(reviews), FunctionNode(recommendations)] >> PAGE
+
+
+# -- the web layer ------------------------------------------------------------------------------
+
+
+Handler = Callable[[HttpRequest], HttpResponse]
+
+
+def trace_middleware(get_response: Handler) -> Handler:
+    """Give every request a trace id, bound to every log line written while it is served."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        trace_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+        request.trace_id = trace_id  # type: ignore[attr-defined]
+        with logger.contextualize(trace_id=trace_id):
+            response = get_response(request)
+        response["X-Request-Id"] = trace_id
+        return response
+
+    return middleware
+
+
+def product_detail(request: HttpRequest, sku: str) -> JsonResponse:
+    ctx = TaskContext(request=request, sku=sku)
+    result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET, context=ctx)
+    return render(request, result, sku)
+
+
+def render(request: HttpRequest, result: FlowResult, sku: str) -> JsonResponse:
+    """200 with the page; 504 naming the nodes the budget cut; 502 naming the failed calls."""
+    body: dict[str, Any] = {
+        "sku": sku,
+        "trace_id": request.trace_id,  # type: ignore[attr-defined]
+        "flow_id": result.flow_id,
+        "elapsed_ms": round(result.elapsed * 1000, 1),
+    }
+    if result.ok:
+        body.update(page=result.values["page"], user=request.headers.get("X-User"))
+        return JsonResponse(body)
+    failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
+    timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)
+    if timed_out:
+        body.update(error="budget exceeded", budget_s=BUDGET, timed_out=timed_out)
+        return JsonResponse(body, status=504)
+    # the calls that failed, not the nodes that were skipped because of them
+    body.update(error="backend call failed", failed={
+        name: repr(wr.exception) for name, wr in failed.items()
+        if not isinstance(wr.exception, UpstreamFailedError)
+    })
+    return JsonResponse(body, status=502)
+
+
+def pool_metrics(request: HttpRequest) -> JsonResponse:
+    """The shared pool's metrics (``taskflow.pool.PoolMetrics``) as JSON, taken now."""
+    return JsonResponse(POOL.metrics().model_dump(mode="json"))
+
+
+def prometheus(request: HttpRequest) -> HttpResponse:
+    """The monitor's latest sample of the pool and the process, for a Prometheus scrape."""
+    return HttpResponse(MONITOR.to_prometheus(),
+                        content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+urlpatterns = [
+    path("products/<str:sku>", product_detail),
+    path("pool", pool_metrics),
+    path("metrics", prometheus),
+]
+
+
+if __name__ == "__main__":
+    from django.core.management import execute_from_command_line
+
+    logger.remove()
+    logger.add(sys.stderr, level="INFO",
+               format="{time:HH:mm:ss.SSS} {level: <7} [{extra[trace_id]}] {message}")
+    logger.configure(extra={"trace_id": "-"})
+    execute_from_command_line(sys.argv)

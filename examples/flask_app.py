@@ -1,0 +1,196 @@
+"""A product-detail endpoint in Flask: one flow built at import, a shared pool, a run per request.
+
+The page needs six backend calls; two of them wait for a third (the article's product-detail
+page)::
+
+    product_info -> price, stock            \\
+                                              -> page
+    category     -> reviews, recommendations /
+
+The graph is module-level and never mutated by a run, so every request thread starts the same
+graph at once, each with its own ``TaskContext``. The handler blocks (Flask handlers are
+synchronous) for at most the budget; a budget overrun is a ``504`` naming the nodes that timed
+out, a failed backend call a ``502`` naming it.
+
+Inside a node on a thread pool, the request is at hand as in the handler: taskflow runs every
+node in a copy of the handler's ``contextvars`` and Flask (2.2+) keeps ``request``, ``g`` and the
+app context in contextvars. So does loguru's ``logger.contextualize``: the trace id the handler
+binds appears on taskflow's own log lines and on the nodes' lines. (On a process pool or dask only
+the task travels: put what it needs into the context, as ``sku`` here.) A node that outlives the
+budget keeps running in its thread (threads cannot be killed) after the handler returned: it
+should poll ``ctx.cancelled`` and leave ``request`` alone by then.
+
+``GET /pool`` returns the shared pool's metrics as JSON (queue size, active threads, abandoned
+threads still running, queue-wait and run-time percentiles, ...); ``GET /metrics`` serves the
+pool monitor's latest sample (pool and process figures) for Prometheus.
+
+Run it::
+
+    flask --app examples/flask_app.py run --port 8000 --threaded
+    curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
+    curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
+    curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
+    curl 'localhost:8000/pool'
+    curl 'localhost:8000/metrics'
+
+(``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import flask
+from flask import Flask, Response, g, request
+from loguru import logger
+
+from taskflow import (
+    FlowResult,
+    FunctionNode,
+    ResultState,
+    TaskContext,
+    TaskScheduling,
+    UpstreamFailedError,
+)
+from taskflow.monitor import PoolMonitor
+from taskflow.pool import ThreadPool
+
+BUDGET = 0.5  # seconds a page may take, queueing included
+POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
+MONITOR = PoolMonitor(POOL, interval=5.0).start()  # samples every 5 s; alarms go to the log
+logger.enable("taskflow")  # taskflow's lines (WARNING for failed nodes) carry the trace id
+
+app = Flask(__name__)
+
+
+class BackendError(RuntimeError):
+    """A backend call failed."""
+
+
+def backend(ctx: TaskContext, call: str, seconds: float) -> None:
+    """Stand in for one remote call of ``seconds``; ``?slow=`` and ``?fail=`` inject faults."""
+    if request.args.get("fail") == call:
+        raise BackendError(f"{call} backend answered 500")
+    if request.args.get("slow") == call:
+        while not ctx.cancelled:  # a slow call that gives up when the budget is spent
+            time.sleep(0.01)
+        return
+    time.sleep(seconds)
+
+
+# -- the nodes: plain functions of (ctx, param); the request is reachable in each ----------------
+
+
+def product_info(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "product_info", 0.030)
+    logger.info("loaded product {}", ctx["sku"])  # carries trace_id, like taskflow's own lines
+    return {"sku": ctx["sku"], "title": "Mechanical keyboard K8"}
+
+
+def price(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    product = ctx.result_of("product_info")
+    backend(ctx, "price", 0.020)
+    member = g.user is not None  # the handler's ``g``
+    return {"sku": product["sku"], "amount": 79.0 if member else 89.0, "member_price": member}
+
+
+def stock(ctx: TaskContext, _: Any) -> int:
+    backend(ctx, "stock", 0.025)
+    return 42
+
+
+def category(ctx: TaskContext, _: Any) -> str:
+    backend(ctx, "category", 0.015)
+    return "keyboards"
+
+
+def reviews(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "reviews", 0.040)
+    return {"category": ctx.result_of("category"), "rating": 4.7, "count": 1284}
+
+
+def recommendations(ctx: TaskContext, _: Any) -> list[str]:
+    backend(ctx, "recommendations", 0.035)
+    n = request.args.get("n", default=3, type=int)  # the handler's ``request``
+    return [f"{ctx.result_of('category')}/sku-{10087 + i}" for i in range(n)]
+
+
+def page(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    parts = ("product_info", "price", "stock", "reviews", "recommendations")
+    return {name: ctx.result_of(name) for name in parts}
+
+
+# -- the graph, built once at import ------------------------------------------------------------
+
+PAGE = FunctionNode(page)
+FunctionNode(product_info) >> [FunctionNode(price), FunctionNode(stock)] >> PAGE
+FunctionNode(category) >> [FunctionNode(reviews), FunctionNode(recommendations)] >> PAGE
+
+
+# -- the web layer ------------------------------------------------------------------------------
+
+
+@app.before_request
+def identify() -> None:
+    g.user = request.headers.get("X-User")
+    g.trace_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+
+
+@app.after_request
+def echo_trace_id(response: Response) -> Response:
+    response.headers["X-Request-Id"] = g.trace_id
+    return response
+
+
+@app.get("/products/<sku>")
+def product_detail(sku: str) -> tuple[Response, int]:
+    with logger.contextualize(trace_id=g.trace_id):
+        result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET,
+                                      context=TaskContext(sku=sku))
+    return render(result, sku)
+
+
+def render(result: FlowResult, sku: str) -> tuple[Response, int]:
+    """200 with the page; 504 naming the nodes the budget cut; 502 naming the failed calls."""
+    body = {"sku": sku, "trace_id": g.trace_id, "flow_id": result.flow_id,
+            "elapsed_ms": round(result.elapsed * 1000, 1)}
+    if result.ok:
+        return jsonify(body, page=result.values["page"], user=g.user), 200
+    failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
+    timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)
+    if timed_out:
+        return jsonify(body, error="budget exceeded", budget_s=BUDGET, timed_out=timed_out), 504
+    # the calls that failed, not the nodes that were skipped because of them
+    errors = {name: repr(wr.exception) for name, wr in failed.items()
+              if not isinstance(wr.exception, UpstreamFailedError)}
+    return jsonify(body, error="backend call failed", failed=errors), 502
+
+
+def jsonify(body: dict[str, Any], **more: Any) -> Response:
+    return flask.jsonify({**body, **more})
+
+
+@app.get("/pool")
+def pool_metrics() -> Response:
+    """The shared pool's metrics (``taskflow.pool.PoolMetrics``) as JSON, taken now."""
+    return flask.jsonify(POOL.metrics().model_dump(mode="json"))
+
+
+@app.get("/metrics")
+def prometheus() -> Response:
+    """The monitor's latest sample of the pool and the process, for a Prometheus scrape."""
+    return Response(MONITOR.to_prometheus(),
+                    content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+
+if __name__ == "__main__":
+    import sys
+
+    logger.remove()
+    logger.add(sys.stderr, level="INFO",
+               format="{time:HH:mm:ss.SSS} {level: <7} [{extra[trace_id]}] {message}")
+    logger.configure(extra={"trace_id": "-"})
+    app.run(port=8000, threaded=True)
