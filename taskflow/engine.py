@@ -1047,7 +1047,7 @@ class _Run:
             assert self.inbox is not None
             self.inbox.put((fn, a, fut))
         else:
-            _coordinator.put(partial(self.cv.copy().run, fn), a, fut)
+            _coordinator.put(partial(self.cv.copy().run, fn), a, fut)  # type: ignore[call-arg]
 
     def process_remote(self, i: int, fut: Future[Any]) -> None:
         """Coordinator thread: one remote attempt ended; retry it or complete the node."""
