@@ -730,7 +730,9 @@ class _Run:
                     continue
                 fan = self.fans.pop(p, None)
                 if fan is not None:
-                    self.results[p].result = fan.abort()  # stop pulling; keep what it had
+                    self.results[p].result, running = fan.abort()  # stop pulling; keep what it had
+                    if running:  # reported outside the run lock, on the timer thread
+                        timer.schedule(_monotonic(), self._mark_abandoned, running)
                 self._fail(p, NodeCancelledError(plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED, now)
                 hooks.append(p)
                 t = self.node_timers.pop(p, None)
@@ -877,6 +879,7 @@ class _Run:
             if state is _CANCELLED:
                 self.cancel_reason = reason
             self.keep = keep
+            fan_futs: list[Future[Any]] = []
             victims = []
             for i, wr in enumerate(self.results):
                 if wr.state is _DEFAULT and i != keep:
@@ -886,7 +889,10 @@ class _Run:
                         exc = NodeCancelledError(plan.names[i], reason)
                     fan = self.fans.pop(i, None)
                     if fan is not None:
-                        wr.result = fan.abort()  # the partial fan-in: in-flight items missing
+                        # the partial fan-in (in-flight items missing); its running items are
+                        # reported abandoned with the run's own loops, after the lock
+                        wr.result, fan_running = fan.abort()
+                        fan_futs.extend(fan_running)
                     self._fail(i, exc, state, now)
                     self.code[i] = SETTLED
                     victims.append(i)
@@ -909,7 +915,7 @@ class _Run:
                 self.hooks_idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
         for t in timers:
             t.cancel()
-        self._mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
+        self._mark_abandoned([f for f in running if not f.done()] + fan_futs)  # before cancel, for dask
         for f in futs:
             f.cancel()
         for i in victims:

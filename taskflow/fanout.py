@@ -174,6 +174,11 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
         d["policy"] = _check_policy(policy)
 
     def __setattr__(self, key: str, value: Any) -> None:
+        if key == "retries" and value != 0 and self.__dict__.get("_run", 1) is None:
+            raise ValueError(
+                f"node {self.name!r}: a FanOutNode does not retry (its items ran or are running); "
+                "handle transient item failures in work() or re-run the failed ids"
+            )
         if key in _FAN_OPTIONS and self.__dict__.get("_run", 1) is None:
             if key == "max_concurrency":
                 value = _check_concurrency(value)
@@ -247,6 +252,7 @@ class _FanOut:
         self.tokens = 0
         self.abandoned: set[int] = set()
         self.unstarted: set[int] = set()  # item-loop tokens submitted but not started
+        self.reserved = 0  # remote: slots taken by a pump between pulling and registering
         self.blob: bytes | None = None  # remote: the node pickled once, without its param
         self.error: BaseException | None = None
 
@@ -269,22 +275,26 @@ class _FanOut:
             self._spawn_loop()
 
     def snapshot_locked(self) -> FanInResult:
-        """Under ``lock``: the fan-in so far, in-flight items missing."""
+        """Under ``lock``, with ``done`` set: the final fan-in, in-flight items missing. The maps
+        are handed over, not copied: nothing writes them once ``done`` is set."""
         missing = list(self.inflight)
         complete = (not self.failed and not missing and self.exhausted and self.error is None)
-        return FanInResult(complete, dict(self.succeeded), dict(self.failed), missing,
-                           self.duplicates)
+        return FanInResult(complete, self.succeeded, self.failed, missing, self.duplicates)
 
-    def abort(self) -> FanInResult:
-        """The run closed (budget or cancel): stop and return the partial fan-in."""
+    def abort(self) -> tuple[FanInResult, list[Future[Any]]]:
+        """The run closed (budget or cancel) or a join cancelled the node: stop pulling and return
+        the partial fan-in, with the futures of the items still running, for the caller to report
+        to ``executor.mark_abandoned`` once it holds no lock."""
         with self.lock:
             self.done = True
             result = self.snapshot_locked()
             timers = list(self.timers.values())
             self.timers.clear()
+            running = [self.futs[t] for t in set(self.inflight.values()) if t in self.futs]
+            running += list(self.remote_futs.values())
         for t in timers:
             t.cancel()
-        return result
+        return result, [f for f in running if not f.done()]
 
     def finish(self, timed_out: bool = False) -> None:
         """Fan in once: evaluate the policy and complete the node."""
@@ -409,7 +419,7 @@ class _FanOut:
             self.loops -= 1
             if self.loops > 0 or self.inflight or self.done:
                 return
-            if self.error is None:
+            if self.error is None and not self.exhausted:  # items left that no loop will pull
                 self.error = exc
         self.finish()
 
@@ -501,12 +511,21 @@ class _FanOut:
         run = self.run
         while True:
             with self.lock:
-                if self.done or len(self.inflight) >= self.max_c:
+                # the coordinator and the timer thread (item timeouts) may both pump: a slot is
+                # reserved before pulling so max_concurrency holds
+                if self.done or len(self.inflight) + self.reserved >= self.max_c:
                     return
-            nxt = self._pull()
+                self.reserved += 1
+            try:
+                nxt = self._pull()
+            except BaseException:
+                with self.lock:
+                    self.reserved -= 1
+                raise
             if nxt is None:
                 with self.lock:
-                    fin = not self.inflight
+                    self.reserved -= 1
+                    fin = not self.inflight and not self.reserved
                 if fin:
                     self.finish()
                 return
@@ -533,6 +552,7 @@ class _FanOut:
                 except BaseException as exc:  # noqa: BLE001
                     error = exc
             with self.lock:
+                self.reserved -= 1  # the slot becomes the item's
                 if not self._register(item_id, 0):
                     return
                 if fut is not None:
