@@ -26,7 +26,9 @@ from taskflow.errors import (
 from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
 from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.joins import Join
+from taskflow.monitor import Alarm, PoolMonitor, PoolSnapshot, ProcessMetrics, Thresholds
 from taskflow.node import FunctionNode, NodeState, SchedulingNode
+from taskflow.pool import MonitoredExecutor, Percentiles, PoolMetrics, RejectionPolicy, ThreadPool
 from taskflow.result import FlowReport, FlowResult, NodeReport, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
 from taskflow.spec import FlowSpec, load_spec
@@ -37,6 +39,7 @@ logger.disable("taskflow")
 __version__ = "0.1.0"
 
 __all__ = [
+    "Alarm",
     "CycleError",
     "DuplicateNameError",
     "FanInResult",
@@ -55,11 +58,18 @@ __all__ = [
     "Join",
     "JoinNode",
     "JoinOutput",
+    "MonitoredExecutor",
     "NodeCancelledError",
     "NodeReport",
     "NodeState",
     "NodeTimeoutError",
+    "Percentiles",
+    "PoolMetrics",
+    "PoolMonitor",
+    "PoolSnapshot",
+    "ProcessMetrics",
     "RejectedExecutionError",
+    "RejectionPolicy",
     "ResultNotAvailableError",
     "ResultState",
     "SchedulingNode",
@@ -68,6 +78,8 @@ __all__ = [
     "TaskScheduling",
     "TaskSupport",
     "TaskflowError",
+    "ThreadPool",
+    "Thresholds",
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",

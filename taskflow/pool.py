@@ -15,13 +15,15 @@ after ``keep_alive`` seconds without work. ``set_core_size``/``set_max_size`` re
 How the pool works inside. The queue is a ``deque`` of futures guarded by the pool's one lock;
 for every task appended a token is put on a ``queue.SimpleQueue``, which is only the doorbell idle
 workers sleep on (a C-level blocking get, cheaper than a ``Condition``). A worker that finishes a
-task takes the next one straight from the deque without waiting for a token, so tokens may
-outnumber queued tasks; a worker woken for nothing just waits again. Every counter changes in
-the same lock section as the state it counts, so a snapshot taken under the lock satisfies
-``task_count == completed + cancelled + rejected + active + queued`` at every instant. Counters
-are updated before a task's Future resolves: once ``future.result()`` returns, ``metrics()``
-already counts that task. Queue-wait and run times go into fixed-size ring buffers; percentiles
-are computed when a snapshot is taken, never per task.
+task counts it and takes the next queued one in the same lock section, then takes that task's
+token without blocking; so a task costs one lock section in ``submit`` and one in the worker. A
+worker woken for nothing (its token's task was taken, cancelled or evicted; a resize wake-up)
+just waits again. A cancelled queued task leaves the counts at once and is dropped from the deque
+when a worker reaches it. Every counter changes in the same lock section as the state it counts,
+so a snapshot taken under the lock satisfies ``task_count == completed + cancelled + rejected +
+active + queued`` at every instant. Counters are updated before a task's Future resolves: once
+``future.result()`` returns, ``metrics()`` already counts that task. Queue-wait and run times go
+into fixed-size ring buffers; percentiles are computed when a snapshot is taken, never per task.
 
 A thread cannot be killed: a task still running after the flow that submitted it gave up is
 *abandoned* (``mark_abandoned``), keeps its thread until it returns, and is counted in
@@ -50,11 +52,11 @@ from pydantic import BaseModel, ConfigDict
 from taskflow.errors import RejectedExecutionError
 
 __all__ = [
-    "RejectionPolicy",
-    "ThreadPool",
+    "MonitoredExecutor",
     "Percentiles",
     "PoolMetrics",
-    "MonitoredExecutor",
+    "RejectionPolicy",
+    "ThreadPool",
 ]
 
 _P = ParamSpec("_P")
@@ -144,7 +146,7 @@ class Percentiles(BaseModel):
 
 
 class PoolMetrics(BaseModel):
-    """An immutable snapshot of a pool, taken under its lock (so the counts agree).
+    """An immutable snapshot of a pool: configuration, gauges, counters and recent timings.
 
     Counters (``*_count``, ``*_total``) never decrease. Each task submitted while the pool was
     open ends in exactly one of completed, cancelled or rejected, so at every snapshot
@@ -185,7 +187,10 @@ class PoolMetrics(BaseModel):
     cancelled_task_count: int
     """Tasks cancelled before they started (by their Future, shutdown or ``DISCARD_OLDEST``)."""
     rejected_count: int
-    """Tasks refused: raised, run by the caller, dropped, or evicted by ``DISCARD_OLDEST``."""
+    """Tasks refused because the pool was saturated: raised (``ABORT``), run by the caller,
+    dropped, or evicted by ``DISCARD_OLDEST``. ``ThreadPool`` does not count a submit after
+    shutdown (it raises before the task is taken in); ``MonitoredExecutor`` counts every
+    exception the inner ``submit`` raised."""
     abandoned_total: int
     # derived, percent; None when the denominator is unknown or unbounded
     liveness_pct: float | None
@@ -371,8 +376,10 @@ class ThreadPool(Executor):
     def set_core_size(self, core_size: int) -> None:
         """Change the number of core threads at run time (JUC ``setCorePoolSize``).
 
-        Growing starts threads at once for tasks waiting in the queue; shrinking lets idle
-        threads above the new core exit after ``keep_alive``.
+        Growing starts threads at once for tasks waiting in the queue (at most one per queued
+        task, up to the new core); shrinking lets idle threads above the new core exit after
+        ``keep_alive`` without work (an idle core thread notices the change within
+        ``keep_alive``, or 1 s when it is 0).
 
         Raises:
             ValueError: ``core_size < 0`` or ``core_size > max_size``.
@@ -385,7 +392,8 @@ class ThreadPool(Executor):
             if self._pool_size > core_size:
                 wake = self._idle  # idle core waiters re-evaluate: they now time out
             elif delta > 0:
-                for _ in range(min(delta, self._queued)):
+                # like JUC: at most one new core thread per queued task, up to the new core
+                for _ in range(min(delta, self._queued, core_size - self._pool_size)):
                     self._add_worker_locked(None)
         for _ in range(wake):
             self._tokens.put(None)
@@ -531,8 +539,7 @@ class ThreadPool(Executor):
             self._threads.discard(t)
             self._pool_size -= 1
             raise
-        if self._pool_size > self._largest_pool_size:
-            self._largest_pool_size = self._pool_size
+        self._largest_pool_size = max(self._largest_pool_size, self._pool_size)
 
     def _poll_locked(self) -> _PoolFuture | None:
         """Pop the oldest live queued task, dropping cancelled entries on the way."""
@@ -562,15 +569,20 @@ class ThreadPool(Executor):
 
     # ------------------------------------------------------------------ workers
     def _work(self, first: _PoolFuture | None) -> None:
-        """A worker thread: run the first task, then one queued task per token taken."""
+        """A worker thread: run the first task, then queued ones until it retires.
+
+        After a task it takes the next queued one in the same lock section that counts the
+        finished one (and then the token of that task, if no other worker holds it); it waits
+        for a token only when the queue is empty.
+        """
         lock = self._lock
         tokens = self._tokens
         mono = time.monotonic
         f = first
-        wait: float | None = None
+        nxt: _PoolFuture | float
         if f is None:
             with lock:
-                wait = self._before_wait_locked()
+                nxt = self._next_locked(False)
         while True:
             if f is not None:
                 fn, args, kwargs = f._fn, f._args, f._kwargs
@@ -582,12 +594,12 @@ class ThreadPool(Executor):
                     start = mono()
                     try:
                         result = fn(*args, **kwargs)
-                    except BaseException as exc:
-                        wait = self._finish(f, start, mono(), True)
+                    except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
+                        nxt = self._finish(f, start, mono(), True)
                         f.set_exception(exc)
                         del exc
                     else:
-                        wait = self._finish(f, start, mono(), False)
+                        nxt = self._finish(f, start, mono(), False)
                         f.set_result(result)
                         del result
                 else:
@@ -597,38 +609,30 @@ class ThreadPool(Executor):
                         self._cancelled += 1
                         if f._abandoned:
                             self._abandoned_running -= 1
-                        wait = self._before_wait_locked()
+                        nxt = self._next_locked(False)
                 del fn, args, kwargs
-                f = None
-            if wait == _RETIRE:
+            if isinstance(nxt, _PoolFuture):
+                f = nxt
+                try:  # its token: a worker woken by it would find nothing to do
+                    tokens.get_nowait()
+                except queue.Empty:
+                    pass
+                continue
+            if nxt == _RETIRE:
                 return
             try:
-                tokens.get(True, wait)
+                tokens.get(True, nxt)
             except queue.Empty:
                 timed_out = True
             else:
                 timed_out = False
             with lock:
                 self._idle -= 1
-                size = self._pool_size
-                if size > self._max_size and (size > 1 or not self._queued):
-                    self._retire_locked()
-                    return
-                f = self._poll_locked()
-                if f is not None:
-                    f._tstate = _RUNNING
-                    self._active += 1
-                    if f._abandoned:
-                        self._abandoned_running += 1
-                        self._abandoned_total += 1
-                elif self._shutdown or (timed_out and size > self._core_size):
-                    self._retire_locked()
-                    return
-                else:
-                    wait = self._before_wait_locked()
+                nxt = self._next_locked(timed_out)
+            f = None
 
-    def _finish(self, f: _PoolFuture, start: float, end: float, failed: bool) -> float | None:
-        """Count a task that ran, then get ready to wait (see ``_before_wait_locked``)."""
+    def _finish(self, f: _PoolFuture, start: float, end: float, failed: bool) -> _PoolFuture | float:
+        """Count a task that ran, then take the next one (see ``_next_locked``)."""
         with self._lock:
             f._tstate = _DONE
             self._active -= 1
@@ -645,23 +649,40 @@ class ThreadPool(Executor):
             self._runs[i] = run
             self._wait_total += wait
             self._run_total += run
-            return self._before_wait_locked()
+            return self._next_locked(False)
 
-    def _before_wait_locked(self) -> float | None:
-        """Retire this worker if it is surplus, else count it idle.
+    def _next_locked(self, timed_out: bool) -> _PoolFuture | float:
+        """What an idle worker does next: a queued task to run, or retire, or wait.
+
+        Args:
+            timed_out: The worker's last wait for a token timed out.
 
         Returns:
-            ``_RETIRE`` if the worker has retired, else the timeout of its wait for a token:
-            ``keep_alive`` above core, ``None`` (no limit) for a core thread.
+            The task to run (already counted active), ``_RETIRE`` if the worker has retired,
+            or the timeout of its wait for a token (it is counted idle).
         """
         size = self._pool_size
-        if (size > self._max_size and (size > 1 or not self._queued)) or (
-            self._shutdown and not self._queued
-        ):
+        if size > self._max_size and (size > 1 or not self._queued):
+            self._retire_locked()
+            return _RETIRE
+        f = self._poll_locked()
+        if f is not None:
+            f._tstate = _RUNNING
+            self._active += 1
+            if f._abandoned:
+                self._abandoned_running += 1
+                self._abandoned_total += 1
+            return f
+        if self._shutdown or (timed_out and size > self._core_size):
             self._retire_locked()
             return _RETIRE
         self._idle += 1
-        return self._keep_alive if size > self._core_size else None
+        if size > self._core_size:
+            return self._keep_alive
+        # A core thread waits for a token, but not forever: the wake-up tokens that resizing
+        # puts are anonymous, and one thread may take several, so every idle thread re-reads
+        # the sizes at least this often (JUC interrupts its idle workers instead).
+        return self._keep_alive or 1.0
 
     def _retire_locked(self) -> None:
         self._pool_size -= 1
@@ -859,7 +880,399 @@ def _run_inline(f: _PoolFuture) -> None:
         return
     try:
         result = fn(*args, **kwargs)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
         f.set_exception(exc)
     else:
         f.set_result(result)
+
+
+class _Tracked:
+    """One task submitted through a ``MonitoredExecutor``; the callable the inner pool runs.
+
+    ``state`` is written by the thread that moves the task on (submitter, worker or the
+    monitor's cancel scan); ``abandoned`` and ``counted`` are guarded by the monitor's lock.
+    The rest is written once before the task is handed to the inner executor.
+    """
+
+    __slots__ = ("abandoned", "args", "counted", "fn", "kwargs", "mon", "state", "submitted_at")
+
+    def __init__(
+        self, mon: MonitoredExecutor, fn: Callable[..., Any] | None, args: tuple[Any, ...],
+        kwargs: dict[str, Any], submitted_at: float,
+    ) -> None:
+        self.mon = mon
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.state = _QUEUED
+        self.submitted_at = submitted_at
+        self.abandoned = False
+        self.counted = False  # abandoned and already added to abandoned_total
+
+    def __call__(self) -> Any:
+        """Run the task in the inner executor's thread; counts go to this thread's stats."""
+        mon = self.mon
+        fn = self.fn
+        self.fn = None
+        assert fn is not None
+        try:
+            st: _ThreadStats = mon._tls.stats
+        except AttributeError:
+            st = mon._register_thread()
+        mon._waiting.pop(self, None)
+        self.state = _RUNNING
+        started, completed, failures = st.counts
+        st.counts = (started + 1, completed, failures)
+        mono = time.monotonic
+        start = mono()
+        failed = True
+        try:
+            result = fn(*self.args, **self.kwargs)
+            failed = False
+            return result
+        finally:
+            run = mono() - start
+            wait = start - self.submitted_at
+            i = st.samples & _MASK
+            st.samples += 1
+            st.waits[i] = wait
+            st.runs[i] = run
+            st.wait_total += wait
+            st.run_total += run
+            self.state = _DONE  # before completed: whoever counts it done sees it finished
+            started, completed, failures = st.counts
+            st.counts = (started, completed + 1, failures + failed)
+
+    def done(self, future: Future[Any]) -> None:
+        """Done-callback on the inner future, used when tasks run out of process."""
+        mon = self.mon
+        cancelled = future.cancelled()
+        failed = not cancelled and future.exception() is not None
+        with mon._lock:
+            if self.state == _DONE:
+                return
+            self.state = _DONE
+            if cancelled:
+                mon._cancelled += 1
+            else:
+                mon._completed += 1
+                if failed:
+                    mon._failed += 1
+            mon._pending.pop(id(self), None)
+
+
+class _ThreadStats:
+    """Counters of the tasks one thread ran for a ``MonitoredExecutor``.
+
+    Only the owning thread writes them, so workers never take the monitor's lock. ``counts``
+    (started, completed, failed) is replaced as one tuple, so a snapshot reads a consistent
+    triple for each thread: a thread's started - completed is the task it runs now.
+    """
+
+    __slots__ = ("counts", "run_total", "runs", "samples", "thread", "wait_total", "waits")
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+        self.counts = (0, 0, 0)
+        self.samples = 0
+        self.waits = [0.0] * _RING
+        self.runs = [0.0] * _RING
+        self.wait_total = 0.0
+        self.run_total = 0.0
+
+
+class MonitoredExecutor(Executor):
+    """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
+
+    Args:
+        executor: The executor to wrap (stdlib thread or process pools, loky, dask's
+            ``ClientExecutor``, a :class:`ThreadPool`, ...). ``submit`` and ``shutdown`` are
+            passed through; the wrapper is itself an Executor, so flows run on it.
+        name: The pool's name in metrics; defaults to the inner type's name and a number.
+        in_process: Whether tasks run in threads of this process. Then each task is wrapped to
+            time it and to count it active while it runs, with per-thread counters so worker
+            threads never contend on a lock. Otherwise (process pools, remote executors) the
+            callable is passed through untouched, so it pickles as before, and outcomes are
+            counted by a done-callback (run by whichever thread completes the Future): the
+            timings are ``None`` and ``active_count`` comes from ``Future.running()`` where
+            the executor reports it. Default: True for ``ThreadPoolExecutor`` and ``ThreadPool``.
+
+    Figures the wrapper cannot know are ``None`` in ``metrics()``. Tasks cancelled before they
+    started are found when a snapshot is taken (and now and then on submit), not when they are
+    cancelled.
+    """
+
+    def __init__(
+        self, executor: Executor, *, name: str | None = None, in_process: bool | None = None,
+    ) -> None:
+        self._inner = executor
+        if in_process is None:
+            in_process = isinstance(executor, (ThreadPoolExecutor, ThreadPool)) or (
+                isinstance(executor, MonitoredExecutor) and executor._in_process
+            )
+        self._in_process: bool = in_process
+        self._name = name if name is not None else f"{type(executor).__name__}-{next(_pool_seq)}"
+        module = type(executor).__module__
+        # dask futures never report running(); process pools mark queued calls running early
+        self._running_known = not in_process and not module.startswith("distributed")
+        self._tls = threading.local()  # .stats: the _ThreadStats of the current thread
+        # in_process: tasks handed to the inner executor and not started, with their futures;
+        # single dict operations only (atomic), scanned for cancellations under _lock
+        self._waiting: dict[_Tracked, Future[Any]] = {}
+        self._scan_at = 1 << 16
+        # _lock guards every field below, and each _Tracked's abandoned/counted
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._task_count = 0
+        self._cancelled = 0
+        self._rejected = 0
+        self._completed = 0  # not in_process (done-callbacks); in_process: retired threads
+        self._failed = 0
+        self._retired_started = 0
+        self._retired_wait_total = 0.0
+        self._retired_run_total = 0.0
+        self._stats: list[_ThreadStats] = []
+        self._abandoned: dict[_Tracked, None] = {}  # abandoned tasks not seen finished yet
+        self._abandoned_total = 0
+        self._largest_seen = 0
+        # not in_process: the inner futures not done yet, to ask them running()
+        self._pending: dict[int, Future[Any]] = {}
+
+    @property
+    def executor(self) -> Executor:
+        """The wrapped executor."""
+        return self._inner
+
+    @property
+    def name(self) -> str:
+        """The pool's name in metrics."""
+        return self._name
+
+    @property
+    def max_size(self) -> int | None:
+        """The inner executor's worker count, when it can be read."""
+        return _max_workers_of(self._inner)
+
+    @property
+    def _max_workers(self) -> int | None:  # read by the engine to guess parallelism
+        return _max_workers_of(self._inner)
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
+
+        Raises:
+            Whatever the inner executor's ``submit`` raises (counted as a rejection).
+        """
+        in_process = self._in_process
+        item = _Tracked(self, fn if in_process else None, args, kwargs, time.monotonic())
+        with self._lock:
+            self._task_count += 1
+        try:
+            if in_process:
+                future: Future[Any] = self._inner.submit(item)
+            else:
+                future = self._inner.submit(fn, *args, **kwargs)
+        except BaseException:
+            with self._lock:
+                item.state = _DONE
+                self._rejected += 1
+            raise
+        try:
+            future._taskflow_task = item  # type: ignore[attr-defined]
+        except AttributeError:  # a future class with __slots__: mark_abandoned ignores it
+            pass
+        if in_process:
+            if item.state == _QUEUED:
+                self._waiting[item] = future
+                if len(self._waiting) > self._scan_at:
+                    self._scan_cancelled()
+        else:
+            with self._lock:
+                if item.state != _DONE:
+                    self._pending[id(item)] = future
+            future.add_done_callback(item.done)
+        return future
+
+    def _scan_cancelled(self) -> None:
+        """Count tasks cancelled before they started; drop entries of finished tasks."""
+        waiting = self._waiting
+        with self._lock:
+            for item, future in list(waiting.items()):
+                if future.done():
+                    waiting.pop(item, None)
+                    if item.state == _QUEUED and future.cancelled():
+                        item.state = _CLAIMED
+                        self._cancelled += 1
+            self._scan_at = max(1 << 16, 2 * len(waiting))
+
+    def _register_thread(self) -> _ThreadStats:
+        st = _ThreadStats(threading.current_thread())
+        self._tls.stats = st
+        with self._lock:
+            # fold the counts of threads that have exited, so the list stays short
+            for old in [s for s in self._stats if not s.thread.is_alive()]:
+                self._stats.remove(old)
+                started, completed, failed = old.counts
+                self._retired_started += started
+                self._completed += completed
+                self._failed += failed
+                self._retired_wait_total += old.wait_total
+                self._retired_run_total += old.run_total
+            self._stats.append(st)
+        return st
+
+    def mark_abandoned(self, future: Future[Any]) -> None:
+        """Count ``future``'s task as abandoned while it still runs (see ``ThreadPool``).
+
+        Out of process, a task not done yet counts as running.
+        """
+        item = getattr(future, "_taskflow_task", None)
+        if not isinstance(item, _Tracked) or item.mon is not self:
+            return
+        with self._lock:
+            if item.abandoned or item.state == _DONE or item.state == _CLAIMED:
+                return
+            item.abandoned = True
+            self._abandoned[item] = None
+            if item.state == _RUNNING or not self._in_process:
+                item.counted = True
+                self._abandoned_total += 1
+        inner_mark = getattr(self._inner, "mark_abandoned", None)
+        if inner_mark is not None:
+            inner_mark(future)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the inner executor down (see ``concurrent.futures.Executor.shutdown``)."""
+        with self._lock:
+            self._shutdown = True
+        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def worker_native_ids(self) -> list[int]:
+        """OS thread ids of the inner pool's threads, when they can be read."""
+        ids = getattr(self._inner, "worker_native_ids", None)
+        if callable(ids):
+            return list(ids())
+        threads: Iterable[threading.Thread] = getattr(self._inner, "_threads", ()) or ()
+        return [t.native_id for t in list(threads) if t.native_id is not None]
+
+    def metrics(self) -> PoolMetrics:
+        """A snapshot of the counts; figures this executor cannot give are ``None``."""
+        inner = self._inner
+        base = inner.metrics() if isinstance(inner, (ThreadPool, MonitoredExecutor)) else None
+        size = base.pool_size if base is not None else _pool_size_of(inner)
+        if self._in_process:
+            self._scan_cancelled()
+        waits: list[float] = []
+        runs: list[float] = []
+        with self._lock:
+            # task_count is read after the threads' counts: a task is counted submitted before
+            # it can start, so queued = task_count - started - ... is never negative
+            failed, completed = self._failed, self._completed
+            started = self._retired_started
+            wait_total, run_total = self._retired_wait_total, self._retired_run_total
+            stats = list(self._stats)
+            for st in stats:
+                s_, c_, f_ = st.counts
+                started += s_
+                completed += c_
+                failed += f_
+                wait_total += st.wait_total
+                run_total += st.run_total
+            for st in stats:
+                n = st.samples
+                waits += st.waits if n >= _RING else st.waits[:n]
+                runs += st.runs if n >= _RING else st.runs[:n]
+            pending = list(self._pending.values())
+            ab_running = 0
+            for item in list(self._abandoned):
+                state = item.state
+                if state != _QUEUED and state != _CLAIMED and not item.counted:
+                    item.counted = True  # it started after it was marked
+                    self._abandoned_total += 1
+                if state == _RUNNING or (state == _QUEUED and not self._in_process):
+                    ab_running += 1
+                elif state != _QUEUED:
+                    del self._abandoned[item]
+            tasks, cancelled, rejected = self._task_count, self._cancelled, self._rejected
+            ab_total = self._abandoned_total
+            shut = self._shutdown
+            if size is not None and size > self._largest_seen:
+                self._largest_seen = size
+            largest = self._largest_seen if size is not None else None
+        active_count: int | None
+        queue_size: int | None
+        if self._in_process:
+            active_count = max(0, started - completed)
+            queue_size = max(0, tasks - started - cancelled - rejected)
+        else:
+            not_done = tasks - completed - cancelled - rejected
+            # out of process, "queued" would be every task not done: split it where running()
+            # means something
+            if self._running_known:
+                active_count = sum(1 for f in pending if f.running())
+                queue_size = max(0, not_done - active_count)
+            else:
+                active_count = queue_size = None
+            waits = runs = []
+        max_size = base.max_size if base is not None else _max_workers_of(inner)
+        capacity = base.queue_capacity if base is not None else None
+        shut = shut or getattr(inner, "_shutdown", False) is True or (
+            getattr(inner, "_shutdown_thread", False) is True
+        )
+        if base is not None:
+            largest = base.largest_pool_size
+        elif isinstance(inner, ThreadPoolExecutor):
+            largest = size  # its threads never exit
+        return PoolMetrics(
+            pool_name=self._name,
+            executor_type=type(inner).__name__,
+            core_size=base.core_size if base is not None else None,
+            max_size=max_size,
+            queue_capacity=capacity,
+            keep_alive_s=base.keep_alive_s if base is not None else None,
+            rejection_policy=base.rejection_policy if base is not None else None,
+            pool_size=size,
+            largest_pool_size=largest,
+            active_count=active_count,
+            queue_size=queue_size,
+            queue_remaining_capacity=(
+                None if capacity is None or queue_size is None else max(0, capacity - queue_size)
+            ),
+            abandoned_running=ab_running,
+            is_shutdown=shut,
+            is_terminated=base.is_terminated if base is not None else None,
+            task_count=tasks,
+            completed_task_count=completed,
+            failed_task_count=failed,
+            cancelled_task_count=cancelled,
+            rejected_count=rejected,
+            abandoned_total=ab_total,
+            liveness_pct=_pct(active_count, max_size),
+            peak_load_pct=_pct(largest, max_size),
+            queue_usage_pct=_pct(queue_size, capacity),
+            queue_wait_s=Percentiles.of(waits),
+            run_time_s=Percentiles.of(runs),
+            queue_wait_total_s=wait_total if self._in_process else None,
+            run_time_total_s=run_total if self._in_process else None,
+            timestamp=time.time(),
+            monotonic=time.monotonic(),
+        )
+
+    def __repr__(self) -> str:
+        return f"<MonitoredExecutor {self._name!r} of {self._inner!r}>"
+
+
+def _max_workers_of(executor: Executor) -> int | None:
+    size = getattr(executor, "max_size", None)
+    if not isinstance(size, int):
+        size = getattr(executor, "_max_workers", None)
+    return size if isinstance(size, int) else None
+
+
+def _pool_size_of(executor: Executor) -> int | None:
+    """Live workers of a stdlib (or look-alike) pool, read from its private fields."""
+    if isinstance(executor, ProcessPoolExecutor) or hasattr(executor, "_processes"):
+        procs = getattr(executor, "_processes", None)
+        return len(procs) if isinstance(procs, dict) else None
+    threads = getattr(executor, "_threads", None)
+    return len(threads) if isinstance(threads, (set, list)) else None

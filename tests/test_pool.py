@@ -1,0 +1,765 @@
+"""ThreadPool and MonitoredExecutor: JSR-166 TCK ThreadPoolExecutorTest shapes, metrics invariants.
+
+Tasks that must stay busy wait on a gate (an Event released by the fixture at teardown) and
+report that they started through a Semaphore; nothing is ordered by sleeping.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import (
+    CancelledError,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
+from typing import Any
+
+import pytest
+from conftest import LONG, SHORT
+from pydantic import ValidationError
+
+from taskflow.errors import RejectedExecutionError, TaskflowError
+from taskflow.pool import MonitoredExecutor, PoolMetrics, RejectionPolicy, ThreadPool
+
+
+class Gates:
+    """A gate blocked tasks wait on, and a semaphore they release when they start."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.started = threading.Semaphore(0)
+
+    def blocker(self, value: Any = None) -> Any:
+        self.started.release()
+        assert self.gate.wait(LONG), "gate never opened"
+        return value
+
+    def await_started(self, n: int) -> None:
+        for _ in range(n):
+            assert self.started.acquire(timeout=LONG), "task did not start"
+
+
+@pytest.fixture
+def gates() -> Iterator[Gates]:
+    g = Gates()
+    yield g
+    g.gate.set()
+
+
+@pytest.fixture
+def make_pool(gates: Gates) -> Iterator[Callable[..., ThreadPool]]:
+    """Build pools; at teardown open the gate, shut them down and require they terminate."""
+    pools: list[ThreadPool] = []
+
+    def make(*args: Any, **kwargs: Any) -> ThreadPool:
+        pool = ThreadPool(*args, **kwargs)
+        pools.append(pool)
+        return pool
+
+    yield make
+    gates.gate.set()
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for pool in pools:
+        assert pool.await_termination(LONG), f"{pool!r} did not terminate"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = LONG) -> None:
+    """Poll a condition the pool reaches on its own (a thread exiting after keep-alive)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def conserved(m: PoolMetrics) -> bool:
+    assert m.active_count is not None and m.queue_size is not None
+    return m.task_count == (
+        m.completed_task_count + m.cancelled_task_count + m.rejected_count + m.active_count
+        + m.queue_size
+    )
+
+
+# ---------------------------------------------------------------------- construction
+@pytest.mark.parametrize(
+    ("args", "kwargs", "fragment"),
+    [
+        ((-1,), {}, "core_size"),
+        ((1, 0), {}, "max_size"),
+        ((3, 2), {}, "max_size (2) must be >= core_size (3)"),
+        ((1,), {"queue_capacity": -1}, "queue_capacity"),
+        ((1,), {"keep_alive": -0.5}, "keep_alive"),
+    ],
+)
+def test_constructor_rejects_bad_sizes(args: tuple[int, ...], kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValueError, match="must be") as info:
+        ThreadPool(*args, **kwargs)
+    assert fragment in str(info.value)
+
+
+def test_unknown_rejection_policy_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        ThreadPool(1, rejection="drop_everything")
+
+
+def test_defaults_and_the_fields_the_engine_reads(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(3)
+    assert (pool.core_size, pool.max_size, pool._max_workers) == (3, 3, 3)
+    assert pool.queue_capacity is None and pool.keep_alive == 60.0
+    assert pool.rejection is RejectionPolicy.ABORT
+    assert make_pool(0).max_size == 1
+    assert make_pool(1, rejection="caller_runs").rejection is RejectionPolicy.CALLER_RUNS
+    assert isinstance(pool, Executor)
+
+
+def test_rejected_execution_error_is_a_runtime_error() -> None:
+    assert issubclass(RejectedExecutionError, RuntimeError)
+    assert issubclass(RejectedExecutionError, TaskflowError)
+
+
+# ---------------------------------------------------------------------- JUC sizing semantics
+def test_below_core_every_submit_starts_a_thread(make_pool: Callable[..., ThreadPool]) -> None:
+    """TCK testGetPoolSize: a new core thread per task even when the others are idle."""
+    pool = make_pool(3, 3)
+    for expected in (1, 2, 3):
+        pool.submit(int).result(timeout=LONG)
+        assert pool.metrics().pool_size == expected
+    pool.submit(int).result(timeout=LONG)
+    assert pool.metrics().pool_size == 3
+
+
+def test_saturation_queues_then_grows_to_max_then_rejects(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    """TCK testSaturatedExecute: core threads, then the queue, then up to max, then reject."""
+    pool = make_pool(2, 4, queue_capacity=2)
+    futures = [pool.submit(gates.blocker, i) for i in range(2)]
+    gates.await_started(2)
+    m = pool.metrics()
+    assert (m.pool_size, m.active_count, m.queue_size) == (2, 2, 0)
+
+    futures += [pool.submit(gates.blocker, i) for i in range(2, 4)]
+    m = pool.metrics()
+    assert (m.pool_size, m.queue_size, m.queue_remaining_capacity) == (2, 2, 0)
+    assert m.queue_usage_pct == 100.0
+
+    futures += [pool.submit(gates.blocker, i) for i in range(4, 6)]
+    gates.await_started(2)
+    m = pool.metrics()
+    assert (m.pool_size, m.active_count, m.queue_size, m.largest_pool_size) == (4, 4, 2, 4)
+    assert m.liveness_pct == 100.0
+
+    with pytest.raises(RejectedExecutionError, match="saturated"):
+        pool.submit(gates.blocker, 99)
+    m = pool.metrics()
+    assert (m.rejected_count, m.task_count) == (1, 7)
+    assert conserved(m)
+
+    gates.gate.set()
+    assert sorted(f.result(timeout=LONG) for f in futures) == list(range(6))
+    m = pool.metrics()
+    assert (m.completed_task_count, m.active_count, m.queue_size) == (6, 0, 0)
+    assert m.task_count == m.completed_task_count + m.rejected_count
+
+
+def test_unbounded_queue_never_grows_past_core(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 4)
+    futures = [pool.submit(gates.blocker) for _ in range(5)]
+    gates.await_started(1)
+    m = pool.metrics()
+    assert (m.pool_size, m.active_count, m.queue_size) == (1, 1, 4)
+    assert m.queue_capacity is None and m.queue_usage_pct is None
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+    assert all(f.done() for f in futures)
+
+
+def test_zero_core_keeps_one_thread_for_queued_work(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(0, 3)
+    assert pool.submit(lambda: 42).result(timeout=LONG) == 42
+    assert pool.metrics().largest_pool_size == 1
+
+
+def test_zero_capacity_is_a_direct_hand_off(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    """queue_capacity=0 behaves like a SynchronousQueue (Executors.newCachedThreadPool)."""
+    pool = make_pool(0, 2, queue_capacity=0)
+    futures = [pool.submit(gates.blocker) for _ in range(2)]
+    gates.await_started(2)
+    assert pool.metrics().pool_size == 2
+    with pytest.raises(RejectedExecutionError):
+        pool.submit(gates.blocker)
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+    # both threads now wait idle (keep_alive 60 s): a hand-off reuses one instead of growing
+    wait_until(lambda: pool._idle == 2)
+    assert pool.submit(lambda: "reused").result(timeout=LONG) == "reused"
+    assert pool.metrics().largest_pool_size == 2
+
+
+# ---------------------------------------------------------------------- rejection policies
+def saturate(pool: ThreadPool, gates: Gates, queued: int) -> list[Future[Any]]:
+    """Fill a 1-thread pool: one running blocker and ``queued`` queued ones."""
+    futures = [pool.submit(gates.blocker, "running")]
+    gates.await_started(1)
+    futures += [pool.submit(gates.blocker, f"queued-{i}") for i in range(queued)]
+    return futures
+
+
+def test_abort_raises_and_counts_the_rejection(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 1, queue_capacity=1)
+    saturate(pool, gates, 1)
+    for _ in range(3):
+        with pytest.raises(RejectedExecutionError):
+            pool.submit(gates.blocker)
+    assert pool.metrics().rejected_count == 3
+
+
+def test_caller_runs_runs_the_task_in_the_submitting_thread(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 1, queue_capacity=1, rejection=RejectionPolicy.CALLER_RUNS)
+    saturate(pool, gates, 1)
+    f = pool.submit(threading.current_thread)
+    assert f.done() and f.result() is threading.current_thread()
+
+    def boom() -> None:
+        raise KeyError("in caller")
+
+    failing = pool.submit(boom)
+    assert isinstance(failing.exception(timeout=0), KeyError)
+    m = pool.metrics()
+    assert m.rejected_count == 2 and m.completed_task_count == 0
+    assert conserved(m)
+
+
+def test_discard_returns_an_already_cancelled_future(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 1, queue_capacity=1, rejection=RejectionPolicy.DISCARD)
+    saturate(pool, gates, 1)
+    ran = threading.Event()
+    f = pool.submit(ran.set)
+    assert f.cancelled()
+    with pytest.raises(CancelledError):
+        f.result(timeout=0)
+    done, _ = wait([f], timeout=0)  # notified, so wait() sees it done
+    assert f in done
+    gates.gate.set()
+    pool.shutdown(wait=True)
+    assert not ran.is_set()
+    m = pool.metrics()
+    assert (m.rejected_count, m.completed_task_count, m.task_count) == (1, 2, 3)
+
+
+def test_discard_oldest_cancels_the_oldest_queued_task(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    """TCK testSaturatedExecute_DiscardOldestPolicy."""
+    pool = make_pool(1, 1, queue_capacity=2, rejection="discard_oldest")
+    running, oldest, second = saturate(pool, gates, 2)
+    newest = pool.submit(gates.blocker, "newest")
+    assert oldest.cancelled()
+    assert oldest in wait([oldest], timeout=0).done
+    m = pool.metrics()
+    assert (m.queue_size, m.rejected_count, m.cancelled_task_count) == (2, 1, 0)
+    assert conserved(m)
+    gates.gate.set()
+    assert [f.result(timeout=LONG) for f in (running, second, newest)] == [
+        "running", "queued-1", "newest",
+    ]
+
+
+def test_discard_oldest_with_nothing_queued_drops_the_new_task(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 1, queue_capacity=0, rejection=RejectionPolicy.DISCARD_OLDEST)
+    saturate(pool, gates, 0)
+    assert pool.submit(gates.blocker).cancelled()
+    assert pool.metrics().rejected_count == 1
+
+
+# ---------------------------------------------------------------------- resizing
+def test_resizing_argument_checks(make_pool: Callable[..., ThreadPool]) -> None:
+    """TCK testPoolSizeInvariants / setCorePoolSize / setMaximumPoolSize IAE cases."""
+    pool = make_pool(2, 4)
+    with pytest.raises(ValueError, match="core_size"):
+        pool.set_core_size(-1)
+    with pytest.raises(ValueError, match="must be >= core_size"):
+        pool.set_core_size(5)
+    with pytest.raises(ValueError, match="max_size"):
+        pool.set_max_size(0)
+    with pytest.raises(ValueError, match="must be >= core_size"):
+        pool.set_max_size(1)
+    assert (pool.core_size, pool.max_size) == (2, 4)
+    pool.set_max_size(6)
+    pool.set_core_size(6)
+    assert (pool.core_size, pool.max_size, pool._max_workers) == (6, 6, 6)
+
+
+def test_growing_core_starts_threads_for_queued_work(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 4)
+    futures = [pool.submit(gates.blocker) for _ in range(4)]
+    gates.await_started(1)
+    assert pool.metrics().queue_size == 3
+    pool.set_core_size(3)
+    gates.await_started(2)
+    m = pool.metrics()
+    assert (m.pool_size, m.active_count, m.queue_size) == (3, 3, 1)
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+
+
+def test_raising_max_lets_a_saturated_pool_grow(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 1, queue_capacity=1)
+    saturate(pool, gates, 1)
+    with pytest.raises(RejectedExecutionError):
+        pool.submit(gates.blocker)
+    pool.set_max_size(2)
+    assert pool._max_workers == 2
+    pool.submit(gates.blocker)
+    gates.await_started(1)
+    assert pool.metrics().pool_size == 2
+
+
+def test_shrinking_max_retires_idle_threads(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1, 3, queue_capacity=1, keep_alive=LONG * 10)
+    futures = saturate(pool, gates, 1) + [pool.submit(gates.blocker) for _ in range(2)]
+    gates.await_started(2)
+    assert pool.metrics().pool_size == 3
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+    pool.set_max_size(1)
+    wait_until(lambda: pool.metrics().pool_size == 1)
+    assert pool.submit(lambda: "still works").result(timeout=LONG) == "still works"
+
+
+def test_shrinking_max_while_busy_retires_threads_as_tasks_end(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(2, 2, keep_alive=LONG * 10)
+    futures = [pool.submit(gates.blocker) for _ in range(2)]
+    gates.await_started(2)
+    pool.set_core_size(1)
+    pool.set_max_size(1)
+    assert pool.metrics().pool_size == 2  # busy threads cannot be retired yet
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+    wait_until(lambda: pool.metrics().pool_size == 1)
+
+
+def test_shrinking_core_lets_idle_threads_time_out(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(3, 3, keep_alive=SHORT)
+    assert pool.prestart_core_threads() == 3
+    pool.set_core_size(1)
+    wait_until(lambda: pool.metrics().pool_size == 1)
+
+
+# ---------------------------------------------------------------------- keep-alive
+def test_threads_above_core_exit_after_keep_alive(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    """TCK testKeepAliveTime shape: extra threads die, core threads stay."""
+    pool = make_pool(1, 3, queue_capacity=1, keep_alive=SHORT)
+    futures = saturate(pool, gates, 1) + [pool.submit(gates.blocker) for _ in range(2)]
+    gates.await_started(2)
+    assert pool.metrics().pool_size == 3
+    gates.gate.set()
+    wait(futures, timeout=LONG)
+    wait_until(lambda: pool.metrics().pool_size == 1)
+    m = pool.metrics()
+    assert (m.largest_pool_size, m.completed_task_count) == (3, 4)
+
+
+# ---------------------------------------------------------------------- shutdown
+def test_submit_after_shutdown_raises_runtime_error(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="cannot schedule new futures after shutdown"):
+        pool.submit(int)
+    assert pool.is_shutdown and pool.is_terminated
+    pool.shutdown()  # idempotent
+
+
+def test_shutdown_lets_queued_tasks_finish(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    futures = saturate(pool, gates, 3)
+    pool.shutdown(wait=False)
+    assert not pool.is_terminated
+    gates.gate.set()
+    assert pool.await_termination(LONG)
+    assert [f.result(timeout=0) for f in futures] == ["running", "queued-0", "queued-1", "queued-2"]
+
+
+def test_shutdown_cancel_futures_cancels_the_queue(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    running, *queued = saturate(pool, gates, 3)
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in queued)
+    assert set(wait(queued, timeout=0).done) == set(queued)
+    m = pool.metrics()
+    assert (m.cancelled_task_count, m.queue_size, m.is_shutdown) == (3, 0, True)
+    gates.gate.set()
+    assert running.result(timeout=LONG) == "running"
+    assert pool.await_termination(LONG)
+    assert pool.metrics().is_terminated
+
+
+def test_await_termination_times_out_while_a_task_runs(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    saturate(pool, gates, 0)
+    pool.shutdown(wait=False)
+    assert pool.await_termination(SHORT) is False
+    gates.gate.set()
+    assert pool.await_termination(LONG)
+
+
+def test_shutdown_from_a_pool_thread_does_not_deadlock(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(2)
+
+    def stop() -> str:
+        pool.shutdown(wait=True)
+        return "stopped"
+
+    assert pool.submit(stop).result(timeout=LONG) == "stopped"
+    assert pool.await_termination(LONG)
+
+
+def test_context_manager_shuts_the_pool_down() -> None:
+    with ThreadPool(2) as pool:
+        assert pool.submit(lambda: 7).result(timeout=LONG) == 7
+    assert pool.is_terminated
+
+
+def test_threads_carry_the_prefix(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(1, thread_name_prefix="orders")
+    name = pool.submit(lambda: threading.current_thread().name).result(timeout=LONG)
+    assert name.startswith("orders-")
+    assert pool.name.startswith("orders-")
+    assert make_pool(1, name="billing").metrics().pool_name == "billing"
+
+
+# ---------------------------------------------------------------------- metrics
+def test_metrics_are_an_immutable_printable_snapshot(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(2)
+    pool.submit(int).result(timeout=LONG)
+    m = pool.metrics()
+    with pytest.raises(ValidationError):
+        m.task_count = 5  # type: ignore[misc]
+    assert m.task_count == 1
+    assert "pool size = 1" in str(m) and "completed tasks = 1" in str(m)
+    assert "Running" in repr(pool)
+    assert PoolMetrics.model_validate_json(m.model_dump_json()) == m
+
+
+def test_timings_are_seconds_and_percentiles_ordered(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(2)
+    for f in [pool.submit(time.sleep, SHORT / 10) for _ in range(20)]:
+        f.result(timeout=LONG)
+    m = pool.metrics()
+    assert m.run_time_s is not None and m.queue_wait_s is not None
+    r = m.run_time_s
+    assert r.count == 20
+    assert SHORT / 10 <= r.min <= r.p50 <= r.p90 <= r.p99 <= r.max < LONG
+    assert r.min <= r.avg <= r.max
+    assert m.run_time_total_s is not None and m.run_time_total_s >= 20 * SHORT / 10
+    assert m.queue_wait_s.min >= 0.0
+
+
+def test_failed_tasks_are_completed_and_failed(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(1)
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    f = pool.submit(boom)
+    assert isinstance(f.exception(timeout=LONG), ValueError)
+    m = pool.metrics()
+    assert (m.completed_task_count, m.failed_task_count) == (1, 1)
+
+
+def test_counters_are_updated_before_the_future_resolves(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(2)
+    for i in range(1, 50):
+        pool.submit(int).result(timeout=LONG)
+        assert pool.metrics().completed_task_count == i
+
+
+def test_cancelling_a_queued_future_takes_it_out_of_the_queue(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    running, first, second = saturate(pool, gates, 2)
+    assert first.cancel()
+    assert first in wait([first], timeout=0).done  # notified at once, not when a worker pops it
+    m = pool.metrics()
+    assert (m.queue_size, m.cancelled_task_count) == (1, 1)
+    assert conserved(m)
+    assert not running.cancel()
+    gates.gate.set()
+    assert second.result(timeout=LONG) == "queued-1"
+    pool.shutdown()
+    m = pool.metrics()
+    assert (m.completed_task_count, m.cancelled_task_count, m.task_count) == (2, 1, 3)
+
+
+def test_many_cancelled_entries_are_compacted(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    saturate(pool, gates, 0)
+    futures = [pool.submit(int) for _ in range(300)]
+    for f in futures[:-1]:
+        f.cancel()
+    assert len(pool._queue) < 300
+    m = pool.metrics()
+    assert (m.queue_size, m.cancelled_task_count) == (1, 299)
+    gates.gate.set()
+    assert futures[-1].result(timeout=LONG) == 0
+
+
+def test_mark_abandoned_counts_a_running_task_until_it_ends(
+    make_pool: Callable[..., ThreadPool], gates: Gates
+) -> None:
+    pool = make_pool(1)
+    running, queued = saturate(pool, gates, 1)
+    pool.mark_abandoned(running)
+    pool.mark_abandoned(running)  # once only
+    pool.mark_abandoned(Future())  # not ours: ignored
+    m = pool.metrics()
+    assert (m.abandoned_running, m.abandoned_total) == (1, 1)
+    pool.mark_abandoned(queued)  # counted when it starts
+    assert pool.metrics().abandoned_running == 1
+    gates.gate.set()
+    queued.result(timeout=LONG)
+    m = pool.metrics()
+    assert (m.abandoned_running, m.abandoned_total) == (0, 2)
+    pool.mark_abandoned(queued)  # done: ignored
+    assert pool.metrics().abandoned_total == 2
+
+
+def test_worker_native_ids_are_the_pool_threads(make_pool: Callable[..., ThreadPool]) -> None:
+    pool = make_pool(2)
+    ids = {pool.submit(threading.get_native_id).result(timeout=LONG) for _ in range(2)}
+    assert ids <= set(pool.worker_native_ids())
+
+
+def test_metrics_invariants_under_load_from_several_threads(
+    make_pool: Callable[..., ThreadPool],
+) -> None:
+    """S5: snapshots in a tight loop from 4 threads while 4 threads submit, fail and cancel."""
+    pool = make_pool(2, 4, queue_capacity=8, rejection=RejectionPolicy.CALLER_RUNS)
+    stop = threading.Event()
+    violations: list[str] = []
+    per_submitter = 400
+
+    def boom() -> None:
+        raise RuntimeError("task failed")
+
+    def submitter(k: int) -> None:
+        for i in range(per_submitter):
+            f = pool.submit(boom if i % 7 == 0 else int)
+            if i % 5 == 0:
+                f.cancel()
+
+    def watcher() -> None:
+        previous: PoolMetrics | None = None
+        while not stop.is_set():
+            m = pool.metrics()
+            assert m.active_count is not None and m.pool_size is not None
+            assert m.queue_size is not None and m.max_size is not None
+            if not (0 <= m.active_count <= m.pool_size <= m.max_size):
+                violations.append(f"sizes {m}")
+            if not (m.largest_pool_size or 0) <= m.max_size:
+                violations.append(f"largest {m}")
+            if not 0 <= m.queue_size <= 8:
+                violations.append(f"queue {m}")
+            if not conserved(m):
+                violations.append(f"conservation {m}")
+            if m.failed_task_count > m.completed_task_count:
+                violations.append(f"failed {m}")
+            if previous is not None:
+                for field in ("task_count", "completed_task_count", "failed_task_count",
+                              "cancelled_task_count", "rejected_count"):
+                    if getattr(m, field) < getattr(previous, field):
+                        violations.append(f"{field} decreased")
+            previous = m
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        watchers = [threading.Thread(target=watcher, name=f"watch-{i}") for i in range(4)]
+        submitters = [threading.Thread(target=submitter, args=(i,), name=f"sub-{i}") for i in range(4)]
+        for t in watchers + submitters:
+            t.start()
+        for t in submitters:
+            t.join(LONG)
+        pool.shutdown(wait=True)
+        stop.set()
+        for t in watchers:
+            t.join(LONG)
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert not violations, violations[:5]
+    m = pool.metrics()
+    assert m.task_count == 4 * per_submitter
+    assert m.task_count == m.completed_task_count + m.cancelled_task_count + m.rejected_count
+    assert (m.active_count, m.queue_size, m.pool_size) == (0, 0, 0)
+
+
+# ---------------------------------------------------------------------- MonitoredExecutor
+@pytest.fixture
+def monitored(gates: Gates) -> Iterator[Callable[[Executor], MonitoredExecutor]]:
+    wrapped: list[MonitoredExecutor] = []
+
+    def wrap(executor: Executor, **kwargs: Any) -> MonitoredExecutor:
+        mon = MonitoredExecutor(executor, **kwargs)
+        wrapped.append(mon)
+        return mon
+
+    yield wrap
+    gates.gate.set()
+    for mon in wrapped:
+        mon.shutdown(wait=True, cancel_futures=True)
+
+
+def test_monitored_thread_pool_executor_counts(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates
+) -> None:
+    mon = monitored(ThreadPoolExecutor(2, thread_name_prefix="taskflow-test"))
+    assert isinstance(mon, Executor) and mon.max_size == 2 and mon._max_workers == 2
+    running = [mon.submit(gates.blocker, i) for i in range(2)]
+    gates.await_started(2)
+    queued = [mon.submit(gates.blocker, i) for i in range(2, 5)]
+    assert queued[0].cancel()
+    m = mon.metrics()
+    assert (m.active_count, m.queue_size, m.cancelled_task_count, m.task_count) == (2, 2, 1, 5)
+    assert (m.pool_size, m.max_size, m.liveness_pct) == (2, 2, 100.0)
+    assert m.core_size is None and m.queue_capacity is None
+    assert conserved(m)
+    mon.mark_abandoned(running[0])
+    assert mon.metrics().abandoned_running == 1
+
+    def boom() -> None:
+        raise OSError("failed")
+
+    failing = mon.submit(boom)
+    gates.gate.set()
+    assert isinstance(failing.exception(timeout=LONG), OSError)
+    wait(running + queued, timeout=LONG)
+    m = mon.metrics()
+    assert (m.completed_task_count, m.failed_task_count, m.active_count, m.queue_size) == (5, 1, 0, 0)
+    assert (m.abandoned_running, m.abandoned_total) == (0, 1)
+    assert m.run_time_s is not None and m.run_time_s.count == 5
+    assert m.task_count == m.completed_task_count + m.cancelled_task_count
+
+
+def test_monitored_executor_counts_inner_rejections(monitored: Callable[..., MonitoredExecutor]) -> None:
+    inner = ThreadPoolExecutor(1)
+    mon = monitored(inner)
+    inner.shutdown()
+    with pytest.raises(RuntimeError):
+        mon.submit(int)
+    m = mon.metrics()
+    assert (m.task_count, m.rejected_count, m.is_shutdown) == (1, 1, True)
+
+
+def test_monitored_thread_pool_reports_its_configuration(
+    monitored: Callable[..., MonitoredExecutor], make_pool: Callable[..., ThreadPool]
+) -> None:
+    pool = make_pool(1, 3, queue_capacity=4, rejection="discard")
+    mon = monitored(pool, name="api")
+    assert mon.submit(lambda: 1).result(timeout=LONG) == 1
+    m = mon.metrics()
+    assert (m.pool_name, m.core_size, m.max_size, m.queue_capacity) == ("api", 1, 3, 4)
+    assert m.rejection_policy == "discard" and m.completed_task_count == 1
+    assert set(mon.worker_native_ids()) == set(pool.worker_native_ids())
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.allow_thread_leak  # ProcessPoolExecutor's management thread ends asynchronously
+def test_monitored_process_pool_passes_the_callable_through(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    mon = monitored(ProcessPoolExecutor(1))
+    futures = [mon.submit(_square, i) for i in range(4)]
+    assert [f.result(timeout=LONG) for f in futures] == [0, 1, 4, 9]
+    m = mon.metrics()
+    assert (m.completed_task_count, m.task_count) == (4, 4)
+    assert m.run_time_s is None and m.queue_wait_s is None  # cannot be timed out of process
+    assert m.executor_type == "ProcessPoolExecutor"
+    assert (m.active_count, m.queue_size) == (0, 0)
+
+
+def test_monitored_executor_invariants_under_load(monitored: Callable[..., MonitoredExecutor]) -> None:
+    mon = monitored(ThreadPoolExecutor(4))
+    stop = threading.Event()
+    violations: list[str] = []
+
+    def watcher() -> None:
+        previous: PoolMetrics | None = None
+        while not stop.is_set():
+            m = mon.metrics()
+            assert m.active_count is not None and m.queue_size is not None
+            if not 0 <= m.active_count <= 4:
+                violations.append(f"active {m}")
+            if m.queue_size < 0 or not conserved(m):
+                violations.append(f"conservation {m}")
+            if previous is not None:
+                for field in ("task_count", "completed_task_count", "failed_task_count",
+                              "cancelled_task_count"):
+                    if getattr(m, field) < getattr(previous, field):
+                        violations.append(f"{field} decreased")
+            previous = m
+
+    def submitter() -> None:
+        for i in range(400):
+            f = mon.submit(int)
+            if i % 9 == 0:
+                f.cancel()
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=watcher) for _ in range(2)]
+        threads += [threading.Thread(target=submitter) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads[2:]:
+            t.join(LONG)
+        mon.shutdown(wait=True)
+        stop.set()
+        for t in threads[:2]:
+            t.join(LONG)
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert not violations, violations[:5]
+    m = mon.metrics()
+    assert m.task_count == 1600 == m.completed_task_count + m.cancelled_task_count
+    assert (m.active_count, m.queue_size) == (0, 0)

@@ -1,0 +1,66 @@
+"""The public API is pinned: adding or removing a name is a deliberate change made here too."""
+
+from __future__ import annotations
+
+import taskflow
+
+PUBLIC = [
+    "Alarm",
+    "CycleError",
+    "DuplicateNameError",
+    "FanInResult",
+    "FanOutNode",
+    "FanOutPolicyError",
+    "FlowDefinitionError",
+    "FlowFailedError",
+    "FlowReport",
+    "FlowResult",
+    "FlowSpec",
+    "FlowTimeoutError",
+    "ForkNode",
+    "FunctionNode",
+    "InvalidNodeError",
+    "ItemTimeoutError",
+    "Join",
+    "JoinNode",
+    "JoinOutput",
+    "MonitoredExecutor",
+    "NodeCancelledError",
+    "NodeReport",
+    "NodeState",
+    "NodeTimeoutError",
+    "Percentiles",
+    "PoolMetrics",
+    "PoolMonitor",
+    "PoolSnapshot",
+    "ProcessMetrics",
+    "RejectedExecutionError",
+    "RejectionPolicy",
+    "ResultNotAvailableError",
+    "ResultState",
+    "SchedulingNode",
+    "SwitchNode",
+    "TaskContext",
+    "TaskScheduling",
+    "TaskSupport",
+    "TaskflowError",
+    "ThreadPool",
+    "Thresholds",
+    "UnknownCaseError",
+    "UpstreamFailedError",
+    "WorkResult",
+    "conductor",
+    "fork_join",
+    "load_spec",
+    "run_async",
+]
+
+
+def test_all_is_pinned():
+    assert sorted(taskflow.__all__) == PUBLIC
+
+
+def test_every_public_name_is_importable_from_the_package():
+    missing = [name for name in PUBLIC if not hasattr(taskflow, name)]
+    assert missing == []
+
