@@ -13,13 +13,13 @@ import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from loguru import logger
 
 from taskflow.conductor_cli import add_graph_parser, add_run_parser
 from taskflow.demo import NODE_NAMES, DemoRun, run_demo
+from taskflow.pool import Percentiles, PoolMetrics, ThreadPool
 from taskflow.result import FlowResult
 
 __all__ = ["build_parser", "format_table", "main"]
@@ -206,16 +206,41 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     # hook lines go where they cannot spoil the JSON on stdout
     echo = err if args.json else out
-    pool = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="demo")
+    pool = ThreadPool(args.workers, thread_name_prefix="demo")
     try:
         run = run_demo(pool, timeout=args.timeout, fail=args.fail, echo=echo)
+        metrics = pool.metrics()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if args.json:
         print(run.result.report().model_dump_json(indent=2), file=out)
     else:
         _print_demo(run, args, out)
+        print(format_metrics(metrics), file=out)
     return EXIT_OK if run.result.ok else EXIT_FLOW_FAILED
+
+
+def format_metrics(m: PoolMetrics) -> str:
+    """A few lines on the pool after the demo: sizes, counts, queue wait and run time."""
+
+    def pct(p: Percentiles | None) -> str:
+        if p is None:
+            return "-"
+        return f"p50 {p.p50 * 1000:.2f} ms, p90 {p.p90 * 1000:.2f} ms, p99 {p.p99 * 1000:.2f} ms"
+
+    return "\n".join([
+        "",
+        f"pool {m.pool_name} after both runs (taskflow.ThreadPool.metrics()):",
+        f"  threads {m.pool_size} (largest {m.largest_pool_size}, core {m.core_size}, "
+        f"max {m.max_size}), active {m.active_count}, queued {m.queue_size}",
+        f"  tasks {m.task_count}: completed {m.completed_task_count}, failed "
+        f"{m.failed_task_count}, cancelled {m.cancelled_task_count}, rejected {m.rejected_count}, "
+        f"abandoned running {m.abandoned_running}",
+        f"  queue wait {pct(m.queue_wait_s)}",
+        f"  run time   {pct(m.run_time_s)}",
+        "  (a flow submits one executor task per drain loop, which runs ready nodes one after "
+        "another)",
+    ])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
