@@ -158,9 +158,10 @@ def test_demo_prints_table_gantt_and_speed_up() -> None:
         r"^node\s+state\s+thread\s+queued ms\s+started ms\s+duration ms$", out, re.MULTILINE
     )
     for name in NODE_NAMES:
-        assert re.search(rf"^{name}\s+SUCCESS\s+demo_\d+\s", out, re.MULTILINE), name
+        assert re.search(rf"^{name}\s+SUCCESS\s+demo-\d+_\d+\s", out, re.MULTILINE), name
     assert "gantt" in out
     assert SPEED_UP.search(out), out
+    assert "ThreadPool.metrics()" in out and "rejected 0" in out, "the demo shows the pool's metrics"
     assert proc.stderr == "", "the library logged without --verbose"
 
 
