@@ -399,24 +399,12 @@ class _Run:
                 # settled while queued or between attempts (a join cancelled it, the run
                 # closed): never start an attempt for it
                 return self._late(i, token, None, None)
-            now = _monotonic()
-            if wr.started_at is None:
-                wr.started_at = now
-                if plan.timeout[i] is not None:
-                    self._arm_node_timeout(i, now)
-            wr.attempts += 1
-            wr.thread = tname
-            if self.debug:
-                self.log.bind(node=plan.names[i]).debug("node {} attempt {} started", plan.names[i], wr.attempts)
-            if plan.has_begin[i] and not self.closed:
-                self._hook(node.on_begin, i, wr.attempts)
+            self._begin_attempt(i, wr, tname, node)
             try:
                 value = node.task(self.ctx, node.param)
                 error: BaseException | None = None
                 if plan.routes[i]:
-                    chosen = node._choose(value)  # type: ignore[attr-defined]
-                    if chosen is not None:
-                        self.chosen[i] = frozenset(plan_pos(plan, c) for c in chosen)
+                    self._route(i, node, value)
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
                 error = exc
                 value = None
@@ -434,19 +422,34 @@ class _Run:
                         return self._next(token)
             return self._complete(i, token, value, error)
 
+    def _begin_attempt(self, i: int, wr: WorkResult[Any], thread: str,
+                       node: SchedulingNode[Any, Any]) -> None:
+        """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
+        ``on_begin``."""
+        if wr.started_at is None:
+            now = _monotonic()
+            wr.started_at = now
+            if self.plan.timeout[i] is not None:
+                self._arm_node_timeout(i, now)
+        wr.attempts += 1
+        wr.thread = thread
+        if self.debug:
+            name = self.plan.names[i]
+            self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
+        if self.plan.has_begin[i] and not self.closed:
+            self._hook(node.on_begin, i, wr.attempts)
+
+    def _route(self, i: int, node: SchedulingNode[Any, Any], value: Any) -> None:
+        """A switch returned ``value``: record which of its sons it chose (or raise)."""
+        chosen = node._choose(value)  # type: ignore[attr-defined]
+        if chosen is not None:
+            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+
     def _start_fanout(self, i: int, token: int, node: SchedulingNode[Any, Any]) -> int:
         """Start node ``i``'s fan-out (taskflow.fanout) and give the loop its next node."""
         from taskflow.fanout import _FanOut
 
-        wr = self.results[i]
-        now = _monotonic()
-        wr.started_at = now
-        wr.attempts = 1
-        wr.thread = _current_thread().name
-        if self.plan.timeout[i] is not None:
-            self._arm_node_timeout(i, now)
-        if self.plan.has_begin[i] and not self.closed:
-            self._hook(node.on_begin, i, 1)
+        self._begin_attempt(i, self.results[i], _current_thread().name, node)
         fan = _FanOut(self, i, node)  # type: ignore[arg-type]
         with self.lock:
             self.fans[i] = fan
@@ -1015,15 +1018,8 @@ class _Run:
             self._start_fanout(i, REMOTE, self.node(i))
             return
         wr = self.results[i]
+        self._begin_attempt(i, wr, type(self.executor).__name__, self.node(i))
         now = _monotonic()
-        if wr.started_at is None:
-            wr.started_at = now
-            if plan.timeout[i] is not None:
-                self._arm_node_timeout(i, now)
-        wr.attempts += 1
-        wr.thread = type(self.executor).__name__
-        if plan.has_begin[i] and not self.closed:
-            self._hook(self.node(i).on_begin, i, wr.attempts)
         defn = plan.nodes[i]
         results = self.results
         fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
@@ -1075,9 +1071,7 @@ class _Run:
             value = fut.result() if error is None else None
         if error is None and self.plan.routes[i]:
             try:
-                chosen = self.plan.nodes[i]._choose(value)  # type: ignore[attr-defined]
-                if chosen is not None:
-                    self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+                self._route(i, self.plan.nodes[i], value)
             except BaseException as exc:  # noqa: BLE001
                 error = exc
         if error is not None:
