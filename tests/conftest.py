@@ -24,6 +24,31 @@ EPS = 0.25 * SCALE
 _ALLOWED_PREFIXES = ("taskflow-timer", "taskflow-coordinator", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
 
 
+
+class HookLog:
+    """Hook calls in order; a call made after the caller saw ``start`` return is flagged late."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.late: list[tuple[str, str]] = []
+        self.returned = False
+        self._lock = threading.Lock()
+
+    def record(self, name: str, kind: str) -> None:
+        with self._lock:
+            self.calls.append((name, kind))
+            if self.returned:
+                self.late.append((name, kind))
+
+    def count(self, name: str, kind: str) -> int:
+        with self._lock:
+            return self.calls.count((name, kind))
+
+    def kinds(self, name: str) -> list[str]:
+        with self._lock:
+            return [k for n, k in self.calls if n == name]
+
+
 def _live_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.is_alive()}
 

@@ -12,7 +12,7 @@ import traceback
 from concurrent.futures import CancelledError
 
 import pytest
-from conftest import EPS, LONG, SHORT
+from conftest import EPS, LONG, SHORT, HookLog
 
 from taskflow import (
     FunctionNode,
@@ -23,30 +23,6 @@ from taskflow import (
     TaskScheduling,
     UpstreamFailedError,
 )
-
-
-class HookLog:
-    """Hook calls in order; a call made after the caller saw ``start`` return is flagged late."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.late: list[tuple[str, str]] = []
-        self.returned = False
-        self._lock = threading.Lock()
-
-    def record(self, name: str, kind: str) -> None:
-        with self._lock:
-            self.calls.append((name, kind))
-            if self.returned:
-                self.late.append((name, kind))
-
-    def count(self, name: str, kind: str) -> int:
-        with self._lock:
-            return self.calls.count((name, kind))
-
-    def kinds(self, name: str) -> list[str]:
-        with self._lock:
-            return [k for n, k in self.calls if n == name]
 
 
 def hooked_class(log: HookLog, raising: str | None = None):

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Executor
 
 import pytest
-from conftest import EPS, LONG, MEDIUM, SHORT
+from conftest import EPS, LONG, MEDIUM, SHORT, HookLog
 
 from taskflow import (
     FlowTimeoutError,
@@ -26,26 +26,6 @@ from taskflow import (
     TaskContext,
     TaskScheduling,
 )
-
-
-class HookLog:
-    """Hook calls in order; a call made after the caller saw ``start`` return is flagged late."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.late: list[tuple[str, str]] = []
-        self.returned = False
-        self._lock = threading.Lock()
-
-    def record(self, name: str, kind: str) -> None:
-        with self._lock:
-            self.calls.append((name, kind))
-            if self.returned:
-                self.late.append((name, kind))
-
-    def count(self, name: str, kind: str) -> int:
-        with self._lock:
-            return self.calls.count((name, kind))
 
 
 def hooked_class(log: HookLog):
