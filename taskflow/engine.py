@@ -47,8 +47,12 @@ Invariants
 * ``pending`` counts nodes not yet settled (terminal *and* their hook returned and sons updated).
   The run finishes when it reaches 0, or when it is closed (deadline or ``ctx.cancel``), and
   ``done`` is set exactly once. After ``closed`` no hook starts, except those of the node that
-  called ``ctx.cancel`` (the run waits for it), and no new node is dispatched.
-* A node's hook runs before its sons are made ready (happens-before), on the thread that ran it.
+  called ``ctx.cancel`` (the run waits for it), and no new node is dispatched. Hooks are
+  admitted under the lock (``hooks_running``), and closing waits up to ``HOOK_GRACE`` for the
+  admitted ones, so none begins after ``start`` has returned.
+* A node's hook runs before its sons are made ready (happens-before): on the thread that ran it,
+  or, for a node settled without running, on the thread that settled it, which updates the
+  node's sons only after that ``on_fail`` returned.
 * ``loops`` counts loops submitted and not exited; a loop stuck in a timed-out node is abandoned
   (not counted) and exits when its task returns.
 """
