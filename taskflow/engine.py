@@ -502,7 +502,8 @@ class _Run:
         hooks: list[int] = []
         has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
         with self.lock:
-            self.fans.pop(i, None)
+            if plan.fanout[i]:
+                self.fans.pop(i, None)
             timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
             if self.code[i] != RUNNING or wr.state is not _DEFAULT:
                 late = True
