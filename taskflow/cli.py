@@ -17,31 +17,20 @@ from typing import TextIO
 
 from loguru import logger
 
-from taskflow.conductor_cli import add_graph_parser, add_run_parser
+from taskflow.conductor_cli import (  # the command's shared exit codes and argument types
+    EXIT_FLOW_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    _budget,
+    _positive_int,
+    add_graph_parser,
+    add_run_parser,
+)
 from taskflow.demo import NODE_NAMES, DemoRun, run_demo
 from taskflow.pool import Percentiles, PoolMetrics, ThreadPool
 from taskflow.result import FlowResult
 
 __all__ = ["build_parser", "format_table", "main"]
-
-EXIT_OK = 0
-EXIT_FLOW_FAILED = 1
-EXIT_USAGE = 2
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _budget(text: str) -> float:
-    value = float(text)
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``taskflow`` command and its subcommands."""
