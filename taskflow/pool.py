@@ -981,6 +981,19 @@ class _ThreadStats:
         self.run_total = 0.0
 
 
+def _items_of(shared: dict[_Tracked, Future[Any]]) -> list[tuple[_Tracked, Future[Any]]]:
+    """A copy of a dict that other threads change without a lock (single operations only).
+
+    Copying can let another thread run (an allocation may start the garbage collector, which
+    may run Python code), and a change in between makes the copy raise: copy again.
+    """
+    while True:
+        try:
+            return list(shared.items())
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+
+
 class MonitoredExecutor(Executor):
     """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
 
@@ -1097,7 +1110,7 @@ class MonitoredExecutor(Executor):
         """Count tasks cancelled before they started; drop entries of finished tasks."""
         waiting = self._waiting
         with self._lock:
-            for item, future in list(waiting.items()):
+            for item, future in _items_of(waiting):
                 if future.done():
                     waiting.pop(item, None)
                     if item.state == _QUEUED and future.cancelled():
