@@ -47,7 +47,7 @@ def make_app(pool: Executor) -> Flask:
         result = TaskScheduling.start(flow, executor=pool, timeout=BUDGET,
                                       context=TaskContext(sku=sku))
         result.raise_for_failure()
-        return jsonify(result.values["aggregate"])
+        return jsonify(result.outputs["aggregate"])
 
     return app
 

@@ -110,7 +110,7 @@ def main(request: Mapping[str, Any] = CLEAN_REQUEST) -> FlowResult:
 
     print(f"request {request['request_id']}: ok={result.ok} in {result.elapsed * 1000:.1f} ms")
     if result.ok:
-        for key, value in result.values["aggregate"].items():
+        for key, value in result.outputs["aggregate"].items():
             print(f"  {key:<10} {value}")
         return result
     for name, wr in result.failed.items():

@@ -108,7 +108,7 @@ def main() -> FlowResult:
         print(f"  {name:<6} {node.state.name:<7} {node.work_result.state.name}")
     print(f"ok={results.ok} in {results.elapsed * 1000:.1f} ms")
     if results.ok:
-        page = results.values["Node5"]
+        page = results.outputs["Node5"]
         print(
             f"page: {page['item']['title']} at {page['price']['price']} USD, "
             f"shop {page['seller']['shop']!r} rated {page['rating']}, "

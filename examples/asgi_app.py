@@ -73,7 +73,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     body: dict[str, Any] = {"sku": sku, "flow_id": result.flow_id,
                             "elapsed_ms": round(result.elapsed * 1000, 1)}
     if result.ok:
-        await respond(send, 200, {**body, "page": result.values["page"]})
+        await respond(send, 200, {**body, "page": result.outputs["page"]})
         return
     timed_out = sorted(n for n, wr in result.failed.items() if wr.state is ResultState.TIMEOUT)
     if timed_out:

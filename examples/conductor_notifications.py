@@ -99,7 +99,7 @@ def main(
         if executor is None:
             pool.shutdown(wait=True)
     print(f"workflow {workflow.name!r}: {workflow.status(result)} in {result.elapsed * 1000:.1f} ms")
-    print("join output:", result.values.get("notification_join_ref"))
+    print("join output:", result.outputs.get("notification_join_ref"))
     print("workflow output:", workflow.output(result, workflow_input))
     print("\nflowchart of the run:\n")
     print(workflow.to_mermaid(result))

@@ -173,7 +173,7 @@ def render(request: HttpRequest, result: FlowResult, sku: str) -> JsonResponse:
         "elapsed_ms": round(result.elapsed * 1000, 1),
     }
     if result.ok:
-        body.update(page=result.values["page"], user=request.headers.get("X-User"))
+        body.update(page=result.outputs["page"], user=request.headers.get("X-User"))
         return JsonResponse(body)
     failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
     timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)

@@ -157,7 +157,7 @@ def render(result: FlowResult, sku: str) -> tuple[Response, int]:
     body = {"sku": sku, "trace_id": g.trace_id, "flow_id": result.flow_id,
             "elapsed_ms": round(result.elapsed * 1000, 1)}
     if result.ok:
-        return jsonify(body, page=result.values["page"], user=g.user), 200
+        return jsonify(body, page=result.outputs["page"], user=g.user), 200
     failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
     timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)
     if timed_out:

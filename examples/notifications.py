@@ -121,7 +121,7 @@ def main(order: str = "o-1001", user: str = "u-42") -> FlowResult:
         wr = result.result_of(name)
         assert wr.finished_at is not None
         print(f"  {name:<22} done at {(wr.finished_at - t0) * 1000:5.0f} ms")
-    print(f"  next step recorded {result.values['record_notifications']}; the webhook, left out "
+    print(f"  next step recorded {result.outputs['record_notifications']}; the webhook, left out "
           "of join_on, did not hold it up")
     return result
 

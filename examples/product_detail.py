@@ -73,7 +73,7 @@ def main(sku: str = "sku-10086") -> FlowResult:
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="detail") as pool:
         result = TaskScheduling.start(AGGREGATE, executor=pool, timeout=1.0, context=ctx)
     result.raise_for_failure()
-    page = result.values["aggregate"]
+    page = result.outputs["aggregate"]
     print(
         f"product-detail page for {sku} in {result.elapsed * 1000:.0f} ms "
         "(the slower side takes 55 ms; the two sides one after the other would take 110 ms):"

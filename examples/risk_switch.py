@@ -144,7 +144,7 @@ def main(amount: float = 120.0, *, stock: int = 10, risk_model: str = "v1") -> F
     states = result.states()
     skipped = [n for n in ("charge", "queue_review", "reject_order") if states[n].name == "SKIPPED"]
     print(f"amount {amount:>7.2f} stock {stock:>2} model {risk_model:<10} -> "
-          f"{result.values['notify_customer']:<24} audit {result.values['audit']}  skipped {skipped}")
+          f"{result.outputs['notify_customer']:<24} audit {result.outputs['audit']}  skipped {skipped}")
     return result
 
 

@@ -703,7 +703,7 @@ class Workflow:
                 :data:`INPUT_KEY`.
 
         Returns:
-            The FlowResult: node name (task reference name) -> node; ``values[ref]`` is a
+            The FlowResult: node name (task reference name) -> node; ``outputs[ref]`` is a
             task's output.
 
         Raises:

@@ -135,7 +135,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         timeout: the budget it had (None: none).
     """
 
-    __slots__ = ("_failed", "_run", "_values", "elapsed", "flow_id", "started_at", "timeout")
+    __slots__ = ("_failed", "_outputs", "_run", "elapsed", "flow_id", "started_at", "timeout")
 
     def __init__(self, run: _Run, elapsed: float) -> None:
         self._run = run
@@ -143,7 +143,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         self.elapsed = elapsed
         self.started_at: float = run.t0
         self.timeout: float | None = None if math.isinf(run.budget) else run.budget
-        self._values: dict[str, Any] | None = None
+        self._outputs: dict[str, Any] | None = None
         self._failed: dict[str, WorkResult[Any]] | None = None
 
     # Mapping
@@ -168,16 +168,19 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
             raise KeyError(name) from None
 
     @property
-    def values(self) -> dict[str, Any]:  # type: ignore[override]  # API.md: an attribute
-        """name -> result of each node that ended SUCCESS."""
-        if self._values is None:
+    def outputs(self) -> dict[str, Any]:
+        """name -> result of each node that ended SUCCESS.
+
+        (Named ``values`` before 0.2; that name clashed with ``Mapping.values()``.)
+        """
+        if self._outputs is None:
             names = self._run.plan.names
-            self._values = {
+            self._outputs = {
                 names[i]: wr.result
                 for i, wr in enumerate(self._run.results)
                 if wr.state is ResultState.SUCCESS
             }
-        return self._values
+        return self._outputs
 
     @property
     def failed(self) -> dict[str, WorkResult[Any]]:

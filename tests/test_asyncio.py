@@ -53,7 +53,7 @@ def test_run_async_returns_the_flow_result(make_executor):
                                    context=TaskContext(offset=1)))
 
     assert result.ok
-    assert result.values == {"src": 2, "left": 3, "right": 3, "sink": 7}
+    assert result.outputs == {"src": 2, "left": 3, "right": 3, "sink": 7}
 
 
 def test_the_event_loop_keeps_running_while_nodes_work(make_executor):
@@ -95,7 +95,7 @@ def test_many_flows_awaited_at_once_share_one_graph_and_pool_without_cross_talk(
 
     results = asyncio.run(main())
 
-    assert [r.values["sink"] for r in results] == [3 * i + 4 for i in range(50)]
+    assert [r.outputs["sink"] for r in results] == [3 * i + 4 for i in range(50)]
     assert len({r.flow_id for r in results}) == 50
 
 
@@ -165,7 +165,7 @@ def test_contextvars_and_log_context_of_the_awaiting_task_reach_the_nodes(
 
     results = asyncio.run(main())
 
-    assert [r.values["read"] for r in results] == [f"req-{i}" for i in range(10)]
+    assert [r.outputs["read"] for r in results] == [f"req-{i}" for i in range(10)]
     trace_of_flow = {r.flow_id: f"req-{i}" for i, r in enumerate(results)}
     warnings = [r for r in taskflow_logs if r["level"].name == "WARNING"]
     assert len(warnings) == 10
@@ -216,7 +216,7 @@ def test_run_async_on_a_process_pool(process_pool):
 
     results = asyncio.run(main())
 
-    assert [r.values["sink"] for r in results] == [3 * i + 4 for i in range(4)]
+    assert [r.outputs["sink"] for r in results] == [3 * i + 4 for i in range(4)]
 
 
 # -- examples/asgi_app.py, driven as an ASGI server would ---------------------------------------

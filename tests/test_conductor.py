@@ -115,7 +115,7 @@ def test_nodes_are_named_by_reference_and_run_with_task_scheduling(pool: ThreadP
     ctx = TaskContext({INPUT_KEY: {"x": 7}})
     result = TaskScheduling.start(wf.nodes, executor=pool, context=ctx)
     assert result.ok
-    assert result.values == {"first_ref": {"x": 7}}
+    assert result.outputs == {"first_ref": {"x": 7}}
     assert wf["first_ref"] is wf.nodes[0]
 
 
@@ -132,7 +132,7 @@ def test_tasks_run_in_sequence_each_reading_the_previous_output(pool: ThreadPool
                                                            "trail": f"${{{prev}.output.trail}}"}))
     result = conductor.load({"tasks": tasks}, {"step": step}).start(executor=pool)
     assert seen == ["a", "b", "c", "d"]
-    assert result.values["d"] == {"trail": "abcd"}
+    assert result.outputs["d"] == {"trail": "abcd"}
 
 
 # -- inputs and outputs -------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_input_parameters_resolve_workflow_input_and_nested_task_outputs(
                                    simple("use", "echo", inputParameters=params)]},
                         {"source": source, "echo": echo})
     result = wf.start({"order": {"id": "o-1"}}, executor=pool)
-    got = result.values["use"]
+    got = result.outputs["use"]
     assert got == {
         "whole": {"name": "ann", "tags": ["a", "b"]},
         "nested": "b",
@@ -191,13 +191,13 @@ def test_a_callable_mutating_its_input_does_not_change_another_tasks_output(
                                    simple("bad", "mutate", inputParameters={"data": "${src.output}"})]},
                         {"src": lambda i: {"items": [1]}, "mutate": mutate})
     result = wf.start(executor=pool)
-    assert result.values["src"] == {"items": [1]}
+    assert result.outputs["src"] == {"items": [1]}
 
 
 def test_outputs_are_dicts_none_is_empty_and_other_values_are_wrapped(pool: ThreadPoolExecutor) -> None:
     wf = conductor.load({"tasks": [simple("none", "none"), simple("value", "value")]},
                         {"none": lambda i: None, "value": lambda i: 42})
-    assert wf.start(executor=pool).values == {"none": {}, "value": {"result": 42}}
+    assert wf.start(executor=pool).outputs == {"none": {}, "value": {"result": 42}}
 
 
 def test_workflow_output_uses_output_parameters_or_the_last_task(pool: ThreadPoolExecutor) -> None:
@@ -225,8 +225,8 @@ def test_join_output_is_keyed_by_the_joined_reference_names(pool: ThreadPoolExec
         simple("after", "echo", inputParameters={"joined": "${join.output}"}),
     ]}, {"echo": echo})
     result = wf.start(executor=pool)
-    assert result.values["join"] == {"a2": {"v": 1}, "b1": {"v": 2}}
-    assert result.values["after"] == {"joined": {"a2": {"v": 1}, "b1": {"v": 2}}}
+    assert result.outputs["join"] == {"a2": {"v": 1}, "b1": {"v": 2}}
+    assert result.outputs["after"] == {"joined": {"a2": {"v": 1}, "b1": {"v": 2}}}
 
 
 def test_notification_example_goes_on_without_waiting_for_the_http_branch(
@@ -253,11 +253,11 @@ def test_notification_example_goes_on_without_waiting_for_the_http_branch(
     result = module.main(executor=pool, registry=registry)
     assert result.ok
     assert http_started.is_set()
-    join = result.values["notification_join_ref"]
+    join = result.outputs["notification_join_ref"]
     assert sorted(join) == ["email_notification_ref", "sms_notification_ref"]
     assert join["email_notification_ref"]["email_sent_to"] == "ann@example.com"
-    assert result.values["record_notifications_ref"]["recorded"] == sorted(join)
-    assert result.values["http_notification_ref"] == {"status": 200}  # it still ran to the end
+    assert result.outputs["record_notifications_ref"]["recorded"] == sorted(join)
+    assert result.outputs["http_notification_ref"] == {"status": 200}  # it still ran to the end
     assert "COMPLETED" in capsys.readouterr().out
 
 
@@ -288,7 +288,7 @@ def test_join_with_empty_join_on_waits_for_the_fork_alone(pool: ThreadPoolExecut
     ]}, {"slow": slow, "after": after})
     result = wf.start(executor=pool, timeout=LONG)
     assert result.ok
-    assert result.values["join"] == {}
+    assert result.outputs["join"] == {}
 
 
 def test_join_on_a_task_in_an_unchosen_switch_case_leaves_it_out(pool: ThreadPoolExecutor) -> None:
@@ -303,7 +303,7 @@ def test_join_on_a_task_in_an_unchosen_switch_case_leaves_it_out(pool: ThreadPoo
     ]}, {"echo": echo})
     result = wf.start({"pick": "a"}, executor=pool)
     assert result.ok
-    assert result.values["join"] == {"in_a": {"v": "a"}, "other": {"v": "o"}}
+    assert result.outputs["join"] == {"in_a": {"v": "a"}, "other": {"v": "o"}}
     assert result.result_of("in_b").state is ResultState.SKIPPED
 
 
@@ -326,9 +326,9 @@ def test_failed_optional_task_appears_in_the_join_output_and_the_workflow_comple
         simple("after", "echo", inputParameters={"email": "${email.output.attempted}"}),
     ]}, {"partial": partial, "broken": broken, "echo": echo})
     result = wf.start(executor=pool)
-    assert result.values["join"] == {"email": {"attempted": "ann@example.com"}, "sms": {},
+    assert result.outputs["join"] == {"email": {"attempted": "ann@example.com"}, "sms": {},
                                      "push": {"ok": True}}
-    assert result.values["after"] == {"email": "ann@example.com"}
+    assert result.outputs["after"] == {"email": "ann@example.com"}
     assert sorted(result.failed) == ["email", "sms"]  # failures are still reported
     assert not result.ok
     assert wf.status(result) == "COMPLETED"
@@ -359,7 +359,7 @@ def test_optional_task_failure_lets_the_next_task_run(pool: ThreadPoolExecutor) 
                                    simple("next", "echo", inputParameters={"o": "${opt.output}"})]},
                         {"broken": broken, "echo": echo})
     result = wf.start(executor=pool)
-    assert result.values["next"] == {"o": {}}
+    assert result.outputs["next"] == {"o": {}}
     assert wf.status(result) == "COMPLETED"
 
 
@@ -381,7 +381,7 @@ def test_switch_runs_the_matching_case_and_skips_the_others(pool: ThreadPoolExec
     result = switch_workflow(default=True).start({"service": "fedex"}, executor=pool)
     assert states(result) == {"route": "SUCCESS", "ship_fedex": "SUCCESS", "track_fedex": "SUCCESS",
                               "ship_ups": "SKIPPED", "ship_manual": "SKIPPED", "done": "SUCCESS"}
-    assert result.values["route"] == {"evaluationResult": ["fedex"], "selectedCase": "fedex"}
+    assert result.outputs["route"] == {"evaluationResult": ["fedex"], "selectedCase": "fedex"}
     assert result.ok
 
 
@@ -389,7 +389,7 @@ def test_switch_runs_the_default_case_for_an_unknown_value(pool: ThreadPoolExecu
     result = switch_workflow(default=True).start({"service": "dhl"}, executor=pool)
     assert states(result)["ship_manual"] == "SUCCESS"
     assert {states(result)[n] for n in ("ship_fedex", "track_fedex", "ship_ups")} == {"SKIPPED"}
-    assert result.values["done"] == {"route": "dhl"}
+    assert result.outputs["done"] == {"route": "dhl"}
 
 
 def test_switch_without_a_matching_case_or_default_runs_no_branch_and_goes_on(
@@ -399,7 +399,7 @@ def test_switch_without_a_matching_case_or_default_runs_no_branch_and_goes_on(
     result = wf.start({"service": "dhl"}, executor=pool)
     assert result.ok, result.failed
     assert {states(result)[n] for n in ("ship_fedex", "track_fedex", "ship_ups")} == {"SKIPPED"}
-    assert result.values["done"] == {"route": "dhl"}
+    assert result.outputs["done"] == {"route": "dhl"}
     assert wf.status(result) == "COMPLETED"
 
 
@@ -410,8 +410,8 @@ def test_task_after_a_switch_runs_after_the_chosen_branch(pool: ThreadPoolExecut
                          simple("s2", "echo", inputParameters={"n": "${s1.output.n}"})]}),
         simple("after", "echo", inputParameters={"last": "${s2.output.n}"}),
     ]}, {"echo": echo})
-    assert wf.start({"kind": "long"}, executor=pool).values["after"] == {"last": 1}
-    assert wf.start({"kind": "short"}, executor=pool).values["after"] == {"last": None}
+    assert wf.start({"kind": "long"}, executor=pool).outputs["after"] == {"last": 1}
+    assert wf.start({"kind": "short"}, executor=pool).outputs["after"] == {"last": None}
 
 
 @pytest.mark.parametrize(("value", "case"), [(True, "true"), (False, "false"), (None, "null"),
@@ -422,7 +422,7 @@ def test_switch_compares_values_as_conductor_text(pool: ThreadPoolExecutor, valu
         case: [simple("hit", "echo")]}, [simple("miss", "echo")])]}, {"echo": echo})
     result = wf.start({"v": value}, executor=pool)
     assert states(result)["hit"] == "SUCCESS"
-    assert result.values["sw"]["selectedCase"] == case
+    assert result.outputs["sw"]["selectedCase"] == case
 
 
 def test_switch_case_with_an_empty_task_list_falls_back_to_the_default(pool: ThreadPoolExecutor) -> None:
@@ -454,7 +454,7 @@ def test_dynamic_fork_runs_the_listed_tasks_and_the_join_outputs_them(pool: Thre
                 "watermark": lambda i: {"marked": True, "input": i}}
     result = conductor.load({"tasks": dynamic_workflow(plan)}, registry).start(executor=pool)
     assert result.ok
-    join = result.values["dyn_join"]
+    join = result.outputs["dyn_join"]
     assert list(join) == ["small", "large", "mark"]
     assert join == {"small": {"width": 100}, "large": {"width": 900},
                     "mark": {"marked": True, "input": {}}}
@@ -470,7 +470,7 @@ def test_dynamic_fork_with_fork_task_inputs_names_forks_as_conductor_does(
         {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
     ]}, {"resize": echo})
     result = wf.start(executor=pool)
-    assert result.values["join"] == {"_resize_0": {"w": 1, "__index": 0},
+    assert result.outputs["join"] == {"_resize_0": {"w": 1, "__index": 0},
                                      "_resize_1": {"w": 2, "__index": 1},
                                      "_resize_2": {"input": "raw", "__index": 2}}
 
@@ -495,7 +495,7 @@ def test_dynamic_fork_tolerates_failed_optional_tasks(pool: ThreadPoolExecutor) 
                             {"plan": lambda i: i["plan"], "flaky": flaky, "ok": echo}
                             ).start(executor=pool)
     assert result.ok
-    assert result.values["dyn_join"] == {"f": {"tried": 1}, "g": {}}
+    assert result.outputs["dyn_join"] == {"f": {"tried": 1}, "g": {}}
 
 
 def test_dynamic_fork_failure_of_a_required_task_fails_the_join(pool: ThreadPoolExecutor) -> None:
@@ -535,7 +535,7 @@ def test_retry_count_from_the_task_definition_retries_the_task(pool: ThreadPoolE
                                                                          "retryLogic": "FIXED"})]},
                         {"flaky": flaky})
     result = wf.start(executor=pool)
-    assert result.values["f"] == {"calls": 3}
+    assert result.outputs["f"] == {"calls": 3}
     assert result.result_of("f").attempts == 3
 
 
@@ -559,7 +559,7 @@ def test_one_workflow_serves_concurrent_runs_with_their_own_inputs(pool: ThreadP
         t.start()
     for t in threads:
         t.join(LONG)
-    assert {w: r.values["after"]["who"] for w, r in results.items()} == {"ann": "ann", "bob": "bob"}
+    assert {w: r.outputs["after"]["who"] for w, r in results.items()} == {"ann": "ann", "bob": "bob"}
 
 
 def test_a_workflow_runs_on_a_process_pool_reading_any_earlier_task() -> None:
@@ -577,8 +577,8 @@ def test_a_workflow_runs_on_a_process_pool_reading_any_earlier_task() -> None:
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
         result = wf.start({"who": "ann"}, executor=executor, timeout=LONG * 3)
     assert wf.status(result) == "COMPLETED", result.failed
-    assert result.values["b"] == {"out": "ann", "in": "ann"}
-    assert result.values["hit"] == {"joined": {"b": {"out": "ann", "in": "ann"},
+    assert result.outputs["b"] == {"out": "ann", "in": "ann"}
+    assert result.outputs["hit"] == {"joined": {"b": {"out": "ann", "in": "ann"},
                                                "c": {"tried": "ann"}},
                                     "c_tried": "ann"}
 

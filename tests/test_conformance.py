@@ -254,7 +254,7 @@ def test_diamond_succeeds_with_the_fathers_results(kind, how):
 
     assert outcome(result) == DIAMOND
     assert result.ok
-    assert result.values == {name: value for name, (_, value) in DIAMOND.items()}
+    assert result.outputs == {name: value for name, (_, value) in DIAMOND.items()}
 
 
 @pytest.mark.parametrize("how", ["start", "submit"])
@@ -456,7 +456,7 @@ def test_task_sees_the_context_its_fathers_and_the_remaining_budget(kind):
 
     result, _ = run(kind, first >> look, timeout=LONG, context=ctx)
 
-    seen = result.values["look"]
+    seen = result.outputs["look"]
     assert seen["user"] == "ann"
     assert seen["father"] == "first value"
     assert seen["flow_id"] == result.flow_id
@@ -476,7 +476,7 @@ def test_result_of_a_node_that_is_not_a_father(kind):
 
     # in this process every finished node can be read; in another only the fathers travel
     expected = "ResultNotAvailableError" if kind.remote else "first value"
-    assert result.values["last"] == expected
+    assert result.outputs["last"] == expected
 
 
 def test_node_options_named_like_dask_submit_options_are_not_swallowed(kind, tmp_path):
@@ -503,7 +503,7 @@ def test_flows_from_many_threads_share_one_executor_without_cross_talk(kind):
         try:
             res = TaskScheduling.start(graph, executor=kind.executor, timeout=LONG,
                                        context=TaskContext(offset=i))
-            results[i] = res.values
+            results[i] = res.outputs
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -73,7 +73,7 @@ def test_article_flow_runs_figure_7_in_dependency_order(capsys: pytest.CaptureFi
         ("Node4", "Node5"),
     ]:
         assert wr[son].started_at >= wr[father].finished_at, f"{son} started before {father} ended"
-    page = result.values["Node5"]
+    page = result.outputs["Node5"]
     assert page["rating"] == 4.8 and page["price"]["price"] == 79.0 and page["user"] == "u-7"
     assert 0 < page["budget_left_s"] <= 5.0
     out = capsys.readouterr().out
@@ -84,7 +84,7 @@ def test_product_detail_runs_both_sides_at_once(capsys: pytest.CaptureFixture[st
     result = example("product_detail").main("sku-10086")
 
     assert result.ok
-    page = result.values["aggregate"]
+    page = result.outputs["aggregate"]
     assert page["price"] == 79.0 and page["stock"] == 42 and page["category"] == "keyboards"
     assert page["recommendations"] == ["keyboards/sku-10087", "keyboards/sku-10090"]
     # the item side did not wait for the product side, as the hand-written stages would
@@ -97,9 +97,9 @@ def test_product_detail_graph_is_reused_across_requests(capsys: pytest.CaptureFi
     second = example("product_detail").main("sku-2")
 
     assert first.flow_id != second.flow_id
-    assert first.values["aggregate"]["price"] == 79.0
-    assert second.values["aggregate"]["price"] == 99.0
-    assert second.values["aggregate"]["product_info"]["sku"] == "sku-2"
+    assert first.outputs["aggregate"]["price"] == 79.0
+    assert second.outputs["aggregate"]["price"] == 99.0
+    assert second.outputs["aggregate"]["product_info"]["sku"] == "sku-2"
 
 
 def test_ad_request_aggregates_the_four_enrichments(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +107,7 @@ def test_ad_request_aggregates_the_four_enrichments(capsys: pytest.CaptureFixtur
     result = ad.main()
 
     assert result.ok
-    assert result.values["aggregate"] == {
+    assert result.outputs["aggregate"] == {
         "request_id": "r-1001",
         "risk": 0.02,
         "bucket": "exp-B",

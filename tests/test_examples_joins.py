@@ -48,14 +48,14 @@ def test_notifications_joins_email_and_sms_only(capsys: pytest.CaptureFixture[st
     result = example("notifications").main(order="o-9", user="u-1")
 
     assert result.ok
-    joined = result.values["notification_join"]
+    joined = result.outputs["notification_join"]
     assert list(joined.results) == ["email_notification", "sms_notification"]
     assert joined.complete and joined.failed == {} and joined.missing == []
     assert joined.results["sms_notification"]["message_id"] == "sms-u-1"
-    assert result.values["record_notifications"] == {
+    assert result.outputs["record_notifications"] == {
         "delivered": ["email_notification", "sms_notification"], "failed": [], "complete": True}
-    assert result.values["http_notification"]["status"] == 202, "the webhook still ran"
-    assert result.values["my_fork_join"] is None
+    assert result.outputs["http_notification"]["status"] == 202, "the webhook still ran"
+    assert result.outputs["my_fork_join"] is None
     assert "record_notifications" in capsys.readouterr().out
 
 
@@ -121,9 +121,9 @@ def test_risk_switch_runs_exactly_one_branch(kwargs, ran, outcome, decision,
         assert states[branch] is expected, branch
         if branch != ran:
             assert result.result_of(branch).attempts == 0, "an unchosen branch never runs"
-    assert result.values["notify_customer"] == f"order o-7: {outcome}"
-    assert result.values["route"] == decision
-    assert result.values["audit"]["decision"] == decision, "the audit always runs"
+    assert result.outputs["notify_customer"] == f"order o-7: {outcome}"
+    assert result.outputs["route"] == decision
+    assert result.outputs["audit"]["decision"] == decision, "the audit always runs"
     # charging waited for both checks
     route = result.result_of("route")
     for check in ("risk_check", "inventory_check"):

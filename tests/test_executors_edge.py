@@ -169,7 +169,7 @@ def test_single_worker_pool_runs_a_200_wide_fan_in(make_executor):
 
     assert result.ok, result.failed
     assert elapsed < LONG
-    assert result.values["join"] == sum(range(200))
+    assert result.outputs["join"] == sum(range(200))
     assert {result[n].work_result.thread for n in result} == {"solo_0"}, (
         "every node runs on the pool"
     )
@@ -187,7 +187,7 @@ def test_single_worker_pool_runs_a_10000_node_chain_without_recursion_error(make
 
     assert result.ok, list(result.failed.items())[:3]
     assert elapsed < LONG
-    assert result.values["n9999"] == 10_000
+    assert result.outputs["n9999"] == 10_000
 
 
 def test_single_worker_pool_runs_a_50_by_20_diamond_lattice(make_executor):
@@ -212,7 +212,7 @@ def test_single_worker_pool_runs_a_50_by_20_diamond_lattice(make_executor):
     expected = 1
     for _ in range(1, depth):
         expected = 1 + (width * expected) % 1_000_003
-    assert {result.values[f"c{depth - 1}_{j}"] for j in range(width)} == {expected}
+    assert {result.outputs[f"c{depth - 1}_{j}"] for j in range(width)} == {expected}
 
 
 # --- X4: nested start on the same single-worker pool -------------------------------------------
@@ -416,7 +416,7 @@ def test_minimal_executor_implementing_only_submit_runs_the_flow(make_executor):
 
     result = TaskScheduling.start(a, executor=executor, timeout=LONG)
 
-    assert result.values == {"a": 1, "b": 2, "c": 3, "d": 6}
+    assert result.outputs == {"a": 1, "b": 2, "c": 3, "d": 6}
 
 
 class InlineExecutor(Executor):
@@ -461,4 +461,4 @@ def test_inline_executor_runs_a_deep_chain_without_recursion_error():
     result, _elapsed = run_timed(nodes[0], executor=InlineExecutor(), timeout=LONG)
 
     assert result.ok, list(result.failed.items())[:3]
-    assert result.values["n2999"] == 3_000
+    assert result.outputs["n2999"] == 3_000

@@ -93,7 +93,7 @@ def test_failed_father_fails_children_fast(make_executor):
         assert original in cause_chain(wr.exception), "the father's exception is chained as cause"
     assert result["b"].work_result.exception.__cause__ is original
     assert result["x"].work_result.state is ResultState.SUCCESS
-    assert result.values == {"x": "independent"}
+    assert result.outputs == {"x": "independent"}
     assert set(result.failed) == {"a", "b", "c"}
     assert not result.ok
     # hooks: on_fail once for every failed node, including those failed fast without running
@@ -197,7 +197,7 @@ def test_optional_father_failure_is_tolerated_but_still_reported(make_executor):
     result = TaskScheduling.start(son, executor=make_executor(2), timeout=LONG)
 
     assert result["son"].work_result.state is ResultState.SUCCESS
-    assert result.values == {"good": 1, "son": 2}
+    assert result.outputs == {"good": 1, "son": 2}
     assert set(result.failed) == {"bad"}, "tolerated failures are still failures"
     assert not result.ok
 
@@ -312,7 +312,7 @@ def test_on_success_that_raises_is_logged_and_changes_nothing(make_executor, tas
     result = TaskScheduling.start(a, executor=make_executor(2), timeout=LONG)
 
     assert result.ok
-    assert result.values == {"a": "A", "b": "AB"}
+    assert result.outputs == {"a": "A", "b": "AB"}
     assert result["a"].work_result.state is ResultState.SUCCESS
     assert result["a"].work_result.exception is None
     assert log.kinds("a") == ["begin", "success"]
@@ -351,7 +351,7 @@ def test_on_begin_that_raises_is_logged_and_the_task_still_runs(make_executor, t
     result = TaskScheduling.start(a, executor=make_executor(1), timeout=LONG)
 
     assert result.ok
-    assert result.values == {"a": "A"}
+    assert result.outputs == {"a": "A"}
     assert log.kinds("a") == ["begin", "success"]
     assert _hook_error_logged(taskflow_logs, "a", "begin hook of a is broken")
 
@@ -399,7 +399,7 @@ def test_base_exception_in_a_task_does_not_hang_and_the_worker_survives(make_exe
     after = TaskScheduling.start(
         FunctionNode(lambda c, p: "alive", name="next"), executor=pool, timeout=LONG
     )
-    assert after.values == {"next": "alive"}
+    assert after.outputs == {"next": "alive"}
 
 
 # --- cancellation via ctx.cancel -------------------------------------------------------------
@@ -504,7 +504,7 @@ def test_ctx_cancel_from_the_caller_ends_a_submitted_run_promptly(make_executor,
 def test_raise_if_cancelled_is_silent_while_the_run_is_live(make_executor):
     node = FunctionNode(lambda c, p: c.raise_if_cancelled() or "fine", name="n")
     result = TaskScheduling.start(node, executor=make_executor(1), timeout=LONG)
-    assert result.values == {"n": "fine"}
+    assert result.outputs == {"n": "fine"}
 
 
 # --- C4: late exceptions from abandoned tasks ------------------------------------------------

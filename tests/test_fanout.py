@@ -206,7 +206,7 @@ def test_every_item_runs_once_and_the_fan_in_is_keyed_by_item_id(make_executor):
     assert fi.succeeded == {f"id{i}": i * i for i in range(200)}
     assert fi.failed == {} and fi.missing == [] and fi.duplicates == 0 and fi.total == 200
     assert calls == Counter({f"id{i}": 1 for i in range(200)})
-    assert result.ok and result.values["fan"] is fi
+    assert result.ok and result.outputs["fan"] is fi
 
 
 def test_items_run_on_the_flows_executor_and_see_the_callers_contextvars(make_executor):

@@ -93,9 +93,9 @@ def test_branches_are_serial_chains_that_run_in_parallel(make_executor):
     assert result.ok, "the three first nodes met at a barrier: the branches ran in parallel"
     for b in "xyz":
         assert trace.at(f"{b}1", "end") < trace.at(f"{b}2", "start"), "a branch is a chain"
-    output = result.values["join"]
+    output = result.outputs["join"]
     assert output == JoinOutput({"x2": "x2", "y2": "y2", "z2": "z2"}, {}, [], True)
-    assert result.values["fork"] is None, "the fork has no output"
+    assert result.outputs["fork"] is None, "the fork has no output"
 
 
 def test_branch_left_out_of_join_on_does_not_block_the_join(make_executor, gate):
@@ -114,10 +114,10 @@ def test_branch_left_out_of_join_on_does_not_block_the_join(make_executor, gate)
 
     assert trace.at("summary", "end") < trace.at("http", "end"), (
         "the join's son ran while the http branch was still running")
-    assert result.values["summary"] == ["email", "sms"]
+    assert result.outputs["summary"] == ["email", "sms"]
     assert result["http"].work_result.state is SUCCESS, (
         "start returns only once the excluded branch finished too")
-    assert result.values["http"] == "delivered"
+    assert result.outputs["http"] == "delivered"
 
 
 def test_join_on_accepts_nodes_as_well_as_names(make_executor):
@@ -127,7 +127,7 @@ def test_join_on_accepts_nodes_as_well_as_names(make_executor):
 
     assert fork.join_node.father_handler == [a, c], "duplicates are dropped, order kept"
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
-    assert list(result.values["join"].results) == ["a", "c"]
+    assert list(result.outputs["join"].results) == ["a", "c"]
 
 
 def test_join_on_a_middle_node_lets_the_rest_of_its_branch_run_on(make_executor, gate):
@@ -145,8 +145,8 @@ def test_join_on_a_middle_node_lets_the_rest_of_its_branch_run_on(make_executor,
 
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["join"].results == {"first": "first", "other": "other"}
-    assert result.values["rest"] == "rest"
+    assert result.outputs["join"].results == {"first": "first", "other": "other"}
+    assert result.outputs["rest"] == "rest"
 
 
 def test_empty_join_on_means_the_join_waits_for_nothing_but_the_fork(make_executor, gate):
@@ -163,8 +163,8 @@ def test_empty_join_on_means_the_join_waits_for_nothing_but_the_fork(make_execut
     result = TaskScheduling.start(fork, executor=make_executor(3), timeout=LONG)
 
     assert fork.join_node.father_handler == [fork]
-    assert result.values["join"] == JoinOutput({}, {}, [], True), "the fork is not reported"
-    assert result.values["slow0"] == result.values["slow1"] == "late"
+    assert result.outputs["join"] == JoinOutput({}, {}, [], True), "the fork is not reported"
+    assert result.outputs["slow0"] == result.outputs["slow1"] == "late"
 
 
 def test_fork_join_can_follow_and_precede_other_nodes(make_executor):
@@ -178,8 +178,8 @@ def test_fork_join_can_follow_and_precede_other_nodes(make_executor):
 
     result = TaskScheduling.start(request, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["done"] == ["u-1:a", "u-1:b"]
-    assert result.values["fan"] is None
+    assert result.outputs["done"] == ["u-1:a", "u-1:b"]
+    assert result.outputs["fan"] is None
 
 
 def test_a_custom_join_node_and_merge_compute_the_joined_value(make_executor):
@@ -191,7 +191,7 @@ def test_a_custom_join_node_and_merge_compute_the_joined_value(make_executor):
 
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["total"] == 3
+    assert result.outputs["total"] == 3
 
 
 def test_any_node_can_be_the_join(make_executor):
@@ -199,7 +199,7 @@ def test_any_node_can_be_the_join(make_executor):
 
     fork = fork_join([[leaf("a", lambda c: 1)], [leaf("b", lambda c: 2)]], join=join)
 
-    assert TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG).values["join"] == 3
+    assert TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG).outputs["join"] == 3
 
 
 # --- failures and policies ----------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_failure_in_a_branch_outside_join_on_does_not_fail_the_join(make_executo
 
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["join"] == JoinOutput({"email": "email"}, {}, [], True)
+    assert result.outputs["join"] == JoinOutput({"email": "email"}, {}, [], True)
     assert set(result.failed) == {"http"} and not result.ok, "the failure is still reported"
 
 
@@ -237,7 +237,7 @@ def test_optional_branch_failure_is_tolerated_and_reported_by_the_join(make_exec
 
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
 
-    output = result.values["join"]
+    output = result.outputs["join"]
     assert output.results == {"email": "email"} and output.failed == {"sms": error}
     assert not output.complete
     assert not result.ok
@@ -256,7 +256,7 @@ def test_best_effort_join_reports_failed_timed_out_and_skipped_branches_honestly
 
     result = TaskScheduling.start(fork, executor=make_executor(4), timeout=LONG)
 
-    output = result.values["join"]
+    output = result.outputs["join"]
     assert output.results == {"ok": "ok"}
     assert output.failed["bad"] is error
     assert isinstance(output.failed["hung"], NodeTimeoutError)
@@ -290,7 +290,7 @@ def test_any_join_takes_the_first_branch_and_cancels_the_others_whole(make_execu
         done.set()
 
     assert slow_returned.wait(LONG) and seen["cancelled"]
-    assert result.values["join"].results == {"fast_1": "fast"}
+    assert result.outputs["join"].results == {"fast_1": "fast"}
     assert states(result, "slow_1", "slow_2", "slow_3") == dict.fromkeys(
         ("slow_1", "slow_2", "slow_3"), CANCELLED), "the whole losing chain is cancelled"
     assert result.ok
@@ -303,7 +303,7 @@ def test_quorum_join_over_branches(make_executor):
     result = TaskScheduling.start(fork, executor=make_executor(1), timeout=LONG)
 
     assert result["join"].work_result.state is SUCCESS
-    assert set(result.values["join"].results) <= {"a", "c"}
+    assert set(result.outputs["join"].results) <= {"a", "c"}
 
 
 # --- validation --------------------------------------------------------------------------------
@@ -346,14 +346,14 @@ def test_a_single_node_is_a_one_node_branch(make_executor):
 
     result = TaskScheduling.start(fork, executor=make_executor(2), timeout=LONG)
 
-    assert list(result.values["join"].results) == ["a", "b2"]
+    assert list(result.outputs["join"].results) == ["a", "b2"]
 
 
 def test_fork_join_graph_can_be_started_many_times(make_executor):
     fork = fork_join([[leaf("a", lambda c: c["n"])], [leaf("b", lambda c: -c["n"])]])
     pool = make_executor(2)
     outputs = [TaskScheduling.start(fork, executor=pool, timeout=LONG, context=TaskContext(n=n))
-               .values["join"].results for n in range(3)]
+               .outputs["join"].results for n in range(3)]
 
     assert outputs == [{"a": n, "b": -n} for n in range(3)]
 
@@ -379,7 +379,7 @@ def test_fork_join_on_a_process_pool():
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         result = TaskScheduling.start(fork, executor=pool, timeout=LONG)
 
-    output = result.values["join"]
+    output = result.outputs["join"]
     assert output.results == {"a": 1, "b": 2}
     # only succeeded fathers' values travel to the worker: the failed one is reported missing
     assert output.missing == ["bad"] and output.failed == {} and not output.complete

@@ -109,7 +109,7 @@ def test_all_runs_when_every_father_succeeded_and_sees_every_value(make_executor
 
     result = TaskScheduling.start([a, b], executor=make_executor(2), timeout=LONG)
 
-    assert result.values == {"a": 1, "b": 2, "son": 3}
+    assert result.outputs == {"a": 1, "b": 2, "son": 3}
     assert result.ok
 
 
@@ -193,7 +193,7 @@ def test_any_runs_on_the_first_success_and_cancels_a_running_father(make_executo
     assert "son" in str(slow_wr.exception), "the reason names the join that no longer needs it"
     assert slow_wr.result is None, "its late result is dropped"
     assert result.ok, "a father cancelled by a join is not a failure"
-    assert "slow" not in result.values
+    assert "slow" not in result.outputs
     assert trace.kinds("slow") == ["start", "fail", "end"], "on_fail once, nothing after the late end"
 
 
@@ -225,7 +225,7 @@ def test_any_late_result_is_logged_as_late_and_never_reaches_the_son(make_execut
     assert seen_by_son == [{"provider_a": 100}]
     assert result["provider_b"].work_result.state is CANCELLED
     assert result["provider_b"].work_result.result is None
-    assert result.values["quote"] is output, "the join's result is unchanged by the late value"
+    assert result.outputs["quote"] is output, "the join's result is unchanged by the late value"
     late = [r for r in taskflow_logs if "late result" in str(r["message"])]
     assert [r["extra"].get("node") for r in late] == ["provider_b"]
 
@@ -269,7 +269,7 @@ def test_any_keeps_a_father_that_another_node_still_waits_for(make_executor):
 
     assert states(result, "fast", "shared", "son", "other") == dict.fromkeys(
         ("fast", "shared", "son", "other"), SUCCESS)
-    assert result.values["other"] == "shared!"
+    assert result.outputs["other"] == "shared!"
 
 
 def test_any_cancellation_reaches_the_fathers_of_a_cancelled_father(make_executor):
@@ -329,7 +329,7 @@ def test_any_runs_when_one_father_succeeds_after_the_others_failed(make_executor
 
     result = TaskScheduling.start(son, executor=make_executor(3), timeout=LONG)
 
-    assert result.values["son"] == "good"
+    assert result.outputs["son"] == "good"
     assert set(result.failed) == {"bad0", "bad1"}, "the tolerated failures are still reported"
 
 
@@ -449,7 +449,7 @@ def test_quorum_of_all_fathers_waits_for_every_one(make_executor):
 
     result = TaskScheduling.start(son, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["son"] == JoinOutput({"a": 1, "b": 2}, {}, [], True)
+    assert result.outputs["son"] == JoinOutput({"a": 1, "b": 2}, {}, [], True)
 
 
 # --- BEST_EFFORT --------------------------------------------------------------------------------
@@ -497,7 +497,7 @@ def test_best_effort_waits_for_the_slowest_father(make_executor):
 
     result = TaskScheduling.start(son, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["son"] == ("fast", "slow")
+    assert result.outputs["son"] == ("fast", "slow")
     assert trace.at("slow", "success") < trace.at("son", "start")
 
 
@@ -508,7 +508,7 @@ def test_best_effort_runs_even_when_every_father_failed(make_executor):
 
     result = TaskScheduling.start(son, executor=make_executor(2), timeout=LONG)
 
-    output = result.values["son"]
+    output = result.outputs["son"]
     assert output.results == {} and sorted(output.failed) == ["f0", "f1"]
     assert not output.complete
     assert set(result.failed) == {"f0", "f1"}
@@ -522,13 +522,13 @@ def test_join_output_lists_fathers_in_wiring_order(make_executor):
 
     result = TaskScheduling.start(son, executor=make_executor(4), timeout=LONG)
 
-    assert list(result.values["son"].results) == names, "stable definition order, not finish order"
+    assert list(result.outputs["son"].results) == names, "stable definition order, not finish order"
 
 
 def test_a_join_with_no_fathers_reports_an_empty_complete_output(make_executor):
     result = TaskScheduling.start(JoinNode(name="lonely"), executor=make_executor(1), timeout=LONG)
 
-    assert result.values["lonely"] == JoinOutput({}, {}, [], True)
+    assert result.outputs["lonely"] == JoinOutput({}, {}, [], True)
 
 
 def test_join_output_cannot_claim_to_be_complete_with_failures_or_missing_fathers():
@@ -570,7 +570,7 @@ def test_skipped_fathers_are_ignored_by_every_policy(make_executor, policy):
     result = TaskScheduling.start(switch, executor=make_executor(2), timeout=LONG)
 
     assert result["skipped"].work_result.state is SKIPPED
-    output = result.values["merge"]
+    output = result.outputs["merge"]
     assert output.results == {"ran": "ran"} and output.missing == ["skipped"]
     assert result.ok
 
@@ -656,7 +656,7 @@ def test_table_risk_check_timing_out_once_is_retried_and_the_attempt_is_visible(
     result = TaskScheduling.start(order_flow(risk, lambda c, p: 3, risk_retries=2),
                                   executor=make_executor(2), timeout=LONG)
 
-    assert result.ok and result.values["charge"] == {"charged": 42}
+    assert result.ok and result.outputs["charge"] == {"charged": 42}
     assert result["risk_check"].work_result.attempts == 2, "attempt count is the evidence"
 
 
@@ -693,8 +693,8 @@ def test_table_risk_passed_inventory_unknown_goes_to_reconciliation(make_executo
     result = TaskScheduling.start(checks, executor=make_executor(2), timeout=LONG)
 
     assert states(result, "charge", "reconcile") == {"charge": SKIPPED, "reconcile": SUCCESS}
-    assert result.values["reconcile"] == {"query": ["inventory_check"]}
-    assert result.values["checks"].results == {"risk_check": {"decision": "approve"}}
+    assert result.outputs["reconcile"] == {"query": ["inventory_check"]}
+    assert result.outputs["checks"].results == {"risk_check": {"decision": "approve"}}
 
 
 def test_table_a_late_result_after_the_join_leaves_the_outcome_unchanged(make_executor):
@@ -717,11 +717,11 @@ def test_table_a_late_result_after_the_join_leaves_the_outcome_unchanged(make_ex
         result = TaskScheduling.start(commit, executor=pool, timeout=LONG)
     finally:
         joined.set()
-    before = result.values["commit"]
+    before = result.outputs["commit"]
     pool.shutdown(wait=True)
 
     assert before == {"receipt": "p-1"}
-    assert result.values["commit"] == {"receipt": "p-1"}
+    assert result.outputs["commit"] == {"receipt": "p-1"}
     assert result["backup"].work_result.state is CANCELLED
     assert result["backup"].work_result.result is None
 

@@ -104,7 +104,7 @@ def test_flow_on_a_saturated_pool_ends_by_its_deadline(
     if policy is RejectionPolicy.CALLER_RUNS:
         # the flow runs in this (the submitting) thread and is still correct; hooks fire once
         assert result.ok, states
-        assert result.values["join"] == 6
+        assert result.outputs["join"] == 6
         me = threading.current_thread().name
         assert {result[n].work_result.thread for n in names} == {me}
         assert calls == {"success": 3}
@@ -180,7 +180,7 @@ def test_flows_on_a_monitored_executor_are_counted(gate: threading.Event) -> Non
         mon = MonitoredExecutor(inner)
         roots, _ = fan_out({})
         result = TaskScheduling.start(roots, executor=mon, timeout=LONG)
-        assert result.ok and result.values["join"] == 6
+        assert result.ok and result.outputs["join"] == 6
         m = mon.metrics()
         # a drain loop may still be on its way out when start returns: not counted done yet
         assert m.task_count >= 1 and m.run_time_s is not None

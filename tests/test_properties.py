@@ -248,7 +248,7 @@ def test_random_dags_agree_with_the_sequential_oracle_on_1_2_and_4_workers(dag):
         failed = {n for n in names if expected[n][0] != "ok"}
         assert set(result.failed) == failed, where
         assert result.ok == (not failed), where
-        assert dict(result.values) == {n: o[1] for n, o in expected.items() if o[0] == "ok"}, where
+        assert dict(result.outputs) == {n: o[1] for n, o in expected.items() if o[0] == "ok"}, where
         # P1 happens-before, and the pool bound
         check_happens_before(names, deps, rec)
         assert rec.max_active <= workers, where

@@ -64,3 +64,12 @@ def test_every_public_name_is_importable_from_the_package():
     missing = [name for name in PUBLIC if not hasattr(taskflow, name)]
     assert missing == []
 
+
+
+def test_flow_result_is_a_plain_mapping_and_outputs_holds_the_values(make_executor) -> None:
+    # regression: the ``values`` attribute shadowed Mapping.values() (result.values() raised)
+    a = taskflow.FunctionNode(lambda ctx, p: 7, name="a")
+    result = taskflow.TaskScheduling.start(a, executor=make_executor(2), timeout=5)
+    assert result.outputs == {"a": 7}
+    assert [n.name for n in result.values()] == ["a"]
+    assert [(k, v.name) for k, v in result.items()] == [("a", "a")]

@@ -104,7 +104,7 @@ def test_single_node_runs_and_returns_its_value(make_executor):
 
     assert isinstance(result, FlowResult)
     assert result.ok
-    assert result.values == {"double": 42}
+    assert result.outputs == {"double": 42}
     assert dict(result.failed) == {}
     run = result["double"]
     assert run.state is NodeState.FINISH
@@ -135,7 +135,7 @@ def test_diamond_runs_every_node_once_in_dependency_order(make_executor):
     assert result.ok
     assert sorted(order) == ["a", "b", "c", "d"]
     assert order[0] == "a" and order[-1] == "d"
-    assert result.values == {n: n for n in "abcd"}
+    assert result.outputs == {n: n for n in "abcd"}
 
 
 def test_independent_roots_run_in_parallel(make_executor):
@@ -155,7 +155,7 @@ def test_independent_roots_run_in_parallel(make_executor):
     finally:
         barrier.abort()
     assert result.ok, result.failed
-    assert result.values == {"x": 1, "y": 2}
+    assert result.outputs == {"x": 1, "y": 2}
 
 
 def test_task_receives_its_param(make_executor):
@@ -167,7 +167,7 @@ def test_task_receives_its_param(make_executor):
 
     result = TaskScheduling.start(Echo(param={"sku": 1}), executor=pool)
 
-    assert result.values == {"Echo": ("echo", {"sku": 1})}
+    assert result.outputs == {"Echo": ("echo", {"sku": 1})}
 
 
 def test_node_name_defaults_to_the_class_name(make_executor):
@@ -178,7 +178,7 @@ def test_node_name_defaults_to_the_class_name(make_executor):
     node = FetchPrice()
     assert node.name == "FetchPrice"
     result = TaskScheduling.start(node, executor=make_executor(1))
-    assert result.values == {"FetchPrice": 9.5}
+    assert result.outputs == {"FetchPrice": 9.5}
 
 
 def test_function_node_calls_fn_with_ctx_and_param_and_is_named_after_it(make_executor):
@@ -194,7 +194,7 @@ def test_function_node_calls_fn_with_ctx_and_param_and_is_named_after_it(make_ex
     result = TaskScheduling.start(node, executor=make_executor(1))
 
     assert seen == [(True, 7)]
-    assert result.values == {"load_user": "user-7"}
+    assert result.outputs == {"load_user": "user-7"}
 
 
 def test_function_node_passes_options_through(make_executor):
@@ -210,7 +210,7 @@ def test_function_node_passes_options_through(make_executor):
         FunctionNode(flaky, name="flaky", retries=2), executor=make_executor(1), timeout=LONG
     )
 
-    assert result.values == {"flaky": "done"}
+    assert result.outputs == {"flaky": "done"}
     assert result["flaky"].work_result.attempts == 3
 
 
@@ -218,7 +218,7 @@ def test_empty_node_list_returns_an_empty_ok_result(make_executor):
     result = TaskScheduling.start([], executor=make_executor(1))
     assert result.ok
     assert len(result) == 0
-    assert dict(result.values) == {}
+    assert dict(result.outputs) == {}
     assert dict(result.failed) == {}
 
 
@@ -228,7 +228,7 @@ def test_submit_returns_a_future_of_the_flow_result(make_executor):
     assert isinstance(future, Future)
     result = future.result(timeout=LONG)
     assert isinstance(result, FlowResult)
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
 
 
 def test_run_async_awaits_the_flow(make_executor):
@@ -240,7 +240,7 @@ def test_run_async_awaits_the_flow(make_executor):
 
     result = asyncio.run(main())
     assert result.ok
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
 
 
 @pytest.mark.parametrize("entry", ["start", "submit"])
@@ -303,7 +303,7 @@ def test_whole_connected_graph_is_found_from_any_node(make_executor, start_from)
 def test_listing_a_discovered_node_again_runs_it_once(make_executor):
     a, b, c, d = diamond()
     result = TaskScheduling.start([d, a, c, b, a], executor=make_executor(2))
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
 
 
 def _wire_son(a, b):
@@ -345,7 +345,7 @@ def test_edge_declared_from_either_end_is_recorded_on_both_nodes(make_executor, 
     assert not a.father_handler
     assert not b.son_handler
     result = TaskScheduling.start(a, executor=make_executor(1))
-    assert result.values == {"a": 5, "b": 10}
+    assert result.outputs == {"a": 5, "b": 10}
 
 
 def test_wiring_methods_return_self_and_take_several_nodes():
@@ -390,7 +390,7 @@ def test_rshift_returns_its_right_operand_and_builds_fan_out_and_fan_in():
 def test_rshift_chain_expression_builds_a_diamond(make_executor):
     a, b, c, d = diamond()  # built with `a >> [b, c] >> d`
     result = TaskScheduling.start(a, executor=make_executor(2))
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
     assert set(map(id, d.father_handler)) == {id(b), id(c)}
 
 
@@ -412,7 +412,7 @@ def test_flow_result_is_a_mapping_of_the_runs_nodes(make_executor):
         assert node.name == name
         assert node.state is NodeState.FINISH
         assert node.work_result.state is ResultState.SUCCESS
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
     assert isinstance(result.flow_id, str) and result.flow_id
 
 
@@ -428,7 +428,7 @@ def test_values_and_failed_split_successes_from_failures(make_executor):
     result = TaskScheduling.start([ok, bad], executor=make_executor(2))
 
     assert not result.ok
-    assert result.values == {"ok": "fine"}
+    assert result.outputs == {"ok": "fine"}
     assert set(result.failed) == {"bad", "son"}
     assert result.failed["bad"].state is ResultState.EXCEPTION
     assert result.failed["bad"].exception is result["bad"].work_result.exception
@@ -517,7 +517,7 @@ def test_context_can_serve_one_run_after_another(make_executor):
     assert first.ok and second.ok
     assert first.flow_id == first_id
     assert ctx.flow_id == second.flow_id != first.flow_id
-    assert second.values == {"n": 2}
+    assert second.outputs == {"n": 2}
 
 
 # --- context --------------------------------------------------------------------------------------
@@ -526,7 +526,7 @@ def test_context_can_serve_one_run_after_another(make_executor):
 def test_sons_see_their_fathers_results_through_the_context(make_executor):
     a, *_ = diamond()
     result = TaskScheduling.start(a, executor=make_executor(2))
-    assert result.values == DIAMOND_VALUES
+    assert result.outputs == DIAMOND_VALUES
 
 
 def test_context_writes_are_seen_by_sons_and_by_the_caller(make_executor):
@@ -544,7 +544,7 @@ def test_context_writes_are_seen_by_sons_and_by_the_caller(make_executor):
 
     result = TaskScheduling.start(w, executor=make_executor(2), context=ctx)
 
-    assert result.values["reader"] == "t-1!"
+    assert result.outputs["reader"] == "t-1!"
     assert ctx["token"] == "t-1"
     assert ctx.flow_id == result.flow_id
 
@@ -575,7 +575,7 @@ def test_context_incr_is_atomic_across_100_parallel_nodes(make_executor):
 
     assert result.ok
     assert ctx["hits"] == 100
-    assert sorted(result.values.values()) == list(range(1, 101))
+    assert sorted(result.outputs.values()) == list(range(1, 101))
 
 
 def test_incr_adds_n_and_returns_the_new_value():
@@ -610,7 +610,7 @@ def test_result_of_a_failed_or_unfinished_node_is_a_clear_lookup_error(make_exec
 
     result = TaskScheduling.start(checker, executor=make_executor(2), timeout=LONG)
 
-    assert result.values["checker"] == "G"
+    assert result.outputs["checker"] == "G"
     assert set(errors) == {"bad", "later", "nonexistent"}
     assert isinstance(errors["bad"], ResultNotAvailableError)
     assert isinstance(errors["later"], ResultNotAvailableError)
@@ -640,7 +640,7 @@ def test_support_given_to_hooks_describes_the_run(make_executor):
 
     result = TaskScheduling.start(a, executor=make_executor(2), context=ctx)
 
-    assert result.values == {"a": "A", "b": "AB"}
+    assert result.outputs == {"a": "A", "b": "AB"}
     kinds = [(name, kind) for name, kind, _ in log]
     assert kinds.count(("a", "begin")) == 1 and kinds.count(("a", "success")) == 1
     assert kinds.count(("b", "begin")) == 1 and kinds.count(("b", "success")) == 1
@@ -768,9 +768,9 @@ def test_64_threads_share_one_graph_without_cross_talk(make_executor):
                     "right": run_id * 1000 + 2,
                     "sink": (run_id, 2 * run_id * 1000 + 3),
                 }
-                if not result.ok or dict(result.values) != expected:
+                if not result.ok or dict(result.outputs) != expected:
                     problems.append(
-                        f"run {run_id}: {dict(result.values)} failed={dict(result.failed)}"
+                        f"run {run_id}: {dict(result.outputs)} failed={dict(result.failed)}"
                     )
         except BaseException as exc:  # noqa: BLE001 - report it, never leave it unseen
             problems.append(f"thread {tid}: {exc!r}")

@@ -84,10 +84,10 @@ def test_the_yaml_example_builds_and_runs(pool: ThreadPoolExecutor) -> None:
     assert isinstance(flow, Flow) and flow.name == "checkout" and flow.timeout == 2.0
     result = flow.start(executor=pool)
     assert result.ok, result.failed
-    assert result.values["gold_price"] == 106.2
+    assert result.outputs["gold_price"] == 106.2
     assert result.result_of("list_price").state is ResultState.SKIPPED
-    assert result.values["notified"].results == {"email": "email sent to Ann"}
-    assert result.values["reserve_stock"].succeeded == {
+    assert result.outputs["notified"].results == {"email": "email sent to Ann"}
+    assert result.outputs["reserve_stock"].succeeded == {
         "kbd-k8": {"sku": "kbd-k8", "reserved": 1}, "mouse-m2": {"sku": "mouse-m2", "reserved": 2}}
     assert flow["user"].retries == 2 and flow["cart"].timeout == 0.5
 
@@ -99,7 +99,7 @@ def test_a_spec_may_be_a_dict_json_text_or_a_json_file(tmp_path: Path, pool: Thr
     path.write_text(json.dumps(doc))
     for source in (doc, json.dumps(doc), path, str(path)):
         result = load_spec(source).start(executor=pool)
-        assert result.values == {"a": 1, "b": 1}
+        assert result.outputs == {"a": 1, "b": 1}
 
 
 def test_fathers_join_policy_and_options_become_node_options() -> None:
@@ -120,7 +120,7 @@ def test_fathers_join_policy_and_options_become_node_options() -> None:
 
 def test_retries_rerun_a_failing_task(pool: ThreadPoolExecutor) -> None:
     result = load_spec({"tasks": [task("f", "flaky", retries=2)]}).start(executor=pool)
-    assert result.values == {"f": "third time"}
+    assert result.outputs == {"f": "third time"}
     assert result.result_of("f").attempts == 3
 
 
@@ -157,7 +157,7 @@ def test_a_fork_block_wires_branches_and_a_join_node(pool: ThreadPoolExecutor) -
     ]})
     result = flow.start(executor=pool)
     assert result.ok
-    assert result.values["joined"].results == {"a2": 2}
+    assert result.outputs["joined"].results == {"a2": 2}
     assert [f.name for f in flow["joined"].father_handler] == ["a2"]
     assert [f.name for f in flow["a2"].father_handler] == ["a1"]
     assert '[/"fan"\\]' in flow.to_mermaid()
@@ -168,7 +168,7 @@ def test_a_fanout_block_runs_every_item(pool: ThreadPoolExecutor) -> None:
                                  "fanout": {"items": f"{HERE}:numbers", "work": f"{HERE}:square",
                                             "max_concurrency": 2, "policy": 0.5}}]})
     result = flow.start(executor=pool, timeout=LONG)
-    assert result.values["squares"].succeeded == {0: 0, 1: 1, 2: 4, 3: 9, 4: 16}
+    assert result.outputs["squares"].succeeded == {0: 0, 1: 1, 2: 4, 3: 9, 4: 16}
     assert flow["squares"].max_concurrency == 2 and flow["squares"].policy == 0.5
 
 

@@ -84,7 +84,7 @@ def test_chosen_case_runs_and_the_other_cases_are_skipped_without_running():
     for name in ("approve", "reject"):
         wr = result[name].work_result
         assert wr.attempts == 0 and wr.started_at is None and wr.exception is None
-    assert result.ok and set(result.values) == {"route", "manual_review"}
+    assert result.ok and set(result.outputs) == {"route", "manual_review"}
 
 
 def test_the_decision_is_the_switchs_recorded_result():
@@ -92,7 +92,7 @@ def test_the_decision_is_the_switchs_recorded_result():
 
     result = run(switch, decision="b")
 
-    assert result.values["route"] == "b"
+    assert result.outputs["route"] == "b"
     assert {n.name: n.result for n in result.report().nodes}["route"] == "'b'"
 
 
@@ -125,7 +125,7 @@ def test_merge_after_a_switch_runs_on_the_branch_that_ran(policy):
 
     assert state_of(result, "approve", "reject", "review_2", "merge") == {
         "approve": SKIPPED, "reject": SKIPPED, "review_2": SUCCESS, "merge": SUCCESS}
-    assert result.values["merge"] == ["review_2"], "the merge sees only the branch that ran"
+    assert result.outputs["merge"] == ["review_2"], "the merge sees only the branch that ran"
 
 
 def _has(ctx, name):

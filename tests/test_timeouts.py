@@ -98,7 +98,7 @@ def test_start_returns_at_the_budget_when_a_node_never_finishes(make_executor, g
     other = TaskScheduling.start(
         FunctionNode(lambda c, p: 7, name="other"), executor=pool, timeout=LONG
     )
-    assert other.values == {"other": 7}
+    assert other.outputs == {"other": 7}
 
     # the late result is dropped and no hook fires for it
     release.set()
@@ -106,7 +106,7 @@ def test_start_returns_at_the_budget_when_a_node_never_finishes(make_executor, g
     assert exited.is_set()
     assert result["stuck"].work_result.state is ResultState.TIMEOUT
     assert result["stuck"].work_result.result != "late"
-    assert "stuck" not in result.values
+    assert "stuck" not in result.outputs
     assert log.count("stuck", "success") == 0
     assert log.count("stuck", "fail") == 1
     assert log.late == []
@@ -181,7 +181,7 @@ def test_budget_is_shared_along_the_critical_path(make_executor):
     result, elapsed = run_timed(a, executor=make_executor(2), timeout=budget)
 
     assert budget - 0.01 <= elapsed < budget + EPS
-    assert result.values == {"a": "a", "b": "b"}
+    assert result.outputs == {"a": "a", "b": "b"}
     assert result["c"].work_result.state is ResultState.TIMEOUT
     assert remaining["a"] <= budget
     assert remaining["b"] <= remaining["a"] - step + 0.01
@@ -365,7 +365,7 @@ def test_node_timeout_counts_from_first_start_not_from_the_run_start(make_execut
     b = FunctionNode(lambda c, p: time.sleep(0.6 * MEDIUM) or "b", name="b", timeout=MEDIUM)
     a >> b
     result = TaskScheduling.start(a, executor=make_executor(1), timeout=LONG)
-    assert result.values == {"a": "a", "b": "b"}
+    assert result.outputs == {"a": "a", "b": "b"}
 
 
 def test_node_timeout_covers_every_attempt_and_retries_stop_when_backoff_does_not_fit(
@@ -449,7 +449,7 @@ def test_retried_node_succeeds_with_one_on_success_and_no_on_fail(make_executor)
     result = TaskScheduling.start(f, executor=make_executor(2), timeout=LONG)
 
     assert result.ok
-    assert result.values == {"father": 10, "flaky": 11}
+    assert result.outputs == {"father": 10, "flaky": 11}
     assert result["flaky"].work_result.attempts == 3
     assert calls == {"father": 1, "flaky": 3}, "a retry never re-runs a successful father"
     assert log.count("flaky", "begin") == 3
@@ -548,11 +548,11 @@ def test_each_run_at_the_deadline_boundary_has_exactly_one_outcome(make_executor
         assert hooks == calls_at_return
         if state is ResultState.SUCCESS:
             assert value == ("value", delay)
-            assert result.ok and result.values == {"edge": value}
+            assert result.ok and result.outputs == {"edge": value}
             assert hooks == [("edge", "begin"), ("edge", "success")], (i, hooks)
         else:
             assert value != ("value", delay)
-            assert not result.ok and "edge" not in result.values
+            assert not result.ok and "edge" not in result.outputs
             assert hooks.count(("edge", "fail")) == 1 and ("edge", "success") not in hooks, (
                 i,
                 hooks,

@@ -247,7 +247,7 @@ def test_empty_node_list_returns_an_empty_ok_result_without_submitting(spy):
     for nodes in ([], (), iter([])):
         result = TaskScheduling.start(nodes, executor=spy)
         assert result.ok and len(result) == 0
-        assert dict(result.values) == {} and dict(result.failed) == {}
+        assert dict(result.outputs) == {} and dict(result.failed) == {}
         assert result.raise_for_failure() is None
     assert spy.submits == 0
 
@@ -298,7 +298,7 @@ def test_given_context_is_used_by_the_run(spy):
     result = TaskScheduling.start(
         FunctionNode(lambda c, p: c["k"], name="a"), executor=spy, context=ctx, timeout=LONG
     )
-    assert result.values == {"a": "v"}
+    assert result.outputs == {"a": "v"}
 
 
 # --- B5: timeout values -------------------------------------------------------------------------
