@@ -1,13 +1,17 @@
 """taskflow — orchestrate a DAG of tasks on a concurrent.futures executor.
 
-The whole public API is re-exported here; see README.md and API.md.
+The whole public API is re-exported here; see README.md and API.md. The parts that need pydantic
+or other heavy imports (report models, pools and monitors, FlowSpec, Conductor) load on first use
+(``__getattr__``), so ``import taskflow`` stays fast.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from loguru import logger
 
-from taskflow import conductor
 from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
     CycleError,
@@ -26,15 +30,61 @@ from taskflow.errors import (
 from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
 from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.joins import Join
-from taskflow.monitor import Alarm, PoolMonitor, PoolSnapshot, ProcessMetrics, Thresholds
 from taskflow.node import FunctionNode, NodeState, SchedulingNode
-from taskflow.pool import MonitoredExecutor, Percentiles, PoolMetrics, RejectionPolicy, ThreadPool
-from taskflow.result import FlowReport, FlowResult, NodeReport, ResultState, WorkResult
+from taskflow.result import FlowResult, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
-from taskflow.spec import FlowSpec, load_spec
 from taskflow.switch import SwitchNode, UnknownCaseError
 
+if TYPE_CHECKING:
+    from taskflow import conductor
+    from taskflow.monitor import Alarm, PoolMonitor, PoolSnapshot, ProcessMetrics, Thresholds
+    from taskflow.pool import (
+        MonitoredExecutor,
+        Percentiles,
+        PoolMetrics,
+        RejectionPolicy,
+        ThreadPool,
+    )
+    from taskflow.report import FlowReport, NodeReport
+    from taskflow.spec import FlowSpec, load_spec
+
 logger.disable("taskflow")
+
+# name -> the module that defines it, imported on first access
+_LAZY = {
+    "Alarm": "taskflow.monitor",
+    "PoolMonitor": "taskflow.monitor",
+    "PoolSnapshot": "taskflow.monitor",
+    "ProcessMetrics": "taskflow.monitor",
+    "Thresholds": "taskflow.monitor",
+    "MonitoredExecutor": "taskflow.pool",
+    "Percentiles": "taskflow.pool",
+    "PoolMetrics": "taskflow.pool",
+    "RejectionPolicy": "taskflow.pool",
+    "ThreadPool": "taskflow.pool",
+    "FlowReport": "taskflow.report",
+    "NodeReport": "taskflow.report",
+    "FlowSpec": "taskflow.spec",
+    "load_spec": "taskflow.spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load the heavy parts of the public API on first use."""
+    if name == "conductor":
+        module = importlib.import_module("taskflow.conductor")
+        globals()[name] = module
+        return module
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'taskflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | {"conductor"})
 
 __version__ = "0.1.0"
 

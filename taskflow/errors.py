@@ -113,3 +113,23 @@ class ResultNotAvailableError(TaskflowError, LookupError):
         self.name = name
         self.state = state
         super().__init__(f"no result for node {name!r}: it is {state}")
+
+
+class RemoteTaskError(TaskflowError, RuntimeError):
+    """Stands in for an exception raised in another process that could not travel back
+    (it does not pickle, or does not unpickle: e.g. an ``__init__`` with two required arguments).
+
+    Attributes:
+        type_name: the qualified name of the original exception's type.
+        message: ``str()`` of the original exception.
+        traceback_text: the original traceback, formatted in the worker.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback_text: str = "") -> None:
+        self.type_name = type_name
+        self.message = message
+        self.traceback_text = traceback_text
+        super().__init__(f"{type_name}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (RemoteTaskError, (self.type_name, self.message, self.traceback_text))

@@ -25,27 +25,24 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from concurrent.futures import Executor, Future
+from contextvars import Context
 from functools import partial
 from time import monotonic as timer_now
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from taskflow import timer
 from taskflow.context import TaskContext, current
+from taskflow.engine import executors, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeTimeoutError,
-    RejectedExecutionError,
     TaskflowError,
 )
 from taskflow.joins import Join
-from taskflow.node import SchedulingNode, check_timeout
+from taskflow.node import NodeKind, SchedulingNode, check_timeout
 
-if TYPE_CHECKING:
-    from taskflow.engine import _Run
-
-__all__ = ["FanInResult", "FanOutNode", "FanOutPolicyError", "ItemTimeoutError"]
+__all__ = ["FanHost", "FanInResult", "FanOutNode", "FanOutPolicyError", "ItemTimeoutError"]
 
 T = TypeVar("T")
 
@@ -144,6 +141,31 @@ def policy_met(policy: str | float, succeeded: int, total: int, failed: int, mis
     return succeeded >= math.ceil(policy * total - 1e-9)
 
 
+class FanHost(Protocol):
+    """What a fan-out needs from the run it belongs to (the engine's run satisfies it)."""
+
+    executor: Executor
+    caps: executors.Capabilities
+    ctx: TaskContext
+    cv: Context
+    closed: bool
+    deadline: float
+    flow_id: str
+
+    @property
+    def log(self) -> Any:
+        """The run's logger."""
+
+    def fan_in(self, i: int, value: Any, error: BaseException | None) -> None:
+        """The node's fan-in is complete: record ``value`` or ``error`` as its outcome."""
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the run's owner thread."""
+
+    def mark_abandoned(self, futs: list[Future[Any]]) -> None:
+        """Report futures whose work is no longer waited for."""
+
+
 class FanOutNode(SchedulingNode[T, FanInResult]):
     """A dynamic fork: override :meth:`items` and :meth:`work`.
 
@@ -158,7 +180,8 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
         join: the join policy over the node's fathers.
     """
 
-    _fans_out = True
+    node_kind: ClassVar[NodeKind] = NodeKind.FANOUT
+    _fans_out: ClassVar[bool] = True  # read by taskflow.viz
     max_concurrency: int
     item_timeout: float | None
     policy: str | float
@@ -215,6 +238,11 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                 failed[item_id] = exc
         return FanInResult(not failed, succeeded, failed, [], dup)
 
+    def open_fan_out(self, host: FanHost, i: int) -> FanOut:
+        """The engine's entry (``NodeKind.FANOUT``): this node's fan-out in run ``host``, as node
+        ``i``; the engine calls its ``start()`` outside the run's lock."""
+        return FanOut(host, i, self)
+
     def _check_definition(self) -> None:
         cls = type(self)
         for method in ("items", "work"):
@@ -224,11 +252,13 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                 )
 
 
-class _FanOut:
-    """One fan-out in one run (see the module docstring)."""
+class FanOut:
+    """One fan-out in one run (see the module docstring); a ``loops.LoopOwner`` of its item
+    loops."""
 
-    def __init__(self, run: _Run, i: int, node: FanOutNode[Any]) -> None:
+    def __init__(self, run: FanHost, i: int, node: FanOutNode[Any]) -> None:
         self.run = run
+        self.executor = run.executor
         self.i = i
         self.node = node
         self.name = node.name
@@ -246,20 +276,30 @@ class _FanOut:
         self.failed: dict[Hashable, BaseException] = {}
         self.inflight: dict[Hashable, int] = {}  # item id -> loop token (remote: 0)
         self.timers: dict[Hashable, timer.Timer] = {}
-        self.futs: dict[int, Future[Any]] = {}  # item-loop token -> its future
+        self.started: dict[Hashable, float] = {}  # item id -> when its work started
+        self.loop_futs: dict[int, Future[Any]] = {}  # item-loop token -> its future
         self.remote_futs: dict[Hashable, Future[Any]] = {}
         self.loops = 0
         self.tokens = 0
         self.abandoned: set[int] = set()
         self.unstarted: set[int] = set()  # item-loop tokens submitted but not started
+        self.live: set[int] = set()  # item-loop tokens submitted and not exited
+        self.remote = run.caps.remote
+        self.entries: dict[str, Any] = {}
         self.reserved = 0  # remote: slots taken by a pump between pulling and registering
         self.blob: bytes | None = None  # remote: the node pickled once, without its param
         self.error: BaseException | None = None
 
     # -- start and finish -----------------------------------------------------------------------
 
+    def describe(self) -> str:
+        return f"fan-out {self.name!r}"
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.run.post(fn, *args)
+
     def start(self) -> None:
-        """On the loop thread that dispatched the node: open the iterator, start pulling."""
+        """On the thread that dispatched the node: open the iterator, start pulling."""
         run = self.run
         try:
             self.it = iter(self.node.items(run.ctx, self.node.param))
@@ -267,12 +307,12 @@ class _FanOut:
             self.error = exc
             self.finish()
             return
-        if run.remote:
+        if self.remote:
             self.pump_remote()
         else:
             with self.lock:
                 self.loops += 1
-            self._spawn_loop()
+            loops.spawn(self, 1)
 
     def snapshot_locked(self) -> FanInResult:
         """Under ``lock``, with ``done`` set: the final fan-in, in-flight items missing. The maps
@@ -290,14 +330,15 @@ class _FanOut:
             result = self.snapshot_locked()
             timers = list(self.timers.values())
             self.timers.clear()
-            running = [self.futs[t] for t in set(self.inflight.values()) if t in self.futs]
+            running = [self.loop_futs[t] for t in set(self.inflight.values())
+                       if t in self.loop_futs]
             running += list(self.remote_futs.values())
         for t in timers:
             t.cancel()
         return result, [f for f in running if not f.done()]
 
     def finish(self, timed_out: bool = False) -> None:
-        """Fan in once: evaluate the policy and complete the node."""
+        """Fan in once: evaluate the policy and complete the node (never on the timer thread)."""
         with self.lock:
             if self.done:
                 return
@@ -305,13 +346,14 @@ class _FanOut:
             result = self.snapshot_locked()
             timers = list(self.timers.values())
             self.timers.clear()
-            abandon = [self.futs[t] for t in set(self.inflight.values()) if t in self.futs]
+            abandon = [self.loop_futs[t] for t in set(self.inflight.values())
+                       if t in self.loop_futs]
             abandon += list(self.remote_futs.values())
             self.inflight.clear()
         for t in timers:
             t.cancel()
         if abandon:
-            self.run._mark_abandoned([f for f in abandon if not f.done()])
+            self.run.mark_abandoned([f for f in abandon if not f.done()])
         error: BaseException | None = self.error
         if error is None:
             met = policy_met(self.policy, len(result.succeeded), result.total,
@@ -320,14 +362,13 @@ class _FanOut:
                 error = NodeTimeoutError(self.name, self.node.timeout)
             elif not met:
                 error = FanOutPolicyError(self.name, self.policy, result)
-        from taskflow.engine import REMOTE
-
-        self.run._complete(self.i, REMOTE, result, error)
+        self.run.fan_in(self.i, result, error)
 
     # -- pulling --------------------------------------------------------------------------------
 
     def _pull(self) -> tuple[Hashable, Any] | None:
         """Next new item, or None when the iterator is exhausted or failed (records it)."""
+        cv = self.run.cv
         while True:
             if self.done or self.run.closed:
                 return None
@@ -336,7 +377,8 @@ class _FanOut:
                     return None
                 try:
                     assert self.it is not None
-                    item_id, item = next(self.it)
+                    # the generator's body runs in the caller's contextvars too
+                    item_id, item = cv.copy().run(next, self.it)
                 except StopIteration:
                     self.exhausted = True
                     return None
@@ -363,58 +405,40 @@ class _FanOut:
             return False
         self.inflight[item_id] = token
         if self.item_timeout is not None:
-            self.timers[item_id] = timer.schedule(
-                timer_now() + self.item_timeout, self._item_timeout, item_id, token)
+            now = timer_now()
+            self.started[item_id] = now
+            if not math.isinf(self.item_timeout):
+                self.timers[item_id] = timer.schedule(
+                    now + self.item_timeout, self._item_timeout, item_id, token)
         return True
 
     def _settle_item(self, item_id: Hashable, token: int, ok: bool, value: Any) -> bool | None:
-        """Record an item's outcome. None: dropped (late); True: the fan-in is complete."""
+        """Record an item's outcome. None: dropped (late); True: the fan-in is complete. An item
+        that ran past ``item_timeout`` fails with ItemTimeoutError, whoever notices first."""
         with self.lock:
             if self.inflight.get(item_id) != token or self.done:
                 return None
             del self.inflight[item_id]
             t = self.timers.pop(item_id, None)
+            began = self.started.pop(item_id, None)
+            limit = self.item_timeout
+            if limit is not None and began is not None and timer_now() - began >= limit:
+                ok, value = False, ItemTimeoutError(self.name, item_id, limit)
             if ok:
                 self.succeeded[item_id] = value
             else:
                 self.failed[item_id] = value
-            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.run.remote)
+            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.remote)
         if t is not None:
             t.cancel()
         return fin
 
-    # -- thread executors: item loops -------------------------------------------------------------
+    # -- thread executors: item loops (loops.LoopOwner) -------------------------------------------
 
-    def _spawn_loop(self) -> None:
-        with self.lock:
-            self.tokens += 1
-            token = self.tokens
-            self.unstarted.add(token)
-        try:
-            fut = self.run.executor.submit(self._item_loop, token)
-        except BaseException as exc:  # noqa: BLE001 - refused: fewer loops, or the node fails
-            with self.lock:
-                self.unstarted.discard(token)
-            self._refused(exc)
-            return
-        with self.lock:
-            self.futs[token] = fut
-        fut.add_done_callback(partial(self._loop_done, token))
-
-    def _loop_done(self, token: int, fut: Future[Any]) -> None:
-        """Done-callback of an item loop (tiny): one that never started was dropped."""
-        with self.lock:
-            if token not in self.unstarted:
-                return
-            self.unstarted.discard(token)
-        exc = fut.exception() if not fut.cancelled() else None
-        if exc is None:
-            exc = RejectedExecutionError(f"the executor dropped an item loop of fan-out {self.name!r}")
-        self._refused(exc)
-
-    def _refused(self, exc: BaseException) -> None:
-        """An item loop was refused or dropped: the others carry on at lower concurrency; with
-        none left and nothing in flight, the fan-out fails with the executor's error."""
+    def loop_refused(self, exc: BaseException) -> None:
+        """An item loop was refused or dropped (owner thread): the others carry on at lower
+        concurrency; with none left and nothing in flight, the fan-out fails with the executor's
+        error."""
         with self.lock:
             self.loops -= 1
             if self.loops > 0 or self.inflight or self.done:
@@ -423,9 +447,11 @@ class _FanOut:
                 self.error = exc
         self.finish()
 
+    def loop_body(self, token: int) -> None:
+        """One item loop, in a copy of the caller's contextvars."""
+        self.run.cv.copy().run(self._item_loop, token)
+
     def _item_loop(self, token: int) -> None:
-        with self.lock:
-            self.unstarted.discard(token)
         run = self.run
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
@@ -450,14 +476,15 @@ class _FanOut:
                         self.finish()
                     return
                 if spawn:
-                    self._spawn_loop()
+                    loops.spawn(self, 1)
                 item_id, item = nxt
                 try:
                     value = cv.copy().run(node.work, ctx, item)
                     ok = True
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False
-                if self._settle_item(item_id, token, ok, value) is None:
+                done = self._settle_item(item_id, token, ok, value)
+                if done is None:
                     self._late(item_id, ok, value)
                     with self.lock:
                         if token in self.abandoned:  # timed out: a new loop took our place
@@ -473,46 +500,50 @@ class _FanOut:
             "result" if ok else "exception", item_id, self.name, value)
 
     def _item_timeout(self, item_id: Hashable, token: int) -> None:
-        """Timer thread: an item overran ``item_timeout``; abandon its loop, start another."""
+        """Timer thread: an item overran ``item_timeout``: record it, abandon its loop, and hand
+        the replacement loop (or the fan-in) to the run's owner."""
         with self.lock:
             if self.inflight.get(item_id) != token or self.done:
                 return
             del self.inflight[item_id]
             self.timers.pop(item_id, None)
+            self.started.pop(item_id, None)
             assert self.item_timeout is not None
             self.failed[item_id] = ItemTimeoutError(self.name, item_id, self.item_timeout)
             fut = None
-            if not self.run.remote:
+            if not self.remote:
                 self.abandoned.add(token)
                 self.loops -= 1
-                fut = self.futs.get(token)
+                fut = self.loop_futs.get(token)
                 replace = not self.exhausted
                 if replace:
                     self.loops += 1
             else:
                 fut = self.remote_futs.pop(item_id, None)
                 replace = False
-            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.run.remote)
+            fin = self.exhausted and not self.inflight and (self.loops == 0 or self.remote)
+        self.run.post(self._after_item_timeout, fut, fin, replace)
+
+    def _after_item_timeout(self, fut: Future[Any] | None, fin: bool, replace: bool) -> None:
+        """Owner thread: what an item timeout leaves to do."""
         if fut is not None and not fut.done():
-            self.run._mark_abandoned([fut])
+            self.run.mark_abandoned([fut])
         if fin:
             self.finish()
         elif replace:
-            self._spawn_loop()
-        elif self.run.remote:
+            loops.spawn(self, 1)
+        elif self.remote:
             self.pump_remote()
 
     # -- remote executors: one submission per item --------------------------------------------------
 
     def pump_remote(self) -> None:
-        """Coordinator: keep up to ``max_concurrency`` items submitted."""
-        from taskflow.engine import _pickler, _remote_work, preflight_pickle
-
+        """Owner thread: keep up to ``max_concurrency`` items submitted."""
         run = self.run
+        pickler = executors.pickler(run.caps)
+        ename = type(run.executor).__name__
         while True:
             with self.lock:
-                # the coordinator and the timer thread (item timeouts) may both pump: a slot is
-                # reserved before pulling so max_concurrency holds
                 if self.done or len(self.inflight) + self.reserved >= self.max_c:
                     return
                 self.reserved += 1
@@ -535,22 +566,27 @@ class _FanOut:
                 travel = object.__new__(type(self.node))
                 travel.__dict__.update(self.node.__getstate__())
                 travel.__dict__["param"] = None  # the manifest stays here: items travel one by one
-                error = preflight_pickle(run.executor, self.name, (travel, None, run.ctx.snapshot(), {}))
+                error = remote.preflight_pickle(pickler, ename, self.name,
+                                                (travel, None, run.ctx.snapshot(), {}))
                 if error is None:
-                    self.blob = _pickler(run.executor).dumps(travel)
+                    self.blob = pickler.dumps(travel)
                     self.entries = run.ctx.snapshot()
             if error is None:
-                error = preflight_pickle(run.executor, self.name, (None, item, {}, {}))
+                error = remote.preflight_pickle(pickler, ename, self.name, (None, item, {}, {}))
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
-            args: tuple[Any, ...] = (self.blob, item, getattr(self, "entries", {}), {},
+            args: tuple[Any, ...] = (self.blob, item, self.entries, {},
                                      run.deadline - timer_now(), run.flow_id)
-            fut: Future[Any] | None = None
+            fut: Any = None
             if error is None:
                 try:
-                    fut = run.executor.submit(_remote_work, *args)
+                    fut = run.executor.submit(remote.remote_work, *args)
+                    if not isinstance(fut, Future):
+                        raise TypeError(
+                            f"{ename}.submit returned {type(fut).__name__}, not a Future")
                 except BaseException as exc:  # noqa: BLE001
                     error = exc
+                    fut = None
             with self.lock:
                 self.reserved -= 1  # the slot becomes the item's
                 if not self._register(item_id, 0):
@@ -563,10 +599,14 @@ class _FanOut:
                     self.finish()
                     return
                 continue
-            fut.add_done_callback(partial(run.post, self._remote_done, item_id))
+            fut.add_done_callback(partial(self._post_remote_done, item_id))
+
+    def _post_remote_done(self, item_id: Hashable, fut: Future[Any]) -> None:
+        """Done-callback of a remote item (the executor's thread): hand it to the owner."""
+        self.run.post(self._remote_done, item_id, fut)
 
     def _remote_done(self, item_id: Hashable, fut: Future[Any]) -> None:
-        """Coordinator: a remote item ended."""
+        """Owner thread: a remote item ended."""
         with self.lock:
             if self.remote_futs.get(item_id) is fut:
                 del self.remote_futs[item_id]
@@ -583,4 +623,3 @@ class _FanOut:
             self.finish()
         else:
             self.pump_remote()
-

@@ -120,10 +120,14 @@ class JoinNode(SchedulingNode[Any, Any]):
 
     def _collect_remote(self, ctx: TaskContext) -> JoinOutput:
         """In another process: the task's snapshot carries the succeeded fathers' values only."""
-        values: dict[str, Any] = getattr(ctx._run, "fathers", None) or {}
         names: list[str] = self.__dict__.get("_father_names", [])
-        results = {n: values[n] for n in names if n in values}
-        missing = [n for n in names if n not in values]
+        results: dict[str, Any] = {}
+        missing: list[str] = []
+        for n in names:
+            try:
+                results[n] = ctx.result_of(n)
+            except LookupError:  # ResultNotAvailableError: it did not succeed
+                missing.append(n)
         return JoinOutput(results, {}, missing, not missing)
 
     def __getstate__(self) -> dict[str, Any]:

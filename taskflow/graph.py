@@ -17,7 +17,7 @@ from typing import Any
 
 from taskflow import joins
 from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
-from taskflow.node import SchedulingNode
+from taskflow.node import FunctionNode, NodeKind, SchedulingNode
 
 __all__ = ["Plan", "as_top_nodes", "compile_plan"]
 
@@ -45,6 +45,7 @@ class Plan:
         "retries",
         "roots",
         "routes",
+        "sinks",
         "sons",
         "stale",
         "stateless",
@@ -77,23 +78,23 @@ class Plan:
         self.has_begin = tuple(type(n).on_begin is not base.on_begin for n in nodes)
         self.has_success = tuple(type(n).on_success is not base.on_success for n in nodes)
         self.has_fail = tuple(type(n).on_fail is not base.on_fail for n in nodes)
+        kinds = tuple(type(n).node_kind for n in nodes)
         # nodes that choose which sons run (switches): index -> True
-        self.routes = tuple(getattr(type(n), "_routes_sons", False) for n in nodes)
+        self.routes = tuple(k is NodeKind.SWITCH for k in kinds)
         # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
-        from taskflow.node import FunctionNode
-
         self.stateless = tuple(
             type(n).task is FunctionNode.task and not (b or s or f)
             for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail)
         )
         # nodes that schedule sub-work themselves (taskflow.fanout)
-        self.fanout = tuple(getattr(type(n), "_fans_out", False) for n in nodes)
+        self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
+        self.sinks = tuple(not s for s in self.sons)
 
 
 def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
     """Normalise ``start``'s ``nodes`` argument, naming the culprit on bad input."""
     if isinstance(nodes, SchedulingNode):
-        return (nodes,)
+        nodes = (nodes,)
     if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
         raise InvalidNodeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
     if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
@@ -102,6 +103,11 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
         )
     tops = tuple(nodes)
     for i, n in enumerate(tops):
+        if isinstance(n, SchedulingNode) and n.__dict__.get("_run") is not None:
+            raise InvalidNodeError(
+                f"node {n.name!r} is a run's copy (from a FlowResult or a hook); "
+                "start the definition nodes you built the graph from"
+            )
         if not isinstance(n, SchedulingNode):
             if isinstance(n, type) and issubclass(n, SchedulingNode):
                 raise InvalidNodeError(

@@ -11,17 +11,59 @@ policy          fires when                                 fails when
 
 Fathers that are ``SKIPPED`` (an unchosen switch branch) are ignored; a node whose fathers were all
 skipped is skipped itself. Optional edges (``depends_on(x, optional=True)``) are waited for under
-``ALL`` but their failure is tolerated.
+``ALL`` but their failure is tolerated. ``DEGRADED`` fathers count as successes.
+
+:func:`decide` is the whole rule as one pure function of a son's counts; the engine calls it each
+time a father of a waiting son becomes terminal.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["Join"]
+__all__ = ["FAIL", "FIRE", "SKIP", "WAIT", "Join", "decide"]
 
 # policy kinds, compared by the engine on the hot path
 ALL, ANY, QUORUM, BEST_EFFORT = 0, 1, 2, 3
+
+# decisions of ``decide``
+WAIT, FIRE, FAIL, SKIP = 0, 1, 2, 3
+DECISION_NAMES = ("WAIT", "FIRE", "FAIL", "SKIP")
+
+
+def decide(kind: int, k: int, nfathers: int, left: int, nsucc: int, nskip: int,
+           nfail: int) -> int:
+    """What a waiting son does now, from its fathers' counts.
+
+    Args:
+        kind: the son's policy kind (``ALL``, ``ANY``, ``QUORUM``, ``BEST_EFFORT``).
+        k: the quorum size (``QUORUM`` only).
+        nfathers: how many fathers it has.
+        left: fathers not terminal yet.
+        nsucc: fathers that succeeded (``SUCCESS`` or ``DEGRADED``, and, below a switch, chose it).
+        nskip: fathers that were skipped.
+        nfail: fathers whose failure counts against it (an optional father's failure under
+            ``ALL`` does not count; under the other policies every failure does).
+
+    Returns:
+        ``WAIT`` (not decided yet), ``FIRE`` (run it), ``FAIL`` (fail fast, without running) or
+        ``SKIP`` (every father was skipped).
+    """
+    if nskip == nfathers:
+        return SKIP
+    if kind == ALL:
+        if nfail:
+            return FAIL
+        return WAIT if left else FIRE
+    if kind == ANY:
+        if nsucc:
+            return FIRE
+        return WAIT if left else FAIL
+    if kind == QUORUM:
+        if nsucc >= k:
+            return FIRE
+        return FAIL if nsucc + left < k else WAIT
+    return WAIT if left else FIRE  # BEST_EFFORT
 
 
 class Join:

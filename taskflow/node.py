@@ -14,18 +14,20 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, overload
 
 from taskflow.errors import InvalidNodeError
 from taskflow.joins import Join
 from taskflow.result import ResultState, WorkResult
 
 if TYPE_CHECKING:
-    from taskflow.context import TaskContext, TaskSupport
-    from taskflow.engine import _Run
+    import weakref
 
-__all__ = ["FunctionNode", "NodeState", "SchedulingNode"]
+    from taskflow.context import RunView, TaskContext, TaskSupport
+
+__all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -47,19 +49,38 @@ class NodeState(enum.Enum):
     ERROR = 2
 
 
-_FINISH_STATES = (ResultState.SUCCESS, ResultState.SKIPPED)
+class NodeKind(enum.Enum):
+    """How the engine runs a node (a class declares it with the ``node_kind`` class attribute).
+
+    ``TASK``: call ``task`` (with retries) and record its value. ``SWITCH``: a task whose value
+    chooses which sons run: the engine calls ``choose_sons(value)``. ``FANOUT``: the engine calls
+    ``open_fan_out(host, i)`` and the node schedules its own items (``taskflow.fanout``).
+    """
+
+    TASK = "task"
+    SWITCH = "switch"
+    FANOUT = "fanout"
+
+
+_FINISH_STATES = (ResultState.SUCCESS, ResultState.SKIPPED, ResultState.DEGRADED)
 
 
 def check_timeout(value: object, what: str = "timeout") -> float | None:
-    """Validate a duration option: None, or a non-negative real number (``inf`` = no limit)."""
+    """Validate a duration option: None, or a non-negative real number.
+
+    ``inf``, and anything at or above ``threading.TIMEOUT_MAX`` (about 292 years: ``sys.maxsize``,
+    ``1e10``, ``10**400``), means no limit and is returned as ``inf``.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds or None, got {type(value).__name__}")
-    if math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):
         raise ValueError(f"{what} must not be NaN")
     if value < 0:
         raise ValueError(f"{what} must be non-negative, got {value!r}")
+    if value >= threading.TIMEOUT_MAX:
+        return math.inf
     return float(value)
 
 
@@ -119,8 +140,19 @@ class SchedulingNode(Generic[T, V]):
     _fathers: list[SchedulingNode[Any, Any]]
     _sons: list[SchedulingNode[Any, Any]]
     _optional: set[int]
-    _run: _Run | None
+    _run: weakref.ref[RunView] | None
     _idx: int
+
+    node_kind: ClassVar[NodeKind] = NodeKind.TASK
+    """How the engine runs this class's nodes (see :class:`NodeKind`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # classes written before NodeKind declared their kind with a class flag
+        if cls.__dict__.get("_routes_sons"):
+            cls.node_kind = NodeKind.SWITCH
+        elif cls.__dict__.get("_fans_out"):
+            cls.node_kind = NodeKind.FANOUT
 
     def __init__(
         self,
@@ -139,8 +171,8 @@ class SchedulingNode(Generic[T, V]):
         d["_fathers"] = []
         d["_sons"] = []
         d["_optional"] = set()  # ids of fathers whose failure is tolerated
-        if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"node name must be a non-empty str, got {name!r}")
+        if name is not None:
+            _check_name(name)
         if not isinstance(join, Join):
             raise TypeError(f"join must be a taskflow.Join policy, got {join!r}")
         d["param"] = param
@@ -163,6 +195,15 @@ class SchedulingNode(Generic[T, V]):
 
     def on_fail(self, support: TaskSupport) -> None:
         """Called once when the node ends EXCEPTION, TIMEOUT or CANCELLED (failed fast too)."""
+
+    def choose_sons(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
+        """For ``NodeKind.SWITCH`` classes: the definition sons chosen by the task's ``value``
+        (called by the engine after ``task`` succeeded)."""
+        choose = getattr(self, "_choose", None)
+        if choose is None:
+            raise NotImplementedError(f"{type(self).__name__} does not implement choose_sons()")
+        chosen: tuple[SchedulingNode[Any, Any], ...] = choose(value)
+        return chosen
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -194,17 +235,17 @@ class SchedulingNode(Generic[T, V]):
     @property
     def father_handler(self) -> list[SchedulingNode[Any, Any]]:
         """The fathers (in a run's copy: that run's nodes)."""
-        run = self._run
+        run = self._run_view()
         if run is not None:
-            return [run.node(i) for i in run.plan.fathers[self._idx]]
+            return [run.node(i) for i in run.fathers_of(self._idx)]
         return list(self._fathers)
 
     @property
     def son_handler(self) -> list[SchedulingNode[Any, Any]]:
         """The sons (in a run's copy: that run's nodes)."""
-        run = self._run
+        run = self._run_view()
         if run is not None:
-            return [run.node(i) for i in run.plan.sons[self._idx]]
+            return [run.node(i) for i in run.sons_of(self._idx)]
         return list(self._sons)
 
     @overload
@@ -230,20 +271,32 @@ class SchedulingNode(Generic[T, V]):
 
     # -- per-run view --------------------------------------------------------------------------
 
+    def _run_view(self) -> RunView | None:
+        """The run this copy belongs to (None for a definition).
+
+        Raises:
+            RuntimeError: the run is gone (a copy holds its run weakly; keep the FlowResult).
+        """
+        ref = self.__dict__.get("_run")
+        if ref is None:
+            return None
+        run: RunView | None = ref()
+        if run is None:
+            raise RuntimeError(
+                f"the run of node {self.name!r} is gone; keep its FlowResult to walk its graph")
+        return run
+
     @property
     def work_result(self) -> WorkResult[V]:
         """This run's result (a definition node holds a default result forever)."""
-        run = self._run
-        if run is None:
-            return _DEFAULT_RESULT
-        return run.results[self._idx]
+        wr: WorkResult[V] | None = self.__dict__.get("_wr")
+        return _DEFAULT_RESULT if wr is None else wr
 
     @property
     def state(self) -> NodeState:
-        run = self._run
-        if run is None:
+        wr = self.__dict__.get("_wr")
+        if wr is None:
             return NodeState.INIT
-        wr = run.results[self._idx]
         st = wr.state
         if st is ResultState.DEFAULT:
             return NodeState.WORKING if wr.started_at is not None else NodeState.INIT
@@ -254,6 +307,8 @@ class SchedulingNode(Generic[T, V]):
     def __setattr__(self, key: str, value: Any) -> None:
         d = self.__dict__
         if key in _PLAN_FIELDS and d.get("_run", 1) is None:
+            if key == "name":
+                _check_name(value)
             if key == "join" and not isinstance(value, Join):
                 raise TypeError(f"join must be a taskflow.Join policy, got {value!r}")
             if key == "timeout":
@@ -279,6 +334,7 @@ class SchedulingNode(Generic[T, V]):
         # only the node itself travels to other processes: not the graph, not the run
         state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
         state["_run"] = None
+        state.pop("_wr", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -293,7 +349,13 @@ class SchedulingNode(Generic[T, V]):
         return f"<{type(self).__name__} {name!r} {self.work_result.state.name}>"
 
 
-_UNPICKLED = frozenset({"_plans", "_run", "_fathers", "_sons", "_optional", "_plan_cache"})
+_UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
+                        "_plan_cache"})
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"node name must be a non-empty str, got {name!r}")
 _DEFAULT_RESULT: WorkResult[Any] = WorkResult()
 
 

@@ -1,7 +1,8 @@
 """Results: ``ResultState``, ``WorkResult`` (one node in one run), ``FlowResult`` (one run).
 
 ``WorkResult`` is a plain slotted object written by the engine (under the run's lock, result
-before state) and frozen once the run returns; ``FlowResult.report()`` gives the pydantic view.
+before state) and frozen once the run returns; ``FlowResult.report()`` gives the pydantic view
+(:mod:`taskflow.report`, imported on first use so that pydantic stays off the import path).
 """
 
 from __future__ import annotations
@@ -9,15 +10,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from taskflow.engine import _Run
-    from taskflow.node import SchedulingNode
+    from taskflow.report import FlowReport
 
-__all__ = ["FlowReport", "FlowResult", "NodeReport", "ResultState", "WorkResult"]
+__all__ = ["FlowResult", "FlowStatus", "ResultState", "RunRecord", "WorkResult"]
 
 V = TypeVar("V")
 
@@ -31,6 +29,24 @@ class ResultState(enum.Enum):
     EXCEPTION = "EXCEPTION"
     SKIPPED = "SKIPPED"
     CANCELLED = "CANCELLED"
+    DEGRADED = "DEGRADED"
+    """Succeeded with a fallback value (a resilience policy); joins count it as a success."""
+
+
+class FlowStatus(enum.Enum):
+    """How a run ended, as a whole (see ``FlowResult.status``)."""
+
+    COMPLETED = "COMPLETED"
+    """Nothing failed or degraded."""
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    """Every failure was tolerated (an optional edge, a join that still fired) and no sink
+    failed; or a node degraded."""
+    FAILED = "FAILED"
+    """A sink (a node without sons) failed."""
+    TIMED_OUT = "TIMED_OUT"
+    """The budget ended the run."""
+    CANCELLED = "CANCELLED"
+    """``ctx.cancel`` ended the run."""
 
 
 class WorkResult(Generic[V]):
@@ -81,51 +97,34 @@ class WorkResult(Generic[V]):
 
 
 _FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
+_SUCCEEDED = (ResultState.SUCCESS, ResultState.DEGRADED)
 
 
-class NodeReport(BaseModel):
-    """One node of a run, JSON-ready. Times are seconds since the run started."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    state: str
-    node_state: str
-    attempts: int
-    queued_at: float | None
-    started_at: float | None
-    finished_at: float | None
-    duration: float | None
-    thread: str | None
-    fathers: list[str]
-    result: str | None
-    error_type: str | None
-    error: str | None
-    cause: str | None
-
-
-class FlowReport(BaseModel):
-    """One run, JSON-ready (``model_dump_json()``)."""
-
-    model_config = ConfigDict(frozen=True)
+class RunRecord(Protocol):
+    """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
     flow_id: str
-    ok: bool
-    elapsed: float
-    timeout: float | None
-    cancelled: str | None
-    counts: dict[str, int]
-    nodes: list[NodeReport]
+    t0: float
+    budget: float
+    cancel_reason: str | None
+    expired: bool
+    names: tuple[str, ...]
+    results: list[WorkResult[Any]]
+
+    def node(self, i: int) -> Any:
+        """This run's copy of node ``i``."""
+
+    def index_of(self, name: str) -> int:
+        """The index of node ``name`` (KeyError if there is none)."""
+
+    def fathers_of(self, i: int) -> tuple[int, ...]:
+        """Indices of the fathers of node ``i``."""
+
+    def is_sink(self, i: int) -> bool:
+        """Node ``i`` has no sons."""
 
 
-def _short(value: Any, limit: int = 200) -> str | None:
-    if value is None:
-        return None
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
+class FlowResult(Mapping[str, Any]):
     """The outcome of one run: a mapping of node name to that run's node.
 
     Attributes:
@@ -135,9 +134,10 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         timeout: the budget it had (None: none).
     """
 
-    __slots__ = ("_failed", "_outputs", "_run", "elapsed", "flow_id", "started_at", "timeout")
+    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "started_at",
+                 "timeout")
 
-    def __init__(self, run: _Run, elapsed: float) -> None:
+    def __init__(self, run: RunRecord, elapsed: float) -> None:
         self._run = run
         self.flow_id: str = run.flow_id
         self.elapsed = elapsed
@@ -145,52 +145,61 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         self.timeout: float | None = None if math.isinf(run.budget) else run.budget
         self._outputs: dict[str, Any] | None = None
         self._failed: dict[str, WorkResult[Any]] | None = None
+        self._status: FlowStatus | None = None
 
     # Mapping
-    def __getitem__(self, name: str) -> SchedulingNode[Any, Any]:
+    def __getitem__(self, name: str) -> Any:
         try:
-            i = self._run.plan.index[name]
+            i = self._run.index_of(name)
         except KeyError:
             raise KeyError(name) from None
         return self._run.node(i)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._run.plan.names)
+        return iter(self._run.names)
 
     def __len__(self) -> int:
-        return len(self._run.plan.names)
+        return len(self._run.names)
 
     def result_of(self, name: str) -> WorkResult[Any]:
         """The WorkResult of node ``name`` (KeyError if there is no such node)."""
         try:
-            return self._run.results[self._run.plan.index[name]]
+            return self._run.results[self._run.index_of(name)]
         except KeyError:
             raise KeyError(name) from None
 
     @property
     def outputs(self) -> dict[str, Any]:
-        """name -> result of each node that ended SUCCESS.
+        """name -> result of each node that ended SUCCESS or DEGRADED.
 
         (Named ``values`` before 0.2; that name clashed with ``Mapping.values()``.)
         """
         if self._outputs is None:
-            names = self._run.plan.names
+            names = self._run.names
             self._outputs = {
                 names[i]: wr.result
                 for i, wr in enumerate(self._run.results)
-                if wr.state is ResultState.SUCCESS
+                if wr.state in _SUCCEEDED
             }
         return self._outputs
 
     @property
     def failed(self) -> dict[str, WorkResult[Any]]:
-        """name -> WorkResult of each node that ended EXCEPTION or TIMEOUT."""
+        """name -> WorkResult of each node that ended EXCEPTION or TIMEOUT (tolerated failures
+        included)."""
         if self._failed is None:
-            names = self._run.plan.names
+            names = self._run.names
             self._failed = {
                 names[i]: wr for i, wr in enumerate(self._run.results) if wr.state in _FAILED
             }
         return self._failed
+
+    @property
+    def degraded(self) -> dict[str, WorkResult[Any]]:
+        """name -> WorkResult of each node that ended DEGRADED."""
+        names = self._run.names
+        return {names[i]: wr for i, wr in enumerate(self._run.results)
+                if wr.state is ResultState.DEGRADED}
 
     @property
     def cancelled(self) -> str | None:
@@ -198,17 +207,43 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         return self._run.cancel_reason
 
     @property
+    def status(self) -> FlowStatus:
+        """How the run ended as a whole (see :class:`FlowStatus`)."""
+        if self._status is None:
+            run = self._run
+            if run.cancel_reason is not None:
+                status = FlowStatus.CANCELLED
+            elif run.expired:
+                status = FlowStatus.TIMED_OUT
+            else:
+                status = FlowStatus.COMPLETED
+                for i, wr in enumerate(run.results):
+                    st = wr.state
+                    if st in _FAILED:
+                        if run.is_sink(i):
+                            status = FlowStatus.FAILED
+                            break
+                        status = FlowStatus.COMPLETED_WITH_ERRORS
+                    elif st is ResultState.DEGRADED:
+                        status = FlowStatus.COMPLETED_WITH_ERRORS
+            self._status = status
+        return self._status
+
+    @property
     def ok(self) -> bool:
-        """True iff no node failed or timed out and the run was not cancelled."""
-        return not self.failed and self._run.cancel_reason is None
+        """``status`` is COMPLETED or COMPLETED_WITH_ERRORS: a page whose optional backend
+        failed is ok, while ``failed`` still lists the failure."""
+        return self.status in (FlowStatus.COMPLETED, FlowStatus.COMPLETED_WITH_ERRORS)
 
     def states(self) -> dict[str, ResultState]:
         """name -> ResultState of every node."""
-        names = self._run.plan.names
+        names = self._run.names
         return {names[i]: wr.state for i, wr in enumerate(self._run.results)}
 
     def raise_for_failure(self) -> None:
         """Raise if the run is not ``ok``; return None otherwise.
+
+        A run that is ``ok`` with tolerated failures (COMPLETED_WITH_ERRORS) does not raise.
 
         Raises:
             BaseException: the earliest original exception of a node that ended EXCEPTION (the
@@ -241,14 +276,21 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         if timed_out:
             raise FlowTimeoutError(timed_out, self.timeout)
         if self._run.cancel_reason is not None:
-            raise NodeCancelledError(self.flow_id, self._run.cancel_reason)
+            names = self._run.names
+            cancelled = [names[i] for i, wr in enumerate(self._run.results)
+                         if wr.state is ResultState.CANCELLED]
+            raise NodeCancelledError(
+                cancelled[0] if len(cancelled) == 1 else ", ".join(cancelled) or "(none)",
+                f"flow {self.flow_id} was cancelled: {self._run.cancel_reason}")
         raise FlowFailedError(failed)
 
     def report(self) -> FlowReport:
         """A JSON-ready pydantic model of the run (``.model_dump_json()``)."""
+        from taskflow.report import FlowReport, NodeReport, short
+
         run = self._run
         t0 = run.t0
-        plan = run.plan
+        names = run.names
 
         def rel(t: float | None) -> float | None:
             return None if t is None else round(t - t0, 6)
@@ -261,7 +303,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
             cause = exc.__cause__ if exc is not None else None
             nodes.append(
                 NodeReport(
-                    name=plan.names[i],
+                    name=names[i],
                     state=wr.state.name,
                     node_state=run.node(i).state.name,
                     attempts=wr.attempts,
@@ -270,8 +312,8 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
                     finished_at=rel(wr.finished_at),
                     duration=None if wr.duration is None else round(wr.duration, 6),
                     thread=wr.thread,
-                    fathers=[plan.names[f] for f in plan.fathers[i]],
-                    result=_short(wr.result),
+                    fathers=[names[f] for f in run.fathers_of(i)],
+                    result=short(wr.result),
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
@@ -280,6 +322,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         return FlowReport(
             flow_id=self.flow_id,
             ok=self.ok,
+            status=self.status.name,
             elapsed=round(self.elapsed, 6),
             timeout=self.timeout,
             cancelled=run.cancel_reason,
@@ -294,5 +337,7 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
         return run_to_mermaid(self)
 
     def __repr__(self) -> str:
-        status = "ok" if self.ok else f"failed={sorted(self.failed)}"
+        status = self.status.name
+        if self.failed:
+            status += f" failed={sorted(self.failed)}"
         return f"<FlowResult {self.flow_id} {status} nodes={len(self)} elapsed={self.elapsed:.4f}s>"

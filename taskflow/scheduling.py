@@ -7,9 +7,9 @@ import math
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from taskflow.context import TaskContext, current
-from taskflow.engine import _Run
-from taskflow.errors import FlowDefinitionError
+from taskflow.context import TaskContext, bind_context, current
+from taskflow.engine import executors
+from taskflow.engine.run import Run
 from taskflow.graph import as_top_nodes, compile_plan
 from taskflow.node import check_timeout
 from taskflow.result import FlowResult
@@ -18,7 +18,7 @@ __all__ = ["TaskScheduling", "run_async"]
 
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None) -> _Run:
+             future: Future[FlowResult] | None) -> Run:
     """Validate everything and build the run; nothing has been submitted when this raises."""
     if not isinstance(executor, Executor):
         raise TypeError(
@@ -35,23 +35,14 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     else:
         raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
     plan = compile_plan(as_top_nodes(nodes))
-    run = _Run(plan, executor, budget, ctx, future)
-    with ctx._lock:
-        active = ctx._run
-        if active is not None and not active.finished:
-            raise FlowDefinitionError(
-                f"context is already used by running flow {active.flow_id}; "
-                "one context belongs to one run at a time"
-            )
-        ctx._run = run
+    caps = executors.capabilities(executor)
     outer = getattr(current, "run", None)
-    if future is None and outer is not None and outer.executor is executor:
-        # nested start from a worker of the same pool: run the nodes in this thread, so a
-        # saturated (e.g. one-worker) pool cannot deadlock on us
-        import threading
-
-        run.inline = True
-        run.wakeup = threading.Event()
+    # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
+    # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
+    inline = (future is None and outer is not None and not caps.remote
+              and executors.same_executor(outer.executor, executor))
+    run = Run(plan, executor, budget, ctx, future, caps, inline)
+    bind_context(ctx, run)
     return run
 
 

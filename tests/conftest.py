@@ -88,6 +88,10 @@ def worker_exceptions_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_thread_leak: the test deliberately abandons a thread")
+    # the engine's debug switch: an illegal node state move raises instead of being logged
+    from taskflow.engine.run import set_strict
+
+    set_strict(True)
 
 
 # --- fixtures for the core-engine suites (test_scheduling, test_timeouts, test_failures, ...) ---

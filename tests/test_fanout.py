@@ -941,9 +941,9 @@ def test_a_fan_out_cancelled_by_a_join_stops_pulling_items(make_executor, gate):
 
 
 def test_item_timeouts_leave_no_timer_entries_behind(make_executor):
-    from taskflow import timer
+    from taskflow.engine import timer
 
-    heap = timer._timer._heap  # white box: the process-wide timer's heap
+    heap = timer.timer_thread.heap  # white box: the process-wide timer's heap
     before = len(heap)
     result = start(Fan(numbered(2000), max_concurrency=4, item_timeout=6 * LONG), make_executor(4))
     assert result["fan"].work_result.state is SUCCESS

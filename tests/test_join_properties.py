@@ -309,7 +309,8 @@ def test_random_join_policies_agree_with_the_oracle_and_keep_p1_p2(specs, worker
         event(f"some node {state}")  # shown by --hypothesis-show-statistics
     failed = {f"n{j}" for j in range(len(specs)) if result[f"n{j}"].work_result.state is EXCEPTION}
     assert set(result.failed) == failed
-    assert result.ok == (not failed)
+    sinks = {n for n in result if not result[n].son_handler}
+    assert result.ok == (not failed & sinks)  # tolerated failures: COMPLETED_WITH_ERRORS
 
 
 def check_happens_before(result, log, specs, j):

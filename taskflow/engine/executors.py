@@ -1,0 +1,120 @@
+"""What the engine needs to know about an executor, and the only code that looks inside one.
+
+An executor may declare its capabilities itself with a ``taskflow_capabilities()`` method
+returning :class:`Capabilities` (the explicit protocol). Otherwise they are read from what is
+known: a wrapper's public ``executor`` attribute (``MonitoredExecutor``), a pool's public
+``max_size`` (``taskflow.ThreadPool``), ``ThreadPoolExecutor``'s worker count, and the executors
+that run tasks in other processes (``ProcessPoolExecutor`` and subclasses such as loky's, dask's
+``ClientExecutor``).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from loguru import logger
+
+__all__ = [
+    "Capabilities",
+    "DeclaresCapabilities",
+    "capabilities",
+    "mark_abandoned",
+    "pickler",
+    "same_executor",
+    "unwrap",
+]
+
+
+class Capabilities(NamedTuple):
+    """What a run may assume about its executor.
+
+    Attributes:
+        parallelism: how many tasks it runs at once (how many worker loops a run keeps on it).
+        remote: tasks run in other processes: only a task and its arguments travel there, so each
+            attempt is its own submission and hooks stay in this process.
+        cloudpickle: the executor pickles with cloudpickle (loky, dask) rather than pickle.
+    """
+
+    parallelism: int
+    remote: bool
+    cloudpickle: bool = False
+
+
+@runtime_checkable
+class DeclaresCapabilities(Protocol):
+    """An executor that states its own capabilities."""
+
+    def taskflow_capabilities(self) -> Capabilities: ...
+
+
+def _default_parallelism() -> int:
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+def unwrap(executor: Executor) -> Executor:
+    """The executor a wrapper runs on: its public ``executor`` (``MonitoredExecutor``) or
+    ``inner`` attribute, when that is an Executor; followed through nested wrappers."""
+    for _ in range(16):
+        for attr in ("executor", "inner"):
+            inner = getattr(executor, attr, None)
+            if isinstance(inner, Executor) and inner is not executor:
+                executor = inner
+                break
+        else:
+            return executor
+    return executor
+
+
+def same_executor(a: Executor, b: Executor) -> bool:
+    """Whether ``a`` and ``b`` submit to the same pool (wrappers compared by what they wrap)."""
+    return a is b or unwrap(a) is unwrap(b)
+
+
+def _module_of(executor: Executor) -> str:
+    return type(executor).__module__
+
+
+def capabilities(executor: Executor) -> Capabilities:
+    """The capabilities of ``executor`` (see the module docstring)."""
+    if isinstance(executor, DeclaresCapabilities):
+        return executor.taskflow_capabilities()
+    inner = unwrap(executor)
+    mod = _module_of(inner)
+    if isinstance(inner, ProcessPoolExecutor) or mod.startswith(("distributed", "loky")):
+        return Capabilities(1 << 30, True, mod.startswith(("distributed", "loky")))
+    n: Any = getattr(executor, "max_size", None)
+    if not isinstance(n, int):
+        n = getattr(inner, "max_size", None)
+    if not isinstance(n, int) and isinstance(inner, ThreadPoolExecutor):
+        n = inner._max_workers
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return Capabilities(n, False)
+    return Capabilities(_default_parallelism(), False)
+
+
+def pickler(caps: Capabilities) -> Any:
+    """The module that pickles like the executor does (``pickle`` or ``cloudpickle``)."""
+    if caps.cloudpickle:
+        try:
+            import cloudpickle  # type: ignore[import-untyped]
+
+            return cloudpickle
+        except ImportError:  # pragma: no cover - loky and dask ship it
+            pass
+    import pickle
+
+    return pickle
+
+
+def mark_abandoned(executor: Executor, futures: list[Future[Any]]) -> None:
+    """Tell an executor that reports abandoned work (``mark_abandoned``) about ``futures``."""
+    mark = getattr(executor, "mark_abandoned", None)
+    if mark is None or not futures:
+        return
+    for f in futures:
+        try:
+            mark(f)
+        except Exception:  # noqa: BLE001 - metrics must not break a run
+            logger.opt(exception=True).warning("mark_abandoned failed")

@@ -1,0 +1,1286 @@
+"""One run of a compiled plan: the node state table, settling, closing and finishing.
+
+How a run works
+===============
+A run (:class:`Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
+node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
+same way: ``code`` (where each node is in its lifecycle, moved only by :meth:`Run.move` along
+``LEGAL_MOVES``), the join counters (``left``, ``nsucc``, ``nskip``), ``results`` (one
+:class:`WorkResult` per node) and per-run node copies made on demand.
+
+Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
+executor (``executors.capabilities``):
+
+* thread executors: up to ``max_loops`` worker *loops* (``loops.py``) drain the deque. A loop pops
+  a node, runs its attempts and hook, then (under the lock, in one critical section) records the
+  outcome, updates the sons' join counters with ``joins.decide``, appends the sons that became
+  ready and pops its next node. A chain runs in one worker with no executor round trip; no loop
+  ever waits for another node, so any DAG finishes on a one-worker pool.
+* a nested ``start`` from a worker of the same pool (``inline.py``): the caller drains the deque
+  itself, so a saturated pool cannot deadlock on it.
+* executors in other processes (``remote.py``): each attempt is its own submission; its
+  done-callback only hands the outcome to the run's *owner*.
+
+Failure of a node settles its waiting sons at once (fail fast, cause chained, the father's kind of
+failure); skipped fathers are ignored by joins; a son whose fathers all skipped is skipped. All
+that settles without running is handled in the same critical section with an explicit work list.
+
+The owner and the threads that may do what
+==========================================
+Every run has an *owner*: ``start``'s caller, which waits in :meth:`Run.wait` on the run's
+``inbox``, or, for ``submit``, the shared ``taskflow-coordinator`` thread. ``post`` hands work to
+the owner. Three kinds of thread never call user code or ``executor.submit``; they move state
+under the lock and ``post`` the rest:
+
+* a future's done-callback (it may run under the executor's shutdown lock);
+* the ``taskflow-timer`` thread (node timeouts, retry back-offs, ``submit`` budgets);
+* anything holding the run's lock.
+
+Whichever thread finishes a node compares the clock with the node's own deadline and the run's:
+past either, the node is TIMEOUT and its value is dropped (past the run's, the run closes).
+
+Time: the run has one deadline (``t0 + budget``). ``start``'s caller waits until then and closes
+the run: every unsettled node becomes TIMEOUT, queued futures are cancelled, running ones are
+reported abandoned (``mark_abandoned``), the hooks owed run in the caller, and it returns.
+
+Fields of a run (``lock`` guards every mutable one unless said otherwise)
+=======================================================================
+``plan``, ``names``, ``executor``, ``caps``, ``budget``, ``t0``, ``deadline``, ``flow_id``,
+``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``:
+  fixed at creation, read without the lock.
+``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
+``left[i]``, ``nsucc[i]``, ``nskip[i]``: fathers not terminal / succeeded / skipped.
+``results[i]``: node ``i``'s WorkResult; ``result``/``exception`` written before ``state``.
+``nodes[i]``: the run's copy of node ``i`` (None until needed; written once).
+``ready``: QUEUED nodes not yet popped by a loop.
+``pending``: nodes not yet SETTLED; the run finishes when it reaches 0.
+``closed``: no new node is dispatched and no hook is admitted (but ``keep``'s and owed ones).
+``finished``: the FlowResult exists; nothing runs any more.
+``expired``: the budget closed the run. ``cancel_reason``: ``ctx.cancel``'s reason.
+``keep``: the node that called ``ctx.cancel``; the run waits for it (-1: none).
+``claimed[i]``: node ``i``'s outcome hook was taken by some thread (it runs at most once).
+``owed``: outcome hooks claimed by a closer and not started yet; whichever thread finishes the
+  run first runs those left, so none is dropped and none starts after ``start`` returns.
+``hooks_running``: hooks admitted and not returned (``hooks_idle`` is notified on change).
+``chosen[i]``: the sons a switch chose. ``fans[i]``: node ``i``'s fan-out while it fans out.
+``node_timers[i]``, ``run_timer``: timer entries to cancel.
+``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
+``abandoned``: worker loops (see ``loops.py``): counted, submitted and not started, not exited,
+their futures, the node each runs, and loops stuck in a timed-out node (no longer counted).
+``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
+``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
+``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+
+State table (``LEGAL_MOVES``)
+=============================
+====================  =====================================================================
+from                  to
+====================  =====================================================================
+WAITING               QUEUED (its join fired), TERMINAL (failed fast, skipped, cancelled)
+QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed)
+RUNNING               TERMINAL (its outcome, its timeout), BACKOFF (retry later),
+                      QUEUED (retry at once on a remote executor)
+BACKOFF               QUEUED (back-off over), TERMINAL (timed out, closed)
+TERMINAL              SETTLED (its hook returned and its sons were updated)
+SETTLED               (none)
+====================  =====================================================================
+Any other move is a bug in taskflow: it raises :class:`IllegalMoveError` when the debug switch is
+on (``set_strict(True)``; the test suite turns it on) and is logged otherwise.
+
+Invariants
+==========
+* User code (tasks, hooks), ``executor.submit`` and future callbacks are never called while holding
+  ``lock``.
+* ``state`` of a WorkResult leaves ``DEFAULT`` exactly once; a late outcome (the node timed out,
+  was cancelled, or the run closed) is dropped and never overwrites anything.
+* ``pending >= 0``; ``finished`` is set exactly once, after every claimed hook started.
+* No hook starts after ``finished``; every outcome hook of a terminal node runs exactly once
+  (admission and claiming happen under the lock).
+* A node's hook runs before its sons are made ready (happens-before).
+* ``loops`` counts loops submitted and not exited, but abandoned ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from functools import partial
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from loguru import logger
+
+from taskflow import joins
+from taskflow.context import TaskContext, TaskSupport, current, detach_run
+from taskflow.engine import executors, inline, loops, remote, timer
+from taskflow.errors import (
+    FlowDefinitionError,
+    NodeCancelledError,
+    NodeTimeoutError,
+    ResultNotAvailableError,
+    TaskflowError,
+    UpstreamFailedError,
+)
+from taskflow.graph import Plan
+from taskflow.result import FlowResult, ResultState, WorkResult
+
+__all__ = [
+    "LEGAL_MOVES",
+    "STATE_NAMES",
+    "IllegalMoveError",
+    "Run",
+    "set_strict",
+]
+
+# node lifecycle codes within a run
+WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
+STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED")
+LEGAL_MOVES: dict[int, frozenset[int]] = {
+    WAITING: frozenset({QUEUED, TERMINAL}),
+    QUEUED: frozenset({RUNNING, TERMINAL}),
+    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED}),
+    BACKOFF: frozenset({QUEUED, TERMINAL}),
+    TERMINAL: frozenset({SETTLED}),
+    SETTLED: frozenset(),
+}
+_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(6))
+
+# how the run's nodes are executed
+LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
+# how long finishing a run waits for hooks already started (they are meant to be quick)
+HOOK_GRACE = 0.05
+# the "loop token" of work done outside any loop (remote outcomes, fan-in)
+NO_LOOP = -2
+
+_SUCCESS = ResultState.SUCCESS
+_DEGRADED = ResultState.DEGRADED
+_EXCEPTION = ResultState.EXCEPTION
+_TIMEOUT = ResultState.TIMEOUT
+_CANCELLED = ResultState.CANCELLED
+_SKIPPED = ResultState.SKIPPED
+_DEFAULT = ResultState.DEFAULT
+_ALL = joins.ALL
+_FAILED_STATES = (ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCELLED)
+_WAIT, _FIRE, _SKIP = joins.WAIT, joins.FIRE, joins.SKIP
+_decide = joins.decide
+
+_monotonic = time.monotonic
+_current_thread = threading.current_thread
+_copy_context = contextvars.copy_context
+
+_strict = False
+
+
+class IllegalMoveError(AssertionError):
+    """A node state move outside ``LEGAL_MOVES``: a bug in taskflow (debug switch on)."""
+
+
+def set_strict(on: bool) -> None:
+    """The debug switch: an illegal state move raises (True) or is logged (False, default)."""
+    global _strict
+    _strict = on
+
+
+def _debug_enabled() -> bool:
+    """Whether a DEBUG line from taskflow would reach any loguru sink (checked once per run)."""
+    try:
+        core = logger._core  # type: ignore[attr-defined]
+        if not core.handlers or core.min_level > 10:
+            return False
+        name = "taskflow.engine."
+        for prefix, status in core.activation_list:
+            if name[: len(prefix)] == prefix:
+                return bool(status)
+        return True
+    except Exception:  # noqa: BLE001 - loguru internals changed: log, and pay for it
+        return True
+
+
+def _note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` once (Python 3.10: the same ``__notes__`` list by hand)."""
+    notes = getattr(exc, "__notes__", None)
+    if notes is not None and note in notes:
+        return
+    # an exception type that refuses attributes keeps its text
+    with contextlib.suppress(Exception):
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        else:  # pragma: no cover - Python 3.10
+            exc.__notes__ = [*(notes or ()), note]
+
+
+def _value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,
+              name: str) -> Any:
+    """``ctx.result_of(name)``: the value of node ``name`` if it succeeded."""
+    try:
+        wr = results[index[name]]
+    except KeyError:
+        raise KeyError(f"no node named {name!r} in flow {flow_id}") from None
+    st = wr.state
+    if st is not _SUCCESS and st is not _DEGRADED:
+        raise ResultNotAvailableError(name, st.name)
+    return wr.result
+
+
+def _wake() -> None:
+    """Posted to an inline run's inbox: nodes became ready."""
+
+
+class Run:
+    """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
+    docstring for every field)."""
+
+    def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
+                 future: Future[FlowResult] | None, caps: executors.Capabilities,
+                 inline: bool = False) -> None:
+        n = len(plan.nodes)
+        self.plan = plan
+        self.names = plan.names
+        self.executor = executor
+        self.caps = caps
+        self.budget = budget
+        self.ctx = ctx
+        self.data: dict[str, Any] = {}
+        self.flow_id = os.urandom(5).hex()
+        self.lock = threading.Lock()
+        self.code = [WAITING] * n
+        self.left = list(plan.nfathers)
+        self.nsucc = [0] * n
+        self.nskip = [0] * n
+        self.results: list[WorkResult[Any]] = [WorkResult() for _ in range(n)]
+        self.nodes: list[Any] = [None] * n
+        self.ready: deque[int] = deque()
+        self.pending = n
+        self.closed = False
+        self.finished = False
+        self.expired = False
+        self.keep = -1
+        self.cancel_reason: str | None = None
+        self.claimed = bytearray(n)
+        self.owed: deque[int] = deque()
+        self.hooks_running = 0
+        self.hooks_idle = threading.Condition(self.lock)
+        self.chosen: dict[int, frozenset[int]] = {}
+        self.fans: dict[int, Any] = {}
+        self.node_timers: dict[int, timer.Timer] = {}
+        self.run_timer: timer.Timer | None = None
+        self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
+        self.loops = 0
+        self.max_loops = caps.parallelism
+        self.tokens = 0
+        self.unstarted: set[int] = set()
+        self.live: set[int] = set()
+        self.loop_futs: dict[int, Future[Any]] = {}
+        self.loop_node: dict[int, int] = {}
+        self.abandoned: set[int] = set()
+        self.remote_futs: dict[int, Future[Any]] = {}
+        self.future = future
+        self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
+            SimpleQueue() if future is None else None)
+        self.cv = _copy_context()
+        self.debug = _debug_enabled()
+        self.t0 = _monotonic()
+        self.deadline = self.t0 + budget
+        self.flow_result: FlowResult | None = None
+        self.ref = weakref.ref(self)
+        self._log: Any = None
+
+    # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
+
+    @property
+    def log(self) -> Any:
+        """The run's logger (bound to its flow id)."""
+        if self._log is None:
+            self._log = logger.bind(flow_id=self.flow_id)
+        return self._log
+
+    def node(self, i: int) -> Any:
+        """This run's copy of node ``i`` (made on first use)."""
+        n = self.nodes[i]
+        if n is None:
+            with self.lock:
+                n = self.nodes[i]
+                if n is None:
+                    n = self.nodes[i] = self._clone(i)
+        return n
+
+    def _clone(self, i: int) -> Any:
+        defn = self.plan.nodes[i]
+        obj = object.__new__(type(defn))
+        d = obj.__dict__
+        d.update(defn.__dict__)
+        d["_run"] = self.ref
+        d["_wr"] = self.results[i]
+        d["_idx"] = i
+        d["_plans"] = ()
+        return obj
+
+    def index_of(self, name: str) -> int:
+        return self.plan.index[name]
+
+    def fathers_of(self, i: int) -> tuple[int, ...]:
+        return self.plan.fathers[i]
+
+    def sons_of(self, i: int) -> tuple[int, ...]:
+        return self.plan.sons[i]
+
+    def is_sink(self, i: int) -> bool:
+        return self.plan.sinks[i]
+
+    def describe(self) -> str:
+        return f"flow {self.flow_id}"
+
+    def cancelled_for_caller(self) -> bool:
+        if self.closed:
+            return True
+        cur = current
+        if getattr(cur, "run", None) is self:
+            return self.results[cur.idx].state is not _DEFAULT
+        return False
+
+    def caller_name(self) -> str:
+        cur = current
+        return self.names[cur.idx] if getattr(cur, "run", None) is self else "?"
+
+    def value_of(self, name: str) -> Any:
+        return _value_of(self.results, self.plan.index, self.flow_id, name)
+
+    def __repr__(self) -> str:
+        counts: dict[str, int] = {}
+        for c in self.code:
+            counts[STATE_NAMES[c]] = counts.get(STATE_NAMES[c], 0) + 1
+        running = [self.names[i] for i, c in enumerate(self.code) if c == RUNNING][:5]
+        left = self.deadline - _monotonic()
+        phase = ("finished" if self.finished else "closed" if self.closed else "open")
+        return (f"<Run {self.flow_id} {phase} {self.mode} nodes={len(self.code)} "
+                f"{' '.join(f'{k}={v}' for k, v in counts.items())} running={running} "
+                f"pending={self.pending} loops={self.loops} hooks={self.hooks_running} "
+                f"budget={self.budget:g} left={left:.3f}s>")
+
+    # -- the state table ----------------------------------------------------------------------------
+
+    def move(self, i: int, new: int) -> None:
+        """Under lock: move node ``i`` to ``new`` (see ``LEGAL_MOVES``)."""
+        old = self.code[i]
+        if not (_LEGAL[old] >> new) & 1:
+            msg = (f"illegal move of node {self.names[i]!r} in flow {self.flow_id}: "
+                   f"{STATE_NAMES[old]} -> {STATE_NAMES[new]}")
+            if _strict:
+                raise IllegalMoveError(msg)
+            self.log.error("taskflow bug: {}", msg)  # noqa: PLE1205 - loguru formats with {}
+        self.code[i] = new
+
+    # -- handing work over ------------------------------------------------------------------------
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the run's owner thread (never this one). Safe from any thread,
+        done-callbacks and the timer included."""
+        inbox = self.inbox
+        if inbox is not None:
+            inbox.put((fn, args))
+        else:
+            remote.coordinator.put(self.cv, fn, args)
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+        plan = self.plan
+        if not plan.nodes:
+            self.finish()
+            return
+        if self.budget <= 0.0:
+            self.expire()
+            return
+        now = self.t0
+        results = self.results
+        with self.lock:
+            for i in plan.roots:
+                self.move(i, QUEUED)
+                results[i].queued_at = now
+                self.ready.append(i)
+            k = self.reserve_loops()
+        if self.future is not None and not math.isinf(self.budget):
+            self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
+        self.dispatch(k)
+
+    def reserve_loops(self) -> int:
+        """Under lock: how many new loops to start for the ready nodes (and count them)."""
+        k = min(len(self.ready), self.max_loops - self.loops)
+        if k > 0:
+            self.loops += k
+            return k
+        return 0
+
+    def dispatch(self, k: int) -> None:
+        """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
+        if not k:
+            return
+        mode = self.mode
+        if mode is LOOPS:
+            loops.spawn(self, k)
+            return
+        with self.lock:
+            self.loops -= k
+        if mode is INLINE:
+            assert self.inbox is not None
+            self.inbox.put((_wake, ()))
+        else:
+            self.dispatch_remote()
+
+    def loop_refused(self, exc: BaseException) -> None:
+        """A loop was refused (owner thread): with no loop left to drain the queue, the queued
+        nodes fail with the executor's error."""
+        hooks: list[int] = []
+        with self.lock:
+            self.loops -= 1
+            if self.loops > 0 or self.closed:
+                return
+            now = _monotonic()
+            victims = [i for i in self.ready if self.code[i] == QUEUED]
+            self.ready.clear()
+            for i in victims:
+                self.fail(i, exc, _EXCEPTION, now)
+                hooks.append(i)
+                if not self.plan.has_fail[i]:
+                    self.settle_sons(i, hooks, now)
+            k = self.reserve_loops()
+        if self.debug:
+            self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
+        if self.after_settle(hooks, k):
+            self.finish()
+
+    # -- running nodes (loop and inline threads) ----------------------------------------------------
+
+    def loop_body(self, token: int) -> None:
+        """One worker loop (``loops.spawn``): run nodes until none is ready."""
+        with self.lock:
+            i = self.next_node(token)
+        if i < 0:
+            return
+        self.run_nodes(i, token)
+
+    def run_nodes(self, i: int, token: int) -> None:
+        """Run node ``i`` and the nodes this loop pops after it."""
+        cv = self.cv
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        cur.run = self
+        tname = _current_thread().name
+        try:
+            while i >= 0:
+                i = cv.copy().run(self.execute_guarded, i, token, tname)
+        finally:
+            cur.run, cur.idx = prev
+
+    def next_node(self, token: int) -> int:
+        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
+        code = self.code
+        ready = self.ready
+        while ready:
+            i = ready.popleft()
+            if code[i] == QUEUED:
+                self.move(i, RUNNING)
+                self.loop_node[token] = i
+                return i
+        self.loops -= 1
+        self.loop_node.pop(token, None)
+        return -1
+
+    def execute_guarded(self, i: int, token: int, tname: str) -> int:
+        """``execute``, but an exception in taskflow's own code fails node ``i`` (and says so)
+        instead of killing the loop."""
+        try:
+            return self.execute(i, token, tname)
+        except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
+            self.log.opt(exception=True).error(
+                "taskflow failed running node {} (flow {})", self.names[i], self.flow_id)
+            _note(exc, f"taskflow: internal error while running node {self.names[i]!r}")
+            try:
+                return self.complete(i, token, None, exc)
+            except BaseException:  # noqa: BLE001
+                self.log.opt(exception=True).error("taskflow could not fail node {}",
+                                                   self.names[i])
+                return -1
+
+    def execute(self, i: int, token: int, tname: str) -> int:
+        """Run node ``i`` to its outcome, settle it, and return the loop's next node (or -1).
+
+        Called in a fresh copy of the caller's contextvars, with ``current.run`` set to this run.
+        """
+        plan = self.plan
+        wr = self.results[i]
+        node: Any
+        if plan.stateless[i]:
+            node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
+        else:
+            node = self.nodes[i]
+            if node is None:
+                node = self.node(i)
+        current.idx = i
+        if plan.fanout[i]:
+            return self.start_fanout(i, token, node, tname)
+        while True:
+            if wr.state is not _DEFAULT:
+                # settled while queued or between attempts (a join cancelled it, the run
+                # closed): never start an attempt for it
+                return self.late(i, token, None, None)
+            self.begin_attempt(i, wr, tname, node)
+            try:
+                value = node.task(self.ctx, node.param)
+                error: BaseException | None = None
+                if plan.routes[i]:
+                    self.route(i, node, value)
+            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                error = exc
+                value = None
+            if error is not None:
+                delay = self.retry_delay(i, wr, error)
+                if delay == 0.0:
+                    continue
+                if delay > 0.0:
+                    with self.lock:
+                        if self.code[i] == RUNNING and wr.state is _DEFAULT:
+                            self.move(i, BACKOFF)
+                            timer.schedule(_monotonic() + delay, self.requeue, i)
+                        if token in self.abandoned:
+                            return -1
+                        return self.next_node(token)
+            return self.complete(i, token, value, error)
+
+    def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
+        """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
+        ``on_begin``."""
+        if wr.started_at is None:
+            now = _monotonic()
+            wr.started_at = now
+            if self.plan.timeout[i] is not None:
+                self.arm_node_timeout(i, now)
+        wr.attempts += 1
+        wr.thread = thread
+        if self.debug:
+            name = self.names[i]
+            self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
+        if self.plan.has_begin[i] and not self.closed:
+            self.hook(node.on_begin, i, wr.attempts, False)
+
+    def route(self, i: int, node: Any, value: Any) -> None:
+        """A switch returned ``value``: record which of its sons it chose (or raise)."""
+        chosen = self.plan.nodes[i].choose_sons(value)
+        if chosen is not None:
+            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+
+    def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
+        """Start node ``i``'s fan-out (``taskflow.fanout``) and give the loop its next node."""
+        self.begin_attempt(i, self.results[i], tname, node)
+        fan = node.open_fan_out(self, i)
+        with self.lock:
+            self.fans[i] = fan
+        fan.start()
+        if token == NO_LOOP:
+            return -1
+        with self.lock:
+            if token in self.abandoned:
+                return -1
+            return self.next_node(token)
+
+    def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
+        """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
+        plan = self.plan
+        if wr.attempts > plan.retries[i] or not isinstance(error, Exception) or self.closed:
+            return -1.0
+        if wr.state is not _DEFAULT:
+            return -1.0
+        # a float product overflows to inf (no retry), where 2.0 ** n would raise
+        delay = plan.backoff[i] * (2.0 ** min(wr.attempts - 1, 1000))
+        limit = self.deadline
+        t = plan.timeout[i]
+        if t is not None and wr.started_at is not None:
+            limit = min(limit, wr.started_at + t)
+        if _monotonic() + delay >= limit:
+            return -1.0
+        if self.debug:
+            self.log.bind(node=plan.names[i]).debug(
+                "node {} failed attempt {}, retrying in {:.3f}s: {!r}",
+                plan.names[i], wr.attempts, delay, error)
+        return delay
+
+    def requeue(self, i: int) -> None:
+        """Timer thread: a back-off ended; queue the next attempt (the owner dispatches it)."""
+        with self.lock:
+            if self.code[i] != BACKOFF or self.closed:
+                return
+            self.move(i, QUEUED)
+            self.ready.append(i)
+            k = self.reserve_loops()
+        if k:
+            self.post(self.dispatch, k)
+
+    def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
+        plan = self.plan
+        wr = self.results[i]
+        now = _monotonic()
+        if now >= self.deadline:
+            # the budget ran out while it ran: its outcome does not count, and the run closes
+            self.expire()
+            return self.late(i, token, value, error)
+        t = plan.timeout[i]
+        if (t is not None and wr.started_at is not None and now >= wr.started_at + t
+                and not plan.fanout[i] and not isinstance(error, NodeTimeoutError)):
+            # its own deadline passed while it ran (a fan-out's policy decides that itself)
+            value = None
+            error = NodeTimeoutError(self.names[i], t)
+        late = False
+        hooks: list[int] = []
+        has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
+        with self.lock:
+            if plan.fanout[i]:
+                self.fans.pop(i, None)
+            timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
+            if self.code[i] != RUNNING or wr.state is not _DEFAULT:
+                late = True
+            else:
+                if error is None:
+                    wr.result = value
+                    wr.finished_at = now
+                    wr.state = _SUCCESS
+                    self.move(i, TERMINAL)
+                else:
+                    wr.result = value  # a fan-out's partial FanInResult; None otherwise
+                    self.fail(i, error,
+                              _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
+                if not has_hook:
+                    self.settle_sons(i, hooks, now)
+                    nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
+                        else -1
+                    k = self.reserve_loops()
+                    fin = self.settled(i)
+        if late:
+            return self.late(i, token, value, error)
+        if timer_entry is not None:
+            timer_entry.cancel()
+        if self.debug or error is not None:
+            self.log_outcome(i)
+        if has_hook:
+            node = self.node(i)
+            self.hook(node.on_success if error is None else node.on_fail, i, wr.attempts, True)
+            with self.lock:
+                self.settle_sons(i, hooks, now)
+                nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
+                k = self.reserve_loops()
+                fin = self.settled(i)
+        if hooks:
+            fin = self.after_settle(hooks, k) or fin
+        elif k:
+            self.dispatch(k)
+        if fin:
+            self.finish()
+        return nxt
+
+    def fan_in(self, i: int, value: Any, error: BaseException | None) -> None:
+        """A fan-out node's fan-in is complete (any thread but the timer's)."""
+        self.complete(i, NO_LOOP, value, error)
+
+    def late(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """The node was settled without us (timeout, cancel, closed run): drop the outcome."""
+        name = self.names[i]
+        if error is not None and not isinstance(error, NodeCancelledError):
+            self.log.bind(node=name).warning(
+                "late exception from abandoned node {} dropped: {!r}", name, error
+            )
+        elif self.debug:
+            self.log.bind(node=name).debug("late result from node {} dropped", name)
+        if token == NO_LOOP:
+            return -1
+        with self.lock:
+            if token in self.abandoned:
+                self.abandoned.discard(token)
+                self.loop_node.pop(token, None)
+                return -1
+            if self.closed:
+                self.loops -= 1
+                self.loop_node.pop(token, None)
+                return -1
+            return self.next_node(token)
+
+    # -- settling (all under lock) ----------------------------------------------------------------
+
+    def fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
+        """Under lock: node ``i`` ends ``state`` with ``exc``."""
+        wr = self.results[i]
+        if state is _EXCEPTION and not isinstance(exc, TaskflowError):
+            _note(exc, f"taskflow: raised by node {self.names[i]!r} of flow {self.flow_id}")
+        wr.exception = exc
+        wr.finished_at = now
+        wr.state = state
+        self.move(i, TERMINAL)
+
+    def settled(self, i: int) -> bool:
+        """Under lock: node ``i``'s hook returned and its sons were updated. True: finish now."""
+        self.move(i, SETTLED)
+        if self.closed:
+            return i == self.keep and not self.finished
+        self.pending -= 1
+        return self.pending == 0
+
+    def settle_sons(self, i: int, hooks: list[int], now: float) -> None:
+        """Under lock: node ``i`` is terminal; update its sons' joins, transitively.
+
+        Sons that fire go to ``ready``; sons that fail fast or are skipped become terminal here
+        and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
+        """
+        plan = self.plan
+        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
+        results = self.results
+        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
+        sons_of = plan.sons
+        work = [i]
+        while work:
+            f = work.pop()
+            st = results[f].state
+            succeeded = st is _SUCCESS or st is _DEGRADED
+            route = self.chosen.get(f) if succeeded and plan.routes[f] else None
+            for s in sons_of[f]:
+                if code[s] != WAITING:
+                    continue
+                left[s] -= 1
+                nfail = 0
+                if succeeded:
+                    if route is not None and s not in route:
+                        # a case the switch did not choose: skipped, whatever else feeds it
+                        self.skip(s, now)
+                        hooks.append(s)
+                        work.append(s)
+                        continue
+                    nsucc[s] += 1
+                elif st is _SKIPPED:
+                    nskip[s] += 1
+                elif not (kinds[s] == _ALL and f in plan.optional[s]):
+                    nfail = 1
+                decision = _decide(kinds[s], join_k[s], nfathers[s], left[s], nsucc[s],
+                                   nskip[s], nfail)
+                if decision == _WAIT:
+                    continue
+                if decision == _FIRE:
+                    self.move(s, QUEUED)
+                    results[s].queued_at = now
+                    self.ready.append(s)
+                    if left[s]:
+                        self.cancel_unneeded(s, hooks, now)
+                elif decision == _SKIP:
+                    self.skip(s, now)
+                    hooks.append(s)
+                    work.append(s)
+                else:
+                    self.fail_fast(s, self.failed_father(s, f), now)
+                    hooks.append(s)
+                    if not plan.has_fail[s]:
+                        work.append(s)  # else its sons are settled after its on_fail hook
+
+    def skip(self, s: int, now: float) -> None:
+        """Under lock: node ``s`` is SKIPPED."""
+        wr = self.results[s]
+        wr.state = _SKIPPED
+        wr.finished_at = now
+        self.move(s, TERMINAL)
+
+    def failed_father(self, s: int, f: int) -> int:
+        """Under lock: the father to blame for ``s`` failing: ``f`` if it failed, else the
+        first father of ``s`` that did (``f`` may be a skipped father that ended the wait)."""
+        results = self.results
+        if results[f].state in _FAILED_STATES:
+            return f
+        for x in self.plan.fathers[s]:
+            if results[x].state in _FAILED_STATES:
+                return x
+        return f
+
+    def fail_fast(self, s: int, f: int, now: float) -> None:
+        """Under lock: son ``s`` fails without running because of father ``f``."""
+        fwr = self.results[f]
+        err = UpstreamFailedError(self.names[s], self.names[f])
+        err.__cause__ = fwr.exception
+        st = fwr.state
+        kind = st if st in (_TIMEOUT, _CANCELLED) else _EXCEPTION
+        self.fail(s, err, kind, now)
+
+    def cancel_unneeded(self, s: int, hooks: list[int], now: float) -> None:
+        """Under lock: ``s`` fired early; cancel its unfinished fathers nobody else waits for."""
+        plan = self.plan
+        code = self.code
+        work = [s]
+        while work:
+            x = work.pop()
+            for p in plan.fathers[x]:
+                if code[p] >= TERMINAL:
+                    continue
+                if any(code[q] == WAITING for q in plan.sons[p]):
+                    continue
+                fan = self.fans.pop(p, None)
+                if fan is not None:
+                    self.results[p].result, running = fan.abort()  # stop pulling; keep its items
+                    if running:
+                        self.post(self.mark_abandoned, running)
+                self.fail(p, NodeCancelledError(
+                    plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED,
+                    now)
+                hooks.append(p)
+                t = self.node_timers.pop(p, None)
+                if t is not None:
+                    t.cancel()
+                work.append(p)  # its own fathers may be unneeded now
+
+    def after_settle(self, hooks: list[int], k: int) -> bool:
+        """Outside the lock: run on_fail hooks of nodes settled without running, settle them,
+        start loops. Returns True if the run is finished."""
+        plan = self.plan
+        fin = False
+        j = 0
+        while j < len(hooks):  # grows: settling a node after its hook may settle more
+            s = hooks[j]
+            j += 1
+            wr = self.results[s]
+            deferred = plan.has_fail[s] and wr.state is not _SKIPPED
+            if self.debug or wr.state is not _SKIPPED:
+                self.log_outcome(s)
+            if deferred:
+                self.hook(self.node(s).on_fail, s, wr.attempts, True)
+            with self.lock:
+                if deferred:  # its hook has returned: now its sons may move
+                    self.settle_sons(s, hooks, _monotonic())
+                if self.code[s] == TERMINAL:
+                    fin = self.settled(s) or fin
+                k += self.reserve_loops()
+        if k:
+            self.dispatch(k)
+        return fin
+
+    # -- hooks and logs ---------------------------------------------------------------------------
+
+    def hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int,
+             outcome: bool) -> None:
+        """Call a hook if it is admitted: an outcome hook (``on_success``/``on_fail``) runs once
+        (``claimed``), and after the run closed only the closer's and ``keep``'s run."""
+        with self.lock:
+            if outcome:
+                if self.claimed[i] or (self.closed and i != self.keep) or self.finished:
+                    return
+                self.claimed[i] = 1
+            elif self.closed:
+                return
+            self.hooks_running += 1
+        self.call_hook(fn, i, attempt)
+
+    def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
+        """Call an admitted hook (``hooks_running`` counts it); a raising hook is logged."""
+        cur = current
+        prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
+        cur.run, cur.idx, cur.hooking = self, i, self
+        try:
+            fn(TaskSupport(self, i, attempt))
+        except BaseException:  # noqa: BLE001 - a hook never changes the flow
+            name = self.names[i]
+            self.log.bind(node=name).opt(exception=True).error(
+                "hook {} of node {} raised; ignored", getattr(fn, "__name__", "?"), name
+            )
+        finally:
+            cur.run, cur.idx, cur.hooking = prev
+            with self.lock:
+                self.hooks_running -= 1
+                if self.closed and self.hooks_running <= 1:
+                    self.hooks_idle.notify_all()
+
+    def run_owed(self) -> None:
+        """Run the outcome hooks a closer claimed and nobody started yet."""
+        while True:
+            with self.lock:
+                if not self.owed:
+                    return
+                i = self.owed.popleft()
+                self.hooks_running += 1
+            wr = self.results[i]
+            node = self.node(i)
+            st = wr.state
+            fn = node.on_success if st is _SUCCESS or st is _DEGRADED else node.on_fail
+            self.call_hook(fn, i, wr.attempts)
+
+    def log_outcome(self, i: int) -> None:
+        """Log how node ``i`` ended (warning for failures)."""
+        wr = self.results[i]
+        name = self.names[i]
+        st = wr.state
+        log = self.log.bind(node=name)
+        if st is _EXCEPTION or st is _TIMEOUT:
+            log.warning("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
+        elif st is _CANCELLED:
+            log.info("node {} ended CANCELLED: {}", name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
+        else:
+            log.debug("node {} ended {}", name, st.name)  # noqa: PLE1205 - loguru formats with {}
+
+    # -- time -------------------------------------------------------------------------------------
+
+    def arm_node_timeout(self, i: int, started: float) -> None:
+        """Schedule node ``i``'s own timeout (unless the budget ends first)."""
+        t = self.plan.timeout[i]
+        assert t is not None
+        when = started + t
+        if when < self.deadline:
+            entry = timer.schedule(when, self.node_timeout, i)
+            with self.lock:
+                self.node_timers[i] = entry
+
+    def node_timeout(self, i: int) -> None:
+        """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
+        and the abandoned work are handed to the owner."""
+        plan = self.plan
+        fan = self.fans.get(i)
+        if fan is not None:
+            self.post(fan.finish, True)
+            return
+        abandoned: Future[Any] | None = None
+        with self.lock:
+            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF):
+                return
+            now = _monotonic()
+            running = self.code[i] == RUNNING
+            self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
+            self.node_timers.pop(i, None)
+            if running and self.mode is REMOTE:
+                abandoned = self.remote_futs.pop(i, None)
+            elif running:
+                for token, x in self.loop_node.items():
+                    if x == i:
+                        self.abandoned.add(token)
+                        self.loops -= 1
+                        abandoned = self.loop_futs.get(token)
+                        del self.loop_node[token]
+                        break
+            hooks = [i]
+            if not plan.has_fail[i]:
+                self.settle_sons(i, hooks, now)  # else after its on_fail hook
+            k = self.reserve_loops()
+        self.post(self.after_timeout, hooks, k, abandoned)
+
+    def after_timeout(self, hooks: list[int], k: int, abandoned: Future[Any] | None) -> None:
+        """Owner thread: finish what a node timeout started."""
+        if abandoned is not None and not abandoned.done():
+            self.mark_abandoned([abandoned])
+        if self.after_settle(hooks, k):
+            self.finish()
+
+    def mark_abandoned(self, futs: list[Future[Any]]) -> None:
+        """Report futures whose work taskflow no longer waits for (outside the lock)."""
+        executors.mark_abandoned(self.executor, futs)
+
+    # -- closing and finishing ----------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """The budget is spent: close the run with every unsettled node TIMEOUT."""
+        self.close(_TIMEOUT, None)
+
+    def expire_on_timer(self) -> None:
+        """Timer thread (``submit`` runs): close the run's state, hand the rest to the owner."""
+        self.close(_TIMEOUT, None, on_timer=True)
+
+    def cancel(self, reason: str | None) -> None:
+        """``ctx.cancel``: close the run with unsettled nodes CANCELLED (but the caller's)."""
+        keep = -1
+        if getattr(current, "run", None) is self:
+            keep = current.idx
+        self.close(_CANCELLED, reason or "cancelled", keep)
+
+    def close(self, state: ResultState, reason: str | None, keep: int = -1,
+              on_timer: bool = False) -> None:
+        """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
+        are claimed (``owed``), queued work is cancelled and running work abandoned."""
+        plan = self.plan
+        with self.lock:
+            if self.finished or (self.closed and state is not _TIMEOUT):
+                return
+            now = _monotonic()
+            if self.closed:
+                keep = -1  # the budget ends the wait for the node that cancelled the run
+            self.closed = True
+            if state is _TIMEOUT:
+                self.expired = True
+            else:
+                self.cancel_reason = reason
+            self.keep = keep
+            code, results, claimed = self.code, self.results, self.claimed
+            # nodes that ended before the close but whose hook has not started: claimed here
+            for i, c in enumerate(code):
+                if c == TERMINAL and not claimed[i]:
+                    st = results[i].state
+                    if (plan.has_success[i] if st is _SUCCESS or st is _DEGRADED
+                            else plan.has_fail[i] and st is not _SKIPPED):
+                        claimed[i] = 1
+                        self.owed.append(i)
+            fan_futs: list[Future[Any]] = []
+            victims = []
+            for i, wr in enumerate(results):
+                if wr.state is _DEFAULT and i != keep:
+                    if state is _TIMEOUT:
+                        exc: BaseException = NodeTimeoutError(plan.names[i], self.budget,
+                                                              budget=True)
+                    else:
+                        exc = NodeCancelledError(plan.names[i], reason)
+                    fan = self.fans.pop(i, None)
+                    if fan is not None:
+                        # the partial fan-in (in-flight items missing); its running items are
+                        # reported abandoned with the run's own loops, after the lock
+                        wr.result, fan_running = fan.abort()
+                        fan_futs.extend(fan_running)
+                    self.fail(i, exc, state, now)
+                    self.move(i, SETTLED)
+                    victims.append(i)
+                    if plan.has_fail[i] and not claimed[i]:
+                        claimed[i] = 1
+                        self.owed.append(i)
+            self.ready.clear()
+            futs = list(self.loop_futs.values())
+            running = [self.loop_futs[t] for t, x in self.loop_node.items()
+                       if x != keep and t in self.loop_futs]
+            for x, f in self.remote_futs.items():
+                if x != keep:
+                    futs.append(f)
+                    running.append(f)
+            self.remote_futs.clear()
+            timers = list(self.node_timers.values())
+            self.node_timers.clear()
+            wait_keep = keep >= 0 and self.code[keep] != SETTLED
+        if on_timer:
+            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep)
+        else:
+            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep)
+
+    def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
+                   futs: list[Future[Any]], victims: list[int], wait_keep: bool) -> None:
+        """Outside the lock: cancel and abandon work, run owed hooks, finish."""
+        for t in timers:
+            t.cancel()
+        self.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
+        for f in futs:
+            f.cancel()
+        for i in victims:
+            self.log_outcome(i)
+        self.run_owed()
+        if not wait_keep:
+            self.finish()
+
+    def finish(self) -> None:
+        """Make the FlowResult once, after every owed hook started, and hand it over."""
+        mine = 1 if getattr(current, "hooking", None) is self else 0
+        while True:
+            self.run_owed()
+            with self.lock:
+                if self.finished:
+                    return
+                self.closed = True
+                if self.hooks_running > mine:
+                    self.hooks_idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
+                if self.owed:
+                    continue  # a closer claimed more while we waited: run them first
+                self.finished = True
+                timers = list(self.node_timers.values())
+                self.node_timers.clear()
+                self.fans.clear()
+                break
+        if self.run_timer is not None:
+            self.run_timer.cancel()
+            self.run_timer = None
+        for t in timers:
+            t.cancel()
+        detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
+                                               self.plan.index, self.results))
+        elapsed = _monotonic() - self.t0
+        result = FlowResult(self, elapsed)
+        if self.debug:
+            self.log.debug("flow finished in {:.6f}s", elapsed)  # noqa: PLE1205 - loguru formats with {}
+        inbox = self.inbox
+        if inbox is not None:
+            self.flow_result = result
+            inbox.put(None)
+        fut = self.future
+        if fut is not None:
+            self.future = None
+            fut.set_result(result)
+
+    # -- the owner (start's caller) -----------------------------------------------------------------
+
+    def wait(self) -> FlowResult:
+        """``start``'s caller: do the work handed over until the run finishes, closing it at the
+        deadline."""
+        inbox = self.inbox
+        assert inbox is not None
+        inline = self.mode is INLINE
+        infinite = math.isinf(self.budget)
+        while True:
+            if inline:
+                self.drain_inline()
+            if infinite:
+                item = inbox.get()
+            else:
+                left = self.deadline - _monotonic()
+                try:
+                    if left <= 0:
+                        raise Empty
+                    item = inbox.get(timeout=min(left, threading.TIMEOUT_MAX))
+                except Empty:
+                    self.expire()
+                    infinite = True  # the result follows promptly
+                    continue
+            if item is None:
+                break
+            fn, args = item
+            fn(*args)
+        result = self.flow_result
+        assert result is not None
+        self.flow_result = None
+        return result
+
+    def drain_inline(self) -> None:
+        """Inline mode: the caller runs the ready nodes itself (``inline.py``)."""
+        inline.drain(self)
+
+    # -- remote executors (process pools, loky, dask) ---------------------------------------------
+
+    def dispatch_remote(self) -> None:
+        """Submit every queued node as its own task (outside the lock)."""
+        with self.lock:
+            batch = []
+            code = self.code
+            while self.ready:
+                i = self.ready.popleft()
+                if code[i] == QUEUED:
+                    self.move(i, RUNNING)
+                    batch.append(i)
+        for i in batch:
+            self.submit_remote(i)
+
+    def submit_remote(self, i: int) -> None:
+        """Submit one attempt of node ``i`` to the remote executor."""
+        plan = self.plan
+        tname = type(self.executor).__name__
+        if plan.fanout[i]:
+            self.start_fanout(i, NO_LOOP, self.node(i), tname)
+            return
+        wr = self.results[i]
+        self.begin_attempt(i, wr, tname, self.node(i))
+        now = _monotonic()
+        defn = plan.nodes[i]
+        results = self.results
+        fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
+                   if results[f].state is _SUCCESS or results[f].state is _DEGRADED}
+        limit = self.deadline  # the task's own deadline: its node's timeout counts too
+        t = plan.timeout[i]
+        if t is not None:
+            limit = min(limit, (wr.started_at or now) + t)
+        args = (defn, defn.param, self.ctx.snapshot(), fathers, limit - now, self.flow_id)
+        error = remote.preflight_pickle(executors.pickler(self.caps), tname, plan.names[i], args)
+        fut: Any = None
+        if error is None:
+            try:
+                fut = self.executor.submit(remote.remote_call, *args)
+                if not isinstance(fut, Future):
+                    raise TypeError(
+                        f"{tname}.submit returned {type(fut).__name__}, not a Future")
+            except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
+                error = exc
+        if error is not None:
+            self.complete(i, NO_LOOP, None, error)
+            return
+        with self.lock:
+            self.remote_futs[i] = fut
+        fut.add_done_callback(partial(self.post_outcome, i))
+
+    def post_outcome(self, i: int, fut: Future[Any]) -> None:
+        """Done-callback of a remote attempt (the executor's thread): hand it to the owner."""
+        self.post(self.process_remote, i, fut)
+
+    def process_remote(self, i: int, fut: Future[Any]) -> None:
+        """Owner thread: one remote attempt ended; retry it or complete the node."""
+        try:
+            self._process_remote(i, fut)
+        except BaseException as exc:  # noqa: BLE001 - a bug here must end the node, not hang it
+            self.log.opt(exception=True).error("taskflow failed processing node {}",
+                                               self.names[i])
+            self.complete(i, NO_LOOP, None, exc)
+
+    def _process_remote(self, i: int, fut: Future[Any]) -> None:
+        with self.lock:
+            if self.remote_futs.get(i) is fut:
+                del self.remote_futs[i]
+        value: Any = None
+        if fut.cancelled():
+            error: BaseException | None = NodeCancelledError(self.names[i],
+                                                             "the executor cancelled it")
+        else:
+            error = fut.exception()
+            value = fut.result() if error is None else None
+        if error is None and self.plan.routes[i]:
+            try:
+                self.route(i, self.plan.nodes[i], value)
+            except BaseException as exc:  # noqa: BLE001
+                error = exc
+        if error is not None:
+            wr = self.results[i]
+            delay = self.retry_delay(i, wr, error)
+            if delay >= 0.0:
+                with self.lock:
+                    if self.code[i] != RUNNING or wr.state is not _DEFAULT:
+                        return
+                    if delay == 0.0:
+                        self.move(i, QUEUED)
+                        self.ready.append(i)
+                    else:
+                        self.move(i, BACKOFF)
+                        timer.schedule(_monotonic() + delay, self.requeue, i)
+                if delay == 0.0:
+                    self.dispatch_remote()
+                return
+        self.complete(i, NO_LOOP, value, error)
+
+
+class FinishedRun:
+    """What a context keeps of a finished run (no reference back to the run)."""
+
+    __slots__ = ("cancel_reason", "deadline", "flow_id", "index", "results")
+
+    finished = True
+
+    def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
+                 index: dict[str, int], results: list[WorkResult[Any]]) -> None:
+        self.flow_id = flow_id
+        self.deadline = deadline
+        self.cancel_reason = cancel_reason
+        self.index = index
+        self.results = results
+
+    def cancelled_for_caller(self) -> bool:
+        return True
+
+    def caller_name(self) -> str:
+        return "?"
+
+    def value_of(self, name: str) -> Any:
+        return _value_of(self.results, self.index, self.flow_id, name)
+
+    def cancel(self, reason: str | None) -> None:
+        """The run is over: nothing to cancel."""
+
+
+def plan_pos(plan: Plan, node: Any) -> int:
+    """Index of a definition node in ``plan`` (FlowDefinitionError if it is not a son there)."""
+    i = plan.pos.get(id(node))
+    if i is not None and plan.nodes[i] is node:
+        return i
+    raise FlowDefinitionError(f"switch chose {node!r}, which is not in this flow")
