@@ -332,9 +332,9 @@ class FlowResult(Mapping[str, Any]):
 
     def to_mermaid(self) -> str:
         """A Mermaid Gantt chart of the run (one bar per node that started)."""
-        from taskflow.viz import run_to_mermaid
+        from taskflow.report import run_gantt
 
-        return run_to_mermaid(self)
+        return run_gantt(self)
 
     def __repr__(self) -> str:
         status = self.status.name

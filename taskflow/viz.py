@@ -19,46 +19,11 @@ if TYPE_CHECKING:
 
 __all__ = ["definition_to_mermaid", "run_to_mermaid", "to_dot"]
 
-# Mermaid gantt task tags: done (grey), active (light), crit (red)
-_TAGS = {
-    ResultState.SUCCESS: "done",
-    ResultState.EXCEPTION: "crit",
-    ResultState.TIMEOUT: "crit",
-    ResultState.CANCELLED: "active",
-    ResultState.SKIPPED: "active",
-    ResultState.DEFAULT: "active",
-}
-
-
-def _label(name: str) -> str:
-    # ':' and '#' end a gantt task name; keep the rest readable
-    return name.replace(":", "_").replace("#", "_").replace(";", "_")
-
-
 def run_to_mermaid(result: FlowResult) -> str:
-    """A Mermaid ``gantt`` of one run: a bar per node from start to end, in milliseconds since
-    the run started; nodes that never started are listed as zero-length milestones."""
-    t0 = result.started_at
-    end_of_run = t0 + result.elapsed
-    lines = [
-        "gantt",
-        f"    title flow {result.flow_id} ({'ok' if result.ok else 'failed'}, {result.elapsed * 1000:.1f} ms)",
-        "    dateFormat x",
-        "    axisFormat %S.%L s",
-    ]
-    for name in result:
-        wr = result.result_of(name)
-        tag = _TAGS[wr.state]
-        label = f"{_label(name)} {wr.state.name}"
-        if wr.started_at is None:
-            at = int(round(((wr.finished_at or end_of_run) - t0) * 1000))
-            lines.append(f"    {label} : milestone, {tag}, {at}, 0ms")
-            continue
-        start = int(round((wr.started_at - t0) * 1000))
-        finish = wr.finished_at if wr.finished_at is not None else end_of_run
-        length = max(1, int(round((finish - wr.started_at) * 1000)))
-        lines.append(f"    {label} : {tag}, {start}, {length}ms")
-    return "\n".join(lines) + "\n"
+    """A Mermaid ``gantt`` of one run (kept here for callers; drawn by ``taskflow.report``)."""
+    from taskflow.report import run_gantt
+
+    return run_gantt(result)
 
 
 # -- flowcharts of a graph's wiring --------------------------------------------------------------
@@ -81,6 +46,7 @@ _DOT_SHAPES = {
 # fill, stroke, text colour of a node by its state in a run
 _STATE_COLOURS = {
     ResultState.SUCCESS: ("#d4edda", "#2e7d32", "#1b1b1b"),
+    ResultState.DEGRADED: ("#e8f5e9", "#9e9d24", "#1b1b1b"),
     ResultState.EXCEPTION: ("#f8d7da", "#c62828", "#1b1b1b"),
     ResultState.TIMEOUT: ("#ffe0b2", "#ef6c00", "#1b1b1b"),
     ResultState.CANCELLED: ("#fff9c4", "#f9a825", "#1b1b1b"),
