@@ -80,8 +80,8 @@ def run_gantt(result: Any) -> str:
     end_of_run = t0 + result.elapsed
     lines = [
         "gantt",
-        f"    title flow {result.flow_id} ({'ok' if result.ok else 'failed'}, "
-        f"{result.elapsed * 1000:.1f} ms)",
+        (f"    title flow {result.flow_id} ({'ok' if result.ok else 'failed'}, "
+         f"{result.elapsed * 1000:.1f} ms)"),
         "    dateFormat x",
         "    axisFormat %S.%L s",
     ]
@@ -91,11 +91,11 @@ def run_gantt(result: Any) -> str:
         tag = _TAGS[state]
         label = f"{_label(name)} {state}"
         if wr.started_at is None:
-            at = int(round(((wr.finished_at or end_of_run) - t0) * 1000))
+            at = round(((wr.finished_at or end_of_run) - t0) * 1000)
             lines.append(f"    {label} : milestone, {tag}, {at}, 0ms")
             continue
-        start = int(round((wr.started_at - t0) * 1000))
+        start = round((wr.started_at - t0) * 1000)
         finish = wr.finished_at if wr.finished_at is not None else end_of_run
-        length = max(1, int(round((finish - wr.started_at) * 1000)))
+        length = max(1, round((finish - wr.started_at) * 1000))
         lines.append(f"    {label} : {tag}, {start}, {length}ms")
     return "\n".join(lines) + "\n"

@@ -8,13 +8,12 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
+from conftest import LONG
 
 import taskflow
 from taskflow import FunctionNode, TaskScheduling
 from taskflow.engine import executors, run
 from taskflow.joins import ALL, ANY, BEST_EFFORT, FAIL, FIRE, QUORUM, SKIP, WAIT, decide
-
-from conftest import LONG
 
 # --- joins.decide: the whole join rule as a table -----------------------------------------------
 
