@@ -13,6 +13,7 @@ and pools torn down in ``finally`` blocks.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 import threading
 import time
@@ -378,3 +379,254 @@ def test_4_an_item_finishing_after_its_item_timeout_failed(
     fanin = result["fan"].work_result.result
     assert fanin.succeeded == {}
     assert isinstance(fanin.failed.get("slow"), ItemTimeoutError)
+
+
+# --- 5: hooks of nodes that were terminal before the run closed are dropped ----------------------
+
+
+def cancel_run(support: TaskSupport) -> None:
+    """An ``on_fail`` hook that ends the run (``ctx.cancel``)."""
+    support.context.cancel("a hook ended the run")
+
+
+def always_fail(ctx: TaskContext, p: Any) -> None:
+    raise ValueError("boom")
+
+
+@pytest.mark.timeout(30)
+@defect(5, "a failed-fast son whose on_fail had not started when the run closed never gets it")
+def test_5_failed_fast_sons_each_get_on_fail_even_when_a_hook_cancels_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    log = HookLog()
+    father = Recorder("father", always_fail, log)
+    # both sons fail fast in one step; whichever on_fail runs first ends the run
+    sons = [Recorder(name, lambda ctx, p: "never", log, on_fail=cancel_run) for name in ("s1", "s2")]
+    father >> sons
+
+    result = TaskScheduling.start(father, executor=pool, timeout=LONG)
+    log.returned = True
+
+    assert result["s1"].work_result.state is ResultState.EXCEPTION
+    assert result["s2"].work_result.state is ResultState.EXCEPTION
+    assert log.count("father", "on_fail") == 1
+    assert log.count("s1", "on_fail") == 1
+    assert log.count("s2", "on_fail") == 1
+    assert log.late == []
+
+
+@pytest.mark.timeout(30)
+@defect(5, "a father cancelled by a join whose on_fail had not started when the run closed "
+           "never gets it")
+def test_5_fathers_cancelled_by_a_join_each_get_on_fail_even_when_a_hook_cancels_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(4)
+    release, running = gate(), [gate(), gate()]
+    log = HookLog()
+
+    def slow(k: int) -> Callable[[TaskContext, Any], Any]:
+        def task(ctx: TaskContext, p: Any) -> None:
+            running[k].set()
+            release.wait(LONG)
+        return task
+
+    def quick(ctx: TaskContext, p: Any) -> str:
+        assert all(r.wait(LONG) for r in running)  # both slow fathers are running
+        return "quick"
+
+    from taskflow import Join
+
+    fast = fn_node(quick, "fast")
+    slow1 = Recorder("slow1", slow(0), log, on_fail=cancel_run)
+    slow2 = Recorder("slow2", slow(1), log, on_fail=cancel_run)
+    first = fn_node(lambda ctx, p: "first", "first", join=Join.ANY)
+    [fast, slow1, slow2] >> first
+
+    result = TaskScheduling.start([fast, slow1, slow2], executor=pool, timeout=LONG)
+    log.returned = True
+    release.set()
+
+    assert result["slow1"].work_result.state is ResultState.CANCELLED
+    assert result["slow2"].work_result.state is ResultState.CANCELLED
+    assert log.count("slow1", "on_fail") == 1
+    assert log.count("slow2", "on_fail") == 1
+    assert log.late == []
+
+
+# --- 6: a fan-out's items() and hooks without the caller's contextvars ----------------------------
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
+
+
+class SeesRequest(FanOutNode[Any]):
+    """Records ``REQUEST_ID`` in ``items()`` (the generator's body), ``work`` and its hooks."""
+
+    def __init__(self, seen: dict[str, list[str | None]], fail: bool = False, **kw: Any) -> None:
+        super().__init__(None, **kw)
+        self.__dict__["_seen"] = seen
+        self.__dict__["_fail"] = fail
+
+    def _saw(self, where: str) -> None:
+        self.__dict__["_seen"].setdefault(where, []).append(REQUEST_ID.get(None))
+
+    def items(self, ctx: TaskContext, param: Any) -> Iterator[tuple[Hashable, Any]]:
+        for i in range(3):
+            self._saw("items")
+            yield i, i
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        self._saw("work")
+        if self.__dict__["_fail"]:
+            raise ValueError(f"item {item} failed")
+        return item
+
+    def on_begin(self, support: TaskSupport) -> None:
+        self._saw("on_begin")
+
+    def on_success(self, support: TaskSupport) -> None:
+        self._saw("on_success")
+
+    def on_fail(self, support: TaskSupport) -> None:
+        self._saw("on_fail")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
+@defect(6, "a FanOutNode's items() and on_success/on_fail run without the caller's contextvars")
+def test_6_fan_out_items_and_hooks_see_the_callers_contextvars(
+    make_executor: Callable[..., ThreadPoolExecutor], fail: bool,
+) -> None:
+    pool = make_executor(2)
+    seen: dict[str, list[str | None]] = {}
+    fan = SeesRequest(seen, fail=fail, name="fan", max_concurrency=2)
+    token = REQUEST_ID.set("req-42")
+    try:
+        result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
+    finally:
+        REQUEST_ID.reset(token)
+
+    expected = ResultState.EXCEPTION if fail else ResultState.SUCCESS
+    assert result["fan"].work_result.state is expected
+    hook = "on_fail" if fail else "on_success"
+    assert set(seen) == {"items", "work", "on_begin", hook}
+    assert {where: set(values) for where, values in seen.items()} == {
+        where: {"req-42"} for where in seen
+    }
+
+
+# --- 7: reusing a TaskContext after a timed-out run ------------------------------------------------
+
+
+class Reuse:
+    """Run 1 times out while its task ``t1`` is blocked; run 2 then reuses the context.
+
+    ``t1`` is released while run 2 is running and calls ``action(ctx)``; run 2's node ``r2``
+    waits until it has, then returns what run 2 sees.
+    """
+
+    def __init__(self, pool: Executor, action: Callable[[TaskContext], Any]) -> None:
+        self.ctx = TaskContext()
+        self.release, self.acted = threading.Event(), threading.Event()
+        self.seen: Any = None
+
+        def t1(ctx: TaskContext, p: Any) -> None:
+            self.release.wait(LONG)
+            try:
+                self.seen = action(ctx)
+            finally:
+                self.acted.set()
+
+        def r2(ctx: TaskContext, p: Any) -> dict[str, Any]:
+            self.release.set()
+            assert self.acted.wait(LONG)
+            return {"leak": ctx.get("leak"), "cancelled": ctx.cancelled}
+
+        self.result1 = TaskScheduling.start(fn_node(t1, "t1"), executor=pool, timeout=0.1,
+                                            context=self.ctx)
+        assert self.result1["t1"].work_result.state is ResultState.TIMEOUT
+        self.result2 = TaskScheduling.start(fn_node(r2, "r2"), executor=pool, timeout=LONG,
+                                            context=self.ctx)
+
+
+@pytest.mark.timeout(30)
+@defect(7, "run 1's abandoned task sees run 2 through the reused context (flow_id, cancelled)")
+def test_7_an_abandoned_task_still_sees_its_own_run_after_the_context_is_reused(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    reuse = Reuse(make_executor(2), lambda ctx: (ctx.flow_id, ctx.cancelled))
+
+    flow_id, cancelled = reuse.seen
+    assert reuse.result2.ok
+    assert flow_id == reuse.result1.flow_id != reuse.result2.flow_id
+    assert cancelled is True  # its run timed out
+
+
+@pytest.mark.timeout(30)
+@defect(7, "ctx.cancel() from run 1's abandoned task cancels run 2")
+def test_7_an_abandoned_task_cannot_cancel_the_next_run_of_its_context(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    reuse = Reuse(make_executor(2), lambda ctx: ctx.cancel("stale task"))
+
+    assert reuse.result2["r2"].work_result.state is ResultState.SUCCESS
+    assert reuse.result2.ok
+    assert reuse.result2.outputs["r2"]["cancelled"] is False
+
+
+@pytest.mark.timeout(30)
+@defect(7, "run 1's abandoned task writes into run 2's context")
+def test_7_an_abandoned_tasks_writes_do_not_reach_the_next_run_of_its_context(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    def write(ctx: TaskContext) -> None:
+        ctx["leak"] = "from run 1"
+
+    reuse = Reuse(make_executor(2), write)
+
+    assert reuse.result2.ok
+    assert reuse.result2.outputs["r2"]["leak"] is None
+
+
+# --- 8: on_fail hooks of cancelled nodes start after start() returned ------------------------------
+
+
+@pytest.mark.timeout(30)
+@defect(8, "ctx.cancel() racing the deadline: cancelled nodes' on_fail start after start returned")
+def test_8_no_hook_starts_after_start_returned_when_cancel_races_the_deadline(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    log = HookLog()
+    returned, release, k_done = gate(), gate(), gate()
+
+    def hold_first_hook(support: TaskSupport) -> None:
+        # the first cancelled node's hook lasts until start() has returned
+        if len(log.calls) == 1:
+            returned.wait(PROMPT)
+
+    def canceller(ctx: TaskContext, p: Any) -> str:
+        try:
+            ctx.cancel("enough")  # the run now waits for this node, which overruns the budget
+            release.wait(LONG)
+        finally:
+            k_done.set()
+        return "k"
+
+    k = fn_node(canceller, "k")
+    victims = [Recorder(name, lambda ctx, p: "never", log, on_fail=hold_first_hook)
+               for name in ("v1", "v2")]
+    k >> victims
+
+    result = TaskScheduling.start(k, executor=pool, timeout=0.3)
+    with log._lock:
+        log.returned = True
+    returned.set()
+    release.set()
+    assert k_done.wait(LONG)  # today the victims' hooks run in k's ctx.cancel() call
+
+    assert not result.ok
+    assert log.late == []
+    assert log.count("v1", "on_fail") == 1
+    assert log.count("v2", "on_fail") == 1
