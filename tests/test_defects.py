@@ -14,28 +14,37 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import multiprocessing
+import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import (
     Executor,
+    ProcessPoolExecutor,
     ThreadPoolExecutor,
 )
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
+import defect_tasks as dt
 import pytest
 from conftest import LONG, MEDIUM, SCALE, HookLog
 
 from taskflow import (
+    DuplicateNameError,
     FanOutNode,
+    FlowDefinitionError,
     FunctionNode,
     ItemTimeoutError,
     MonitoredExecutor,
+    NodeCancelledError,
     ResultState,
     SchedulingNode,
     TaskContext,
+    TaskflowError,
     TaskScheduling,
     TaskSupport,
 )
@@ -630,3 +639,381 @@ def test_8_no_hook_starts_after_start_returned_when_cancel_races_the_deadline(
     assert log.late == []
     assert log.count("v1", "on_fail") == 1
     assert log.count("v2", "on_fail") == 1
+
+
+# --- 9: finite timeouts too large for the platform's waits ----------------------------------------
+
+HUGE = [pytest.param(sys.maxsize, id="maxsize"), pytest.param(1e10, id="1e10"),
+        pytest.param(10**400, id="10**400")]
+
+
+@pytest.fixture
+def thread_deaths(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], threading.Event]:
+    """Exceptions that kill a thread during this test, asserted on by the test itself."""
+    deaths: list[str] = []
+    died = threading.Event()
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread else "?"
+        deaths.append(f"{name}: {args.exc_type.__name__}: {args.exc_value}")
+        died.set()
+
+    monkeypatch.setattr(threading, "excepthook", hook)
+    return deaths, died
+
+
+def run_or_refuse(attempt: Callable[[], Any], ran: list[str]) -> Any:
+    """``attempt()``'s FlowResult, or None when it refused a huge timeout before anything ran
+    (with a ValueError or TypeError naming the timeout, as for any bad option)."""
+    try:
+        return attempt()
+    except (ValueError, TypeError) as exc:
+        assert "timeout" in str(exc)
+        assert ran == []
+        return None
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("budget", HUGE)
+@defect(9, "a huge budget passes validation; start's wait raises a bare OverflowError")
+def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_start(
+    make_executor: Callable[..., ThreadPoolExecutor], budget: float,
+) -> None:
+    pool = make_executor(2)
+    ran: list[str] = []
+    pause = threading.Event()
+
+    def task(ctx: TaskContext, p: Any) -> str:
+        ran.append("a")
+        pause.wait(MEDIUM)  # start's caller is waiting by now
+        return "done"
+
+    result = run_or_refuse(
+        lambda: TaskScheduling.start(fn_node(task, "a"), executor=pool, timeout=budget), ran)
+    if result is not None:
+        assert result.ok and result.outputs == {"a": "done"}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("budget", HUGE)
+@defect(9, "a huge budget in submit kills the process-wide timer thread")
+def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_submit(
+    make_executor: Callable[..., ThreadPoolExecutor], budget: float,
+    thread_deaths: tuple[list[str], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    deaths, died = thread_deaths
+    ran: list[str] = []
+
+    def task(ctx: TaskContext, p: Any) -> str:
+        ran.append("a")
+        died.wait(MEDIUM)  # long enough for the timer thread to trip over the deadline
+        return "done"
+
+    future = run_or_refuse(
+        lambda: TaskScheduling.submit(fn_node(task, "a"), executor=pool, timeout=budget), ran)
+    if future is not None:
+        result = future.result(timeout=PROMPT)
+        assert result.ok and result.outputs == {"a": "done"}
+    assert deaths == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("timeout", HUGE)
+@defect(9, "a huge node timeout kills the process-wide timer thread (or raises OverflowError)")
+def test_9_a_huge_node_timeout_is_no_limit_or_refused_up_front(
+    make_executor: Callable[..., ThreadPoolExecutor], timeout: float,
+    thread_deaths: tuple[list[str], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    deaths, died = thread_deaths
+    ran: list[str] = []
+
+    def task(ctx: TaskContext, p: Any) -> str:
+        ran.append("a")
+        died.wait(MEDIUM)  # long enough for the timer thread to trip over the deadline
+        return "done"
+
+    # no budget: a node timeout beyond the run's deadline would not be armed at all
+    result = run_or_refuse(lambda: TaskScheduling.start(
+        fn_node(task, "a", timeout=timeout), executor=pool, timeout=None), ran)
+    if result is not None:
+        assert result.ok and result.outputs == {"a": "done"}
+    assert deaths == []
+
+
+# --- 10: a run's node passed back to start -------------------------------------------------------
+
+
+def one_node() -> list[SchedulingNode[Any, Any]]:
+    return [fn_node(lambda ctx, p: 1, "a")]
+
+
+def chain() -> list[SchedulingNode[Any, Any]]:
+    a, b = fn_node(lambda ctx, p: 1, "a"), fn_node(lambda ctx, p: 2, "b")
+    a >> b
+    return [a, b]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("graph", "pick"), [(one_node, "a"), (chain, "a"), (chain, "b")],
+                         ids=["single-node", "chain-root", "chain-sink"])
+@defect(10, "a run's node passed to start raises a bare AttributeError or a misleading "
+            "DuplicateNameError")
+def test_10_a_runs_node_passed_back_to_start_runs_or_is_refused_clearly(
+    make_executor: Callable[..., ThreadPoolExecutor],
+    graph: Callable[[], list[SchedulingNode[Any, Any]]], pick: str,
+) -> None:
+    pool = make_executor(2)
+    first = TaskScheduling.start(graph(), executor=pool, timeout=LONG)
+    assert first.ok
+
+    try:
+        again = TaskScheduling.start(first[pick], executor=pool, timeout=LONG)
+    except FlowDefinitionError as exc:
+        # refused: a clear error that names the node and says what is wrong with it
+        assert not isinstance(exc, DuplicateNameError), exc
+        assert repr(pick) in str(exc)
+        return
+    # or accepted as the graph it was copied from
+    assert again.ok and again.outputs == first.outputs
+
+
+# --- 11: smaller ones ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@defect("11a", "node.name = 12345 is accepted, and report() then raises")
+def test_11a_a_non_string_name_set_after_construction_is_refused_before_anything_runs(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    ran: list[str] = []
+    node = fn_node(lambda ctx, p: ran.append("a"), "a")
+
+    def rename_and_run() -> None:
+        node.name = 12345  # type: ignore[assignment]
+        TaskScheduling.start(node, executor=pool, timeout=LONG)
+
+    with pytest.raises((TypeError, ValueError), match="12345"):
+        rename_and_run()
+    assert ran == []
+
+
+class NoFutureExecutor(Executor):
+    """A broken executor: ``submit`` returns None instead of a Future (and runs nothing)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+
+@pytest.mark.timeout(30)
+@defect("11b", "an executor whose submit returns None gives a bare AttributeError")
+def test_11b_an_executor_whose_submit_returns_none_gets_a_clear_error() -> None:
+    call = Call(TaskScheduling.start, fn_node(lambda ctx, p: 1, "a"),
+                executor=NoFutureExecutor(), timeout=LONG, name="d11b-start")
+    assert call.finished(PROMPT), "start waited on work that the executor never took"
+    if call.error is not None:  # refused at once, naming the executor
+        assert isinstance(call.error, (TypeError, TaskflowError)), repr(call.error)
+        assert "NoFutureExecutor" in str(call.error)
+    else:  # or the node failed with an error naming the executor
+        wr = call.value["a"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        assert not isinstance(wr.exception, AttributeError), repr(wr.exception)
+        assert "NoFutureExecutor" in str(wr.exception)
+
+
+def _nested_on(outer_of: Callable[[ThreadPoolExecutor], Executor],
+               inner_of: Callable[[ThreadPoolExecutor], Executor]) -> dict[str, Any]:
+    """Start a flow on ``outer`` whose task starts another flow on ``inner`` (both built on one
+    1-thread pool) and return what the nested run reported."""
+    with ThreadPoolExecutor(1, thread_name_prefix="d11c") as pool:
+        outer, inner = outer_of(pool), inner_of(pool)
+
+        def nested(ctx: TaskContext, p: Any) -> dict[str, Any]:
+            res = TaskScheduling.start(fn_node(lambda c, q: "inner", "inner"), executor=inner,
+                                       timeout=2 * MEDIUM)
+            return {"ok": res.ok, "state": res["inner"].work_result.state}
+
+        result = TaskScheduling.start(fn_node(nested, "outer"), executor=outer, timeout=LONG)
+        assert result.ok, result["outer"].work_result.exception
+        return dict(result.outputs["outer"])
+
+
+def _same(pool: ThreadPoolExecutor) -> Executor:
+    return pool
+
+
+def _wrapped(pool: ThreadPoolExecutor) -> Executor:
+    return MonitoredExecutor(pool)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("outer_of", "inner_of"), [
+    pytest.param(_same, _same, id="pool-in-pool"),  # the case that already works: the control
+    pytest.param(_same, _wrapped, id="monitored-in-pool",
+                 marks=defect("11c", "a nested start through a wrapper of the same 1-thread "
+                                     "pool is not run inline: it waits its whole budget")),
+    pytest.param(_wrapped, _same, id="pool-in-monitored",
+                 marks=defect("11c", "a nested start on the pool a wrapper runs on is not "
+                                     "run inline: it waits its whole budget")),
+    pytest.param(_wrapped, _wrapped, id="monitored-in-other-monitored",
+                 marks=defect("11c", "two wrappers of one 1-thread pool are not recognised "
+                                     "as the same pool")),
+])
+def test_11c_a_nested_start_on_the_same_one_thread_pool_completes_through_wrappers(
+    outer_of: Callable[[ThreadPoolExecutor], Executor],
+    inner_of: Callable[[ThreadPoolExecutor], Executor],
+) -> None:
+    nested = _nested_on(outer_of, inner_of)
+    assert nested == {"ok": True, "state": ResultState.SUCCESS}
+
+
+def _submit_remote_in_child() -> int:
+    """In a forked child: a ``submit`` run on a process pool; 0 if it resolves in time."""
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as procs:
+            future = TaskScheduling.submit(FunctionNode(dt.const, 7, name="seven"),
+                                           executor=procs, timeout=None)
+            try:
+                result = future.result(timeout=PROMPT)
+            except FutureTimeoutError:
+                return 3  # the outcome was never processed: no coordinator in this process
+            return 0 if result.outputs == {"seven": 7} else 4
+    except BaseException:  # noqa: BLE001 - any failure is an exit code for the parent
+        return 5
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@defect("11d", "in a forked child the coordinator thread is dead and never restarted")
+def test_11d_remote_submit_runs_complete_in_a_forked_child() -> None:
+    # the parent's coordinator thread exists once a remote run was started with submit
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as procs:
+        future = TaskScheduling.submit(FunctionNode(dt.const, 1, name="one"), executor=procs,
+                                       timeout=LONG)
+        assert future.result(timeout=LONG).outputs == {"one": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 6
+        try:
+            code = _submit_remote_in_child()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 4 * PROMPT + LONG
+    status = None
+    while status is None:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = raw
+        elif time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        else:
+            time.sleep(0.02)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0, "the child's submit run never resolved (3) or failed"
+
+
+@pytest.mark.timeout(30)
+@defect("11e", "raise_for_failure() after ctx.cancel names the flow id as the cancelled node")
+def test_11e_raise_for_failure_after_ctx_cancel_names_a_node_of_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    release = gate()
+
+    def stop(ctx: TaskContext, p: Any) -> str:
+        ctx.cancel("x")
+        return "stopped"
+
+    stopper = fn_node(stop, "stopper")
+    later = fn_node(lambda ctx, p: "never", "later")
+    stopper >> later
+    result = TaskScheduling.start(stopper, executor=pool, timeout=LONG)
+    release.set()
+    assert result["later"].work_result.state is ResultState.CANCELLED
+
+    with pytest.raises(NodeCancelledError) as info:
+        result.raise_for_failure()
+    err = info.value
+    assert err.node in set(result), f"names {err.node!r}, not a node of the run"
+    assert err.reason == "x"
+    assert repr(result.flow_id) not in str(err)
+
+
+# --- 12: values that cannot travel back from another process break the pool ----------------------
+
+
+@contextlib.contextmanager
+def process_pool(kind: str) -> Iterator[Executor]:
+    if kind == "loky":
+        loky = pytest.importorskip("loky")
+        pool: Executor = loky.ProcessPoolExecutor(max_workers=1)
+    else:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _pool_still_works(pool: Executor) -> None:
+    again = TaskScheduling.start(FunctionNode(dt.const, 5, name="next"), executor=pool,
+                                 timeout=LONG)
+    assert again["next"].work_result.state is ResultState.SUCCESS, again["next"].work_result
+    assert again.outputs == {"next": 5}
+
+
+REMOTE_KINDS = [pytest.param("process", id="process-pool"), pytest.param("loky", id="loky")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "an exception with a two-argument __init__ cannot be unpickled: BrokenProcessPool")
+def test_12_an_exception_that_cannot_travel_fails_its_node_and_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        result = TaskScheduling.start(FunctionNode(dt.raise_api_error, 503, name="api"),
+                                      executor=pool, timeout=LONG)
+        wr = result["api"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        text = f"{type(wr.exception).__name__}: {wr.exception}"
+        assert "ApiError" in text and "503" in text and "service unavailable" in text, text
+        _pool_still_works(pool)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "a result that pickles but does not unpickle breaks the pool (BrokenProcessPool)")
+def test_12_a_result_that_cannot_be_unpickled_fails_its_node_and_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        result = TaskScheduling.start(FunctionNode(dt.return_unloadable, None, name="odd"),
+                                      executor=pool, timeout=LONG)
+        wr = result["odd"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        assert "Unloadable" in f"{wr.exception!r} {wr.exception}", repr(wr.exception)
+        _pool_still_works(pool)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "a fan-out item's exception that cannot be unpickled breaks the pool")
+def test_12_a_fan_out_items_exception_that_cannot_travel_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        fan = dt.ApiErrorItems(name="fan", policy="best_effort", max_concurrency=1)
+        result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
+        fanin = result["fan"].work_result.result
+        assert fanin.succeeded == {"good": 1}
+        error = fanin.failed["bad"]
+        text = f"{type(error).__name__}: {error}"
+        assert "ApiError" in text and "502" in text and "bad gateway" in text, text
+        _pool_still_works(pool)
