@@ -57,7 +57,7 @@ TERMINAL = {
     ResultState.SKIPPED,
 } | {s for s in ResultState if s.name == "DEGRADED"}
 # how long a call that must return promptly may take before the test calls it a deadlock
-PROMPT = 3.0 * SCALE
+PROMPT = 2.0 * SCALE
 
 
 def defect(n: int | str, why: str) -> pytest.MarkDecorator:
@@ -453,7 +453,8 @@ def test_5_fathers_cancelled_by_a_join_each_get_on_fail_even_when_a_hook_cancels
     first = fn_node(lambda ctx, p: "first", "first", join=Join.ANY)
     [fast, slow1, slow2] >> first
 
-    result = TaskScheduling.start([fast, slow1, slow2], executor=pool, timeout=LONG)
+    # a bounded budget: an engine may wait for the slow fathers (they hold their workers)
+    result = TaskScheduling.start([fast, slow1, slow2], executor=pool, timeout=2 * MEDIUM)
     log.returned = True
     release.set()
 
@@ -662,6 +663,18 @@ def thread_deaths(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], threading
     return deaths, died
 
 
+def lingering(ran: list[str], until: threading.Event) -> Callable[[TaskContext, Any], str]:
+    """A task that records it ran and lasts until ``until`` is set or MEDIUM has passed: long
+    enough for ``start``'s caller to wait, and for the timer thread to trip over a deadline."""
+
+    def task(ctx: TaskContext, p: Any) -> str:
+        ran.append("a")
+        until.wait(MEDIUM)
+        return "done"
+
+    return task
+
+
 def run_or_refuse(attempt: Callable[[], Any], ran: list[str]) -> Any:
     """``attempt()``'s FlowResult, or None when it refused a huge timeout before anything ran
     (with a ValueError or TypeError naming the timeout, as for any bad option)."""
@@ -681,13 +694,7 @@ def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_start(
 ) -> None:
     pool = make_executor(2)
     ran: list[str] = []
-    pause = threading.Event()
-
-    def task(ctx: TaskContext, p: Any) -> str:
-        ran.append("a")
-        pause.wait(MEDIUM)  # start's caller is waiting by now
-        return "done"
-
+    task = lingering(ran, threading.Event())
     result = run_or_refuse(
         lambda: TaskScheduling.start(fn_node(task, "a"), executor=pool, timeout=budget), ran)
     if result is not None:
@@ -704,12 +711,7 @@ def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_submit(
     pool = make_executor(2)
     deaths, died = thread_deaths
     ran: list[str] = []
-
-    def task(ctx: TaskContext, p: Any) -> str:
-        ran.append("a")
-        died.wait(MEDIUM)  # long enough for the timer thread to trip over the deadline
-        return "done"
-
+    task = lingering(ran, died)
     future = run_or_refuse(
         lambda: TaskScheduling.submit(fn_node(task, "a"), executor=pool, timeout=budget), ran)
     if future is not None:
@@ -728,12 +730,7 @@ def test_9_a_huge_node_timeout_is_no_limit_or_refused_up_front(
     pool = make_executor(2)
     deaths, died = thread_deaths
     ran: list[str] = []
-
-    def task(ctx: TaskContext, p: Any) -> str:
-        ran.append("a")
-        died.wait(MEDIUM)  # long enough for the timer thread to trip over the deadline
-        return "done"
-
+    task = lingering(ran, died)
     # no budget: a node timeout beyond the run's deadline would not be armed at all
     result = run_or_refuse(lambda: TaskScheduling.start(
         fn_node(task, "a", timeout=timeout), executor=pool, timeout=None), ran)
@@ -998,7 +995,8 @@ def test_12_a_result_that_cannot_be_unpickled_fails_its_node_and_leaves_the_pool
                                       executor=pool, timeout=LONG)
         wr = result["odd"].work_result
         assert wr.state is ResultState.EXCEPTION
-        assert "Unloadable" in f"{wr.exception!r} {wr.exception}", repr(wr.exception)
+        text = f"{wr.exception!r} {wr.exception}"
+        assert "Unloadable" in text or "'odd'" in text, text  # names the value or its node
         _pool_still_works(pool)
 
 
