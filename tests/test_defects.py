@@ -49,13 +49,7 @@ from taskflow import (
     TaskSupport,
 )
 
-TERMINAL = {
-    ResultState.SUCCESS,
-    ResultState.EXCEPTION,
-    ResultState.TIMEOUT,
-    ResultState.CANCELLED,
-    ResultState.SKIPPED,
-} | {s for s in ResultState if s.name == "DEGRADED"}
+TERMINAL = set(ResultState) - {ResultState.DEFAULT}  # every final state
 # how long a call that must return promptly may take before the test calls it a deadlock
 PROMPT = 2.0 * SCALE
 

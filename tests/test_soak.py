@@ -48,13 +48,7 @@ PROFILE: dict[str, Any] = {
 WORKERS = 8
 # how late a run may return after its budget on a busy 2-core machine running 16 of them
 SLACK = 1.5 * SCALE
-TERMINAL = {
-    ResultState.SUCCESS,
-    ResultState.EXCEPTION,
-    ResultState.TIMEOUT,
-    ResultState.CANCELLED,
-    ResultState.SKIPPED,
-}
+TERMINAL = set(ResultState) - {ResultState.DEFAULT}  # every final state
 FAILED = {ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCELLED}
 FAULTS = ("ok", "ok", "ok", "raise", "slow", "slow", "hang", "cancel")
 
