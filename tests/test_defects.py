@@ -1,0 +1,1011 @@
+"""Regression tests for the twelve engine defects of issue 9 ("Why", items 1-12).
+
+Each test reproduces one defect through the public API only (the engine's internals are being
+moved into a package) and states the behaviour that API.md and issue 9 require. Every test is
+``xfail(strict=True)`` while the defect is in the engine: it must fail on today's main for the
+reason its ``reason`` names, and the engine rewrite removes the marker when it fixes the defect.
+
+No test may hang on the buggy engine: a call that deadlocks there runs in a helper thread
+(:class:`Call`) joined with a timeout, so the deadlock becomes an assertion; gates are released
+and pools torn down in ``finally`` blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import multiprocessing
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import (
+    Executor,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+)
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any
+
+import defect_tasks as dt
+import pytest
+from conftest import LONG, MEDIUM, SCALE, HookLog
+
+from taskflow import (
+    DuplicateNameError,
+    FanOutNode,
+    FlowDefinitionError,
+    FunctionNode,
+    ItemTimeoutError,
+    MonitoredExecutor,
+    NodeCancelledError,
+    ResultState,
+    SchedulingNode,
+    TaskContext,
+    TaskflowError,
+    TaskScheduling,
+    TaskSupport,
+)
+
+TERMINAL = set(ResultState) - {ResultState.DEFAULT}  # every final state
+# how long a call that must return promptly may take before the test calls it a deadlock
+PROMPT = 2.0 * SCALE
+
+
+def defect(n: int | str, why: str) -> pytest.MarkDecorator:
+    """The xfail marker of a test pinning defect ``n`` of issue 9 (strict: it must fail today)."""
+    return pytest.mark.xfail(strict=True, reason=f"defect {n}: {why}")
+
+
+class Call:
+    """Run ``fn(*args, **kwargs)`` in a named daemon thread, so a deadlock is an assertion."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "defect-call",
+                 **kwargs: Any) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn, args, kwargs), name=name,
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            self.value = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.error = exc
+
+    def finished(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def states(result: Any) -> dict[str, ResultState]:
+    return {name: result[name].work_result.state for name in result}
+
+
+def fn_node(fn: Callable[[TaskContext, Any], Any], name: str, **options: Any) -> FunctionNode:
+    return FunctionNode(fn, name=name, **options)
+
+
+class Recorder(SchedulingNode[Any, Any]):
+    """A node whose task is ``fn(ctx, param)`` and whose hooks are recorded in ``log``."""
+
+    def __init__(self, name: str, fn: Callable[[TaskContext, Any], Any], log: HookLog,
+                 on_fail: Callable[[TaskSupport], None] | None = None, **options: Any) -> None:
+        super().__init__(None, name=name, **options)
+        self.__dict__["_fn"] = fn
+        self.__dict__["_log"] = log
+        self.__dict__["_fail_extra"] = on_fail
+
+    def task(self, ctx: TaskContext, param: Any) -> Any:
+        return self.__dict__["_fn"](ctx, param)
+
+    def on_success(self, support: TaskSupport) -> None:
+        self.__dict__["_log"].record(self.name, "on_success")
+
+    def on_fail(self, support: TaskSupport) -> None:
+        self.__dict__["_log"].record(self.name, "on_fail")
+        extra = self.__dict__["_fail_extra"]
+        if extra is not None:
+            extra(support)
+
+
+# --- 1: deadlock in executor.shutdown(cancel_futures=True) ---------------------------------------
+
+
+def _undeadlock(pool: ThreadPoolExecutor, shutdown: Call) -> None:
+    """Free a ``shutdown`` stuck in taskflow's done-callback (buggy engine only).
+
+    The stdlib cancels queued futures while holding the pool's shutdown lock; the callback's
+    ``submit`` then waits for that same lock in the same thread. A ``threading.Lock`` may be
+    released by another thread: doing so lets the stuck ``submit`` fail ("cannot schedule new
+    futures after shutdown") and ``shutdown`` finish, so the pool's threads can exit.
+    """
+    if shutdown.finished(0.0):
+        return
+    with contextlib.suppress(RuntimeError):
+        pool._shutdown_lock.release()  # stdlib internals, only to tear a deadlock down
+    shutdown.finished(LONG)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("monitored", [False, True], ids=["thread-pool", "monitored"])
+@defect(1, "shutdown(cancel_futures=True) runs the engine's done-callback, which submits")
+def test_1_shutdown_cancelling_queued_flow_work_neither_deadlocks_nor_blocks_later_runs(
+    monitored: bool,
+) -> None:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="d1-pool")
+    executor: Executor = MonitoredExecutor(pool) if monitored else pool
+    hold, holding = threading.Event(), threading.Event()
+
+    def blocker() -> None:
+        holding.set()
+        hold.wait(LONG)
+
+    pool.submit(blocker)
+    assert holding.wait(LONG)
+    ran: list[str] = []
+    a = fn_node(lambda ctx, p: ran.append("a"), "a")
+    b = fn_node(lambda ctx, p: ran.append("b"), "b").depends_on(a, optional=True)
+    future = TaskScheduling.submit([a, b], executor=executor, timeout=LONG)  # work queued
+    shutdown = Call(executor.shutdown, wait=False, cancel_futures=True, name="d1-shutdown")
+    later: Call | None = None
+    try:
+        assert shutdown.finished(PROMPT), "shutdown(cancel_futures=True) deadlocked"
+        assert shutdown.error is None, shutdown.error
+        result = future.result(timeout=PROMPT)
+        assert ran == []
+        assert result["a"].work_result.state is ResultState.EXCEPTION
+        assert result["b"].work_result.state in TERMINAL
+        # a later run on the shut-down executor fails its nodes at once instead of blocking
+        later = Call(TaskScheduling.start, fn_node(lambda ctx, p: 1, "c"), executor=executor,
+                     timeout=LONG, name="d1-later")
+        assert later.finished(PROMPT), "a later start() blocked in submit"
+        assert later.value["c"].work_result.state is ResultState.EXCEPTION
+    finally:
+        hold.set()
+        _undeadlock(pool, shutdown)
+        if later is not None:
+            later.finished(LONG)
+        pool.shutdown(wait=True)
+
+
+class OneItemFanOut(FanOutNode[Any]):
+    def items(self, ctx: TaskContext, param: Any) -> Iterator[tuple[Hashable, Any]]:
+        yield "only", 1
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        return item
+
+
+@pytest.mark.timeout(60)
+@defect(1, "the fan-out's done-callback completes the node and submits its son under the "
+           "pool's shutdown lock")
+def test_1_shutdown_cancelling_a_queued_fan_out_item_loop_does_not_deadlock() -> None:
+    pool = ThreadPoolExecutor(2, thread_name_prefix="d1-fan")
+    hold, holding, b_running = threading.Event(), threading.Event(), threading.Event()
+
+    def blocker() -> None:
+        holding.set()
+        hold.wait(LONG)
+
+    def b_task(ctx: TaskContext, p: Any) -> str:
+        b_running.set()
+        hold.wait(LONG)
+        return "b"
+
+    pool.submit(blocker)  # one worker busy: the flow gets the other one
+    assert holding.wait(LONG)
+    fan = OneItemFanOut(name="fan")
+    b = fn_node(b_task, "b")
+    son = fn_node(lambda ctx, p: "son", "son").depends_on(fan, optional=True)
+    # the flow's only worker starts the fan-out (its item loop is queued), then runs b
+    future = TaskScheduling.submit([fan, b, son], executor=pool, timeout=LONG)
+    assert b_running.wait(LONG)
+    shutdown = Call(pool.shutdown, wait=False, cancel_futures=True, name="d1-fan-shutdown")
+    try:
+        assert shutdown.finished(PROMPT), "shutdown(cancel_futures=True) deadlocked"
+        hold.set()
+        result = future.result(timeout=PROMPT)
+        assert result["fan"].work_result.state is ResultState.EXCEPTION
+        assert result["son"].work_result.state in TERMINAL
+    finally:
+        hold.set()
+        _undeadlock(pool, shutdown)
+        pool.shutdown(wait=True)
+
+
+# --- 2: retries above 1024 kill the worker loop ---------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@defect(2, "2.0 ** 1024 overflows in the retry delay; the loop dies, the node stays RUNNING")
+def test_2_more_than_1024_retries_without_backoff_end_the_node_with_its_error(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    attempts = []
+
+    def flaky(ctx: TaskContext, p: Any) -> None:
+        attempts.append(1)
+        raise ValueError(f"attempt {len(attempts)} failed")
+
+    node = fn_node(flaky, "flaky", retries=1100, retry_backoff=0.0)
+    future = TaskScheduling.submit(node, executor=pool, timeout=None)
+    try:
+        result = future.result(timeout=PROMPT)
+    except FutureTimeoutError:
+        pytest.fail(f"the run never ended: the node is stuck after {len(attempts)} attempts")
+    wr = result["flaky"].work_result
+    assert wr.state is ResultState.EXCEPTION
+    assert isinstance(wr.exception, ValueError)
+    assert wr.attempts == 1101 == len(attempts)
+
+
+@pytest.mark.timeout(30)
+@defect(2, "the overflow is lost; the node ends TIMEOUT at the budget instead of EXCEPTION")
+def test_2_with_a_budget_the_node_ends_exception_not_timeout(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+
+    def always(ctx: TaskContext, p: Any) -> None:
+        raise ValueError("backend down")
+
+    node = fn_node(always, "always", retries=1100, retry_backoff=0.0)
+    result = TaskScheduling.start(node, executor=pool, timeout=2 * MEDIUM)
+    wr = result["always"].work_result
+    assert wr.state is ResultState.EXCEPTION, (wr.state, wr.exception)
+    assert isinstance(wr.exception, ValueError)
+
+
+# --- 3: user hooks on the process-wide timer thread -----------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@defect(3, "a node timeout runs on_fail on the taskflow-timer thread; a slow hook stalls every "
+           "run's deadline")
+def test_3_a_slow_on_fail_after_a_node_timeout_does_not_stall_other_runs_deadlines(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(4)
+    release_task, release_hook = threading.Event(), threading.Event()
+    in_hook = threading.Event()
+    hook_threads: list[str] = []
+    log = HookLog()
+
+    def slow_hook(support: TaskSupport) -> None:
+        hook_threads.append(threading.current_thread().name)
+        in_hook.set()
+        release_hook.wait(LONG)
+
+    def stuck(ctx: TaskContext, p: Any) -> None:
+        release_task.wait(LONG)
+
+    first = Recorder("first", stuck, log, on_fail=slow_hook, timeout=0.02)
+    run1 = TaskScheduling.submit(first, executor=pool, timeout=None)
+    try:
+        assert in_hook.wait(LONG)
+        # another run, with a short budget, while that hook is still running
+        other = fn_node(lambda ctx, p: release_task.wait(LONG), "other")
+        run2 = TaskScheduling.submit(other, executor=pool, timeout=0.2)
+        try:
+            result2 = run2.result(timeout=PROMPT)
+        except FutureTimeoutError:
+            pytest.fail(f"a 0.2 s budget did not end its run: the deadline waits for a hook "
+                        f"running on thread {hook_threads}")
+        assert result2["other"].work_result.state is ResultState.TIMEOUT
+        assert not hook_threads[0].startswith("taskflow-timer")
+    finally:
+        release_hook.set()
+        release_task.set()
+        result1 = run1.result(timeout=LONG)
+    assert result1["first"].work_result.state is ResultState.TIMEOUT
+    assert log.count("first", "on_fail") == 1
+
+
+# --- 4: deadlines not checked when a node completes -----------------------------------------------
+
+
+@contextlib.contextmanager
+def lagging_timers() -> Iterator[None]:
+    """Make every waiting thread (the timer, ``start``'s caller) wake late, as under load.
+
+    With a long switch interval a thread that runs pure Python keeps the GIL for up to that
+    long, so a thread whose wait timed out cannot run until the busy one blocks: the thread
+    that finishes a node is the first to see that the node's deadline has passed.
+    """
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(saved)
+
+
+def busy(seconds: float) -> None:
+    """Spin in pure Python (holds the GIL) for ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.timeout(30)
+@defect(4, "a node that overran its own timeout ends SUCCESS when the timer thread is late")
+def test_4_a_node_finishing_after_its_own_timeout_is_timeout(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    node = fn_node(lambda ctx, p: busy(0.4) or "late", "slow", timeout=0.02)
+    with lagging_timers():
+        result = TaskScheduling.start(node, executor=pool, timeout=LONG)
+    wr = result["slow"].work_result
+    assert wr.state is ResultState.TIMEOUT, f"ran {wr.duration}s against a 0.02 s timeout"
+    assert "slow" not in result.outputs
+
+
+@pytest.mark.timeout(30)
+@defect(4, "a run that finished after its budget is reported as completed")
+def test_4_a_node_finishing_after_the_run_deadline_is_timeout(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    node = fn_node(lambda ctx, p: busy(0.4) or "late", "slow")
+    with lagging_timers():
+        result = TaskScheduling.start(node, executor=pool, timeout=0.05)
+    assert result.elapsed > 0.05
+    assert result["slow"].work_result.state is ResultState.TIMEOUT
+    assert result.outputs == {}
+    assert not result.ok
+
+
+class BusyItems(FanOutNode[Any]):
+    def items(self, ctx: TaskContext, param: Any) -> Iterator[tuple[Hashable, Any]]:
+        yield "slow", 0.4
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        busy(item)
+        return "late"
+
+
+@pytest.mark.timeout(30)
+@defect(4, "an item that overran item_timeout is counted as succeeded when the timer is late")
+def test_4_an_item_finishing_after_its_item_timeout_failed(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    fan = BusyItems(name="fan", item_timeout=0.02, policy="best_effort")
+    with lagging_timers():
+        result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
+    fanin = result["fan"].work_result.result
+    assert fanin.succeeded == {}
+    assert isinstance(fanin.failed.get("slow"), ItemTimeoutError)
+
+
+# --- 5: hooks of nodes that were terminal before the run closed are dropped ----------------------
+
+
+def cancel_run(support: TaskSupport) -> None:
+    """An ``on_fail`` hook that ends the run (``ctx.cancel``)."""
+    support.context.cancel("a hook ended the run")
+
+
+def always_fail(ctx: TaskContext, p: Any) -> None:
+    raise ValueError("boom")
+
+
+@pytest.mark.timeout(30)
+@defect(5, "a failed-fast son whose on_fail had not started when the run closed never gets it")
+def test_5_failed_fast_sons_each_get_on_fail_even_when_a_hook_cancels_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    log = HookLog()
+    father = Recorder("father", always_fail, log)
+    # both sons fail fast in one step; whichever on_fail runs first ends the run
+    sons = [Recorder(name, lambda ctx, p: "never", log, on_fail=cancel_run) for name in ("s1", "s2")]
+    father >> sons
+
+    result = TaskScheduling.start(father, executor=pool, timeout=LONG)
+    log.returned = True
+
+    assert result["s1"].work_result.state is ResultState.EXCEPTION
+    assert result["s2"].work_result.state is ResultState.EXCEPTION
+    assert log.count("father", "on_fail") == 1
+    assert log.count("s1", "on_fail") == 1
+    assert log.count("s2", "on_fail") == 1
+    assert log.late == []
+
+
+@pytest.mark.timeout(30)
+@defect(5, "a father cancelled by a join whose on_fail had not started when the run closed "
+           "never gets it")
+def test_5_fathers_cancelled_by_a_join_each_get_on_fail_even_when_a_hook_cancels_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(4)
+    release, running = gate(), [gate(), gate()]
+    log = HookLog()
+
+    def slow(k: int) -> Callable[[TaskContext, Any], Any]:
+        def task(ctx: TaskContext, p: Any) -> None:
+            running[k].set()
+            release.wait(LONG)
+        return task
+
+    def quick(ctx: TaskContext, p: Any) -> str:
+        assert all(r.wait(LONG) for r in running)  # both slow fathers are running
+        return "quick"
+
+    from taskflow import Join
+
+    fast = fn_node(quick, "fast")
+    slow1 = Recorder("slow1", slow(0), log, on_fail=cancel_run)
+    slow2 = Recorder("slow2", slow(1), log, on_fail=cancel_run)
+    first = fn_node(lambda ctx, p: "first", "first", join=Join.ANY)
+    [fast, slow1, slow2] >> first
+
+    # a bounded budget: an engine may wait for the slow fathers (they hold their workers)
+    result = TaskScheduling.start([fast, slow1, slow2], executor=pool, timeout=2 * MEDIUM)
+    log.returned = True
+    release.set()
+
+    assert result["slow1"].work_result.state is ResultState.CANCELLED
+    assert result["slow2"].work_result.state is ResultState.CANCELLED
+    assert log.count("slow1", "on_fail") == 1
+    assert log.count("slow2", "on_fail") == 1
+    assert log.late == []
+
+
+# --- 6: a fan-out's items() and hooks without the caller's contextvars ----------------------------
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
+
+
+class SeesRequest(FanOutNode[Any]):
+    """Records ``REQUEST_ID`` in ``items()`` (the generator's body), ``work`` and its hooks."""
+
+    def __init__(self, seen: dict[str, list[str | None]], fail: bool = False, **kw: Any) -> None:
+        super().__init__(None, **kw)
+        self.__dict__["_seen"] = seen
+        self.__dict__["_fail"] = fail
+
+    def _saw(self, where: str) -> None:
+        self.__dict__["_seen"].setdefault(where, []).append(REQUEST_ID.get(None))
+
+    def items(self, ctx: TaskContext, param: Any) -> Iterator[tuple[Hashable, Any]]:
+        for i in range(3):
+            self._saw("items")
+            yield i, i
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        self._saw("work")
+        if self.__dict__["_fail"]:
+            raise ValueError(f"item {item} failed")
+        return item
+
+    def on_begin(self, support: TaskSupport) -> None:
+        self._saw("on_begin")
+
+    def on_success(self, support: TaskSupport) -> None:
+        self._saw("on_success")
+
+    def on_fail(self, support: TaskSupport) -> None:
+        self._saw("on_fail")
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
+@defect(6, "a FanOutNode's items() and on_success/on_fail run without the caller's contextvars")
+def test_6_fan_out_items_and_hooks_see_the_callers_contextvars(
+    make_executor: Callable[..., ThreadPoolExecutor], fail: bool,
+) -> None:
+    pool = make_executor(2)
+    seen: dict[str, list[str | None]] = {}
+    fan = SeesRequest(seen, fail=fail, name="fan", max_concurrency=2)
+    token = REQUEST_ID.set("req-42")
+    try:
+        result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
+    finally:
+        REQUEST_ID.reset(token)
+
+    expected = ResultState.EXCEPTION if fail else ResultState.SUCCESS
+    assert result["fan"].work_result.state is expected
+    hook = "on_fail" if fail else "on_success"
+    assert set(seen) == {"items", "work", "on_begin", hook}
+    assert {where: set(values) for where, values in seen.items()} == {
+        where: {"req-42"} for where in seen
+    }
+
+
+# --- 7: reusing a TaskContext after a timed-out run ------------------------------------------------
+
+
+class Reuse:
+    """Run 1 times out while its task ``t1`` is blocked; run 2 then reuses the context.
+
+    ``t1`` is released while run 2 is running and calls ``action(ctx)``; run 2's node ``r2``
+    waits until it has, then returns what run 2 sees.
+    """
+
+    def __init__(self, pool: Executor, action: Callable[[TaskContext], Any]) -> None:
+        self.ctx = TaskContext()
+        self.release, self.acted = threading.Event(), threading.Event()
+        self.seen: Any = None
+
+        def t1(ctx: TaskContext, p: Any) -> None:
+            self.release.wait(LONG)
+            try:
+                self.seen = action(ctx)
+            finally:
+                self.acted.set()
+
+        def r2(ctx: TaskContext, p: Any) -> dict[str, Any]:
+            self.release.set()
+            assert self.acted.wait(LONG)
+            return {"leak": ctx.get("leak"), "cancelled": ctx.cancelled}
+
+        self.result1 = TaskScheduling.start(fn_node(t1, "t1"), executor=pool, timeout=0.1,
+                                            context=self.ctx)
+        assert self.result1["t1"].work_result.state is ResultState.TIMEOUT
+        self.result2 = TaskScheduling.start(fn_node(r2, "r2"), executor=pool, timeout=LONG,
+                                            context=self.ctx)
+
+
+@pytest.mark.timeout(30)
+@defect(7, "run 1's abandoned task sees run 2 through the reused context (flow_id, cancelled)")
+def test_7_an_abandoned_task_still_sees_its_own_run_after_the_context_is_reused(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    reuse = Reuse(make_executor(2), lambda ctx: (ctx.flow_id, ctx.cancelled))
+
+    flow_id, cancelled = reuse.seen
+    assert reuse.result2.ok
+    assert flow_id == reuse.result1.flow_id != reuse.result2.flow_id
+    assert cancelled is True  # its run timed out
+
+
+@pytest.mark.timeout(30)
+@defect(7, "ctx.cancel() from run 1's abandoned task cancels run 2")
+def test_7_an_abandoned_task_cannot_cancel_the_next_run_of_its_context(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    reuse = Reuse(make_executor(2), lambda ctx: ctx.cancel("stale task"))
+
+    assert reuse.result2["r2"].work_result.state is ResultState.SUCCESS
+    assert reuse.result2.ok
+    assert reuse.result2.outputs["r2"]["cancelled"] is False
+
+
+@pytest.mark.timeout(30)
+@defect(7, "run 1's abandoned task writes into run 2's context")
+def test_7_an_abandoned_tasks_writes_do_not_reach_the_next_run_of_its_context(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    def write(ctx: TaskContext) -> None:
+        ctx["leak"] = "from run 1"
+
+    reuse = Reuse(make_executor(2), write)
+
+    assert reuse.result2.ok
+    assert reuse.result2.outputs["r2"]["leak"] is None
+
+
+# --- 8: on_fail hooks of cancelled nodes start after start() returned ------------------------------
+
+
+@pytest.mark.timeout(30)
+@defect(8, "ctx.cancel() racing the deadline: cancelled nodes' on_fail start after start returned")
+def test_8_no_hook_starts_after_start_returned_when_cancel_races_the_deadline(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    log = HookLog()
+    returned, release, k_done = gate(), gate(), gate()
+
+    def hold_first_hook(support: TaskSupport) -> None:
+        # the first cancelled node's hook lasts until start() has returned
+        if len(log.calls) == 1:
+            returned.wait(PROMPT)
+
+    def canceller(ctx: TaskContext, p: Any) -> str:
+        try:
+            ctx.cancel("enough")  # the run now waits for this node, which overruns the budget
+            release.wait(LONG)
+        finally:
+            k_done.set()
+        return "k"
+
+    k = fn_node(canceller, "k")
+    victims = [Recorder(name, lambda ctx, p: "never", log, on_fail=hold_first_hook)
+               for name in ("v1", "v2")]
+    k >> victims
+
+    result = TaskScheduling.start(k, executor=pool, timeout=0.3)
+    with log._lock:
+        log.returned = True
+    returned.set()
+    release.set()
+    assert k_done.wait(LONG)  # today the victims' hooks run in k's ctx.cancel() call
+
+    assert not result.ok
+    assert log.late == []
+    assert log.count("v1", "on_fail") == 1
+    assert log.count("v2", "on_fail") == 1
+
+
+# --- 9: finite timeouts too large for the platform's waits ----------------------------------------
+
+HUGE = [pytest.param(sys.maxsize, id="maxsize"), pytest.param(1e10, id="1e10"),
+        pytest.param(10**400, id="10**400")]
+
+
+@pytest.fixture
+def thread_deaths(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], threading.Event]:
+    """Exceptions that kill a thread during this test, asserted on by the test itself."""
+    deaths: list[str] = []
+    died = threading.Event()
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread else "?"
+        deaths.append(f"{name}: {args.exc_type.__name__}: {args.exc_value}")
+        died.set()
+
+    monkeypatch.setattr(threading, "excepthook", hook)
+    return deaths, died
+
+
+def lingering(ran: list[str], until: threading.Event) -> Callable[[TaskContext, Any], str]:
+    """A task that records it ran and lasts until ``until`` is set or MEDIUM has passed: long
+    enough for ``start``'s caller to wait, and for the timer thread to trip over a deadline."""
+
+    def task(ctx: TaskContext, p: Any) -> str:
+        ran.append("a")
+        until.wait(MEDIUM)
+        return "done"
+
+    return task
+
+
+def run_or_refuse(attempt: Callable[[], Any], ran: list[str]) -> Any:
+    """``attempt()``'s FlowResult, or None when it refused a huge timeout before anything ran
+    (with a ValueError or TypeError naming the timeout, as for any bad option)."""
+    try:
+        return attempt()
+    except (ValueError, TypeError) as exc:
+        assert "timeout" in str(exc)
+        assert ran == []
+        return None
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("budget", HUGE)
+@defect(9, "a huge budget passes validation; start's wait raises a bare OverflowError")
+def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_start(
+    make_executor: Callable[..., ThreadPoolExecutor], budget: float,
+) -> None:
+    pool = make_executor(2)
+    ran: list[str] = []
+    task = lingering(ran, threading.Event())
+    result = run_or_refuse(
+        lambda: TaskScheduling.start(fn_node(task, "a"), executor=pool, timeout=budget), ran)
+    if result is not None:
+        assert result.ok and result.outputs == {"a": "done"}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("budget", HUGE)
+@defect(9, "a huge budget in submit kills the process-wide timer thread")
+def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_submit(
+    make_executor: Callable[..., ThreadPoolExecutor], budget: float,
+    thread_deaths: tuple[list[str], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    deaths, died = thread_deaths
+    ran: list[str] = []
+    task = lingering(ran, died)
+    future = run_or_refuse(
+        lambda: TaskScheduling.submit(fn_node(task, "a"), executor=pool, timeout=budget), ran)
+    if future is not None:
+        result = future.result(timeout=PROMPT)
+        assert result.ok and result.outputs == {"a": "done"}
+    assert deaths == []
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("timeout", HUGE)
+@defect(9, "a huge node timeout kills the process-wide timer thread (or raises OverflowError)")
+def test_9_a_huge_node_timeout_is_no_limit_or_refused_up_front(
+    make_executor: Callable[..., ThreadPoolExecutor], timeout: float,
+    thread_deaths: tuple[list[str], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    deaths, died = thread_deaths
+    ran: list[str] = []
+    task = lingering(ran, died)
+    # no budget: a node timeout beyond the run's deadline would not be armed at all
+    result = run_or_refuse(lambda: TaskScheduling.start(
+        fn_node(task, "a", timeout=timeout), executor=pool, timeout=None), ran)
+    if result is not None:
+        assert result.ok and result.outputs == {"a": "done"}
+    assert deaths == []
+
+
+# --- 10: a run's node passed back to start -------------------------------------------------------
+
+
+def one_node() -> list[SchedulingNode[Any, Any]]:
+    return [fn_node(lambda ctx, p: 1, "a")]
+
+
+def chain() -> list[SchedulingNode[Any, Any]]:
+    a, b = fn_node(lambda ctx, p: 1, "a"), fn_node(lambda ctx, p: 2, "b")
+    a >> b
+    return [a, b]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("graph", "pick"), [(one_node, "a"), (chain, "a"), (chain, "b")],
+                         ids=["single-node", "chain-root", "chain-sink"])
+@defect(10, "a run's node passed to start raises a bare AttributeError or a misleading "
+            "DuplicateNameError")
+def test_10_a_runs_node_passed_back_to_start_runs_or_is_refused_clearly(
+    make_executor: Callable[..., ThreadPoolExecutor],
+    graph: Callable[[], list[SchedulingNode[Any, Any]]], pick: str,
+) -> None:
+    pool = make_executor(2)
+    first = TaskScheduling.start(graph(), executor=pool, timeout=LONG)
+    assert first.ok
+
+    try:
+        again = TaskScheduling.start(first[pick], executor=pool, timeout=LONG)
+    except FlowDefinitionError as exc:
+        # refused: a clear error that names the node and says what is wrong with it
+        assert not isinstance(exc, DuplicateNameError), exc
+        assert repr(pick) in str(exc)
+        return
+    # or accepted as the graph it was copied from
+    assert again.ok and again.outputs == first.outputs
+
+
+# --- 11: smaller ones ---------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@defect("11a", "node.name = 12345 is accepted, and report() then raises")
+def test_11a_a_non_string_name_set_after_construction_is_refused_before_anything_runs(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    pool = make_executor(2)
+    ran: list[str] = []
+    node = fn_node(lambda ctx, p: ran.append("a"), "a")
+
+    def rename_and_run() -> None:
+        node.name = 12345  # type: ignore[assignment]
+        TaskScheduling.start(node, executor=pool, timeout=LONG)
+
+    with pytest.raises((TypeError, ValueError), match="12345"):
+        rename_and_run()
+    assert ran == []
+
+
+class NoFutureExecutor(Executor):
+    """A broken executor: ``submit`` returns None instead of a Future (and runs nothing)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+
+@pytest.mark.timeout(30)
+@defect("11b", "an executor whose submit returns None gives a bare AttributeError")
+def test_11b_an_executor_whose_submit_returns_none_gets_a_clear_error() -> None:
+    call = Call(TaskScheduling.start, fn_node(lambda ctx, p: 1, "a"),
+                executor=NoFutureExecutor(), timeout=LONG, name="d11b-start")
+    assert call.finished(PROMPT), "start waited on work that the executor never took"
+    if call.error is not None:  # refused at once, naming the executor
+        assert isinstance(call.error, (TypeError, TaskflowError)), repr(call.error)
+        assert "NoFutureExecutor" in str(call.error)
+    else:  # or the node failed with an error naming the executor
+        wr = call.value["a"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        assert not isinstance(wr.exception, AttributeError), repr(wr.exception)
+        assert "NoFutureExecutor" in str(wr.exception)
+
+
+def _nested_on(outer_of: Callable[[ThreadPoolExecutor], Executor],
+               inner_of: Callable[[ThreadPoolExecutor], Executor]) -> dict[str, Any]:
+    """Start a flow on ``outer`` whose task starts another flow on ``inner`` (both built on one
+    1-thread pool) and return what the nested run reported."""
+    with ThreadPoolExecutor(1, thread_name_prefix="d11c") as pool:
+        outer, inner = outer_of(pool), inner_of(pool)
+
+        def nested(ctx: TaskContext, p: Any) -> dict[str, Any]:
+            res = TaskScheduling.start(fn_node(lambda c, q: "inner", "inner"), executor=inner,
+                                       timeout=2 * MEDIUM)
+            return {"ok": res.ok, "state": res["inner"].work_result.state}
+
+        result = TaskScheduling.start(fn_node(nested, "outer"), executor=outer, timeout=LONG)
+        assert result.ok, result["outer"].work_result.exception
+        return dict(result.outputs["outer"])
+
+
+def _same(pool: ThreadPoolExecutor) -> Executor:
+    return pool
+
+
+def _wrapped(pool: ThreadPoolExecutor) -> Executor:
+    return MonitoredExecutor(pool)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("outer_of", "inner_of"), [
+    pytest.param(_same, _same, id="pool-in-pool"),  # the case that already works: the control
+    pytest.param(_same, _wrapped, id="monitored-in-pool",
+                 marks=defect("11c", "a nested start through a wrapper of the same 1-thread "
+                                     "pool is not run inline: it waits its whole budget")),
+    pytest.param(_wrapped, _same, id="pool-in-monitored",
+                 marks=defect("11c", "a nested start on the pool a wrapper runs on is not "
+                                     "run inline: it waits its whole budget")),
+    pytest.param(_wrapped, _wrapped, id="monitored-in-other-monitored",
+                 marks=defect("11c", "two wrappers of one 1-thread pool are not recognised "
+                                     "as the same pool")),
+])
+def test_11c_a_nested_start_on_the_same_one_thread_pool_completes_through_wrappers(
+    outer_of: Callable[[ThreadPoolExecutor], Executor],
+    inner_of: Callable[[ThreadPoolExecutor], Executor],
+) -> None:
+    nested = _nested_on(outer_of, inner_of)
+    assert nested == {"ok": True, "state": ResultState.SUCCESS}
+
+
+def _submit_remote_in_child() -> int:
+    """In a forked child: a ``submit`` run on a process pool; 0 if it resolves in time."""
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as procs:
+            future = TaskScheduling.submit(FunctionNode(dt.const, 7, name="seven"),
+                                           executor=procs, timeout=None)
+            try:
+                result = future.result(timeout=PROMPT)
+            except FutureTimeoutError:
+                return 3  # the outcome was never processed: no coordinator in this process
+            return 0 if result.outputs == {"seven": 7} else 4
+    except BaseException:  # noqa: BLE001 - any failure is an exit code for the parent
+        return 5
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@defect("11d", "in a forked child the coordinator thread is dead and never restarted")
+def test_11d_remote_submit_runs_complete_in_a_forked_child() -> None:
+    # the parent's coordinator thread exists once a remote run was started with submit
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as procs:
+        future = TaskScheduling.submit(FunctionNode(dt.const, 1, name="one"), executor=procs,
+                                       timeout=LONG)
+        assert future.result(timeout=LONG).outputs == {"one": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 6
+        try:
+            code = _submit_remote_in_child()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 4 * PROMPT + LONG
+    status = None
+    while status is None:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = raw
+        elif time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        else:
+            time.sleep(0.02)
+    assert os.WIFEXITED(status)
+    assert os.WEXITSTATUS(status) == 0, "the child's submit run never resolved (3) or failed"
+
+
+@pytest.mark.timeout(30)
+@defect("11e", "raise_for_failure() after ctx.cancel names the flow id as the cancelled node")
+def test_11e_raise_for_failure_after_ctx_cancel_names_a_node_of_the_run(
+    make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
+) -> None:
+    pool = make_executor(2)
+    release = gate()
+
+    def stop(ctx: TaskContext, p: Any) -> str:
+        ctx.cancel("x")
+        return "stopped"
+
+    stopper = fn_node(stop, "stopper")
+    later = fn_node(lambda ctx, p: "never", "later")
+    stopper >> later
+    result = TaskScheduling.start(stopper, executor=pool, timeout=LONG)
+    release.set()
+    assert result["later"].work_result.state is ResultState.CANCELLED
+
+    with pytest.raises(NodeCancelledError) as info:
+        result.raise_for_failure()
+    err = info.value
+    assert err.node in set(result), f"names {err.node!r}, not a node of the run"
+    assert err.reason == "x"
+    assert repr(result.flow_id) not in str(err)
+
+
+# --- 12: values that cannot travel back from another process break the pool ----------------------
+
+
+@contextlib.contextmanager
+def process_pool(kind: str) -> Iterator[Executor]:
+    if kind == "loky":
+        loky = pytest.importorskip("loky")
+        pool: Executor = loky.ProcessPoolExecutor(max_workers=1)
+    else:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _pool_still_works(pool: Executor) -> None:
+    again = TaskScheduling.start(FunctionNode(dt.const, 5, name="next"), executor=pool,
+                                 timeout=LONG)
+    assert again["next"].work_result.state is ResultState.SUCCESS, again["next"].work_result
+    assert again.outputs == {"next": 5}
+
+
+REMOTE_KINDS = [pytest.param("process", id="process-pool"), pytest.param("loky", id="loky")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "an exception with a two-argument __init__ cannot be unpickled: BrokenProcessPool")
+def test_12_an_exception_that_cannot_travel_fails_its_node_and_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        result = TaskScheduling.start(FunctionNode(dt.raise_api_error, 503, name="api"),
+                                      executor=pool, timeout=LONG)
+        wr = result["api"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        text = f"{type(wr.exception).__name__}: {wr.exception}"
+        assert "ApiError" in text and "503" in text and "service unavailable" in text, text
+        _pool_still_works(pool)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "a result that pickles but does not unpickle breaks the pool (BrokenProcessPool)")
+def test_12_a_result_that_cannot_be_unpickled_fails_its_node_and_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        result = TaskScheduling.start(FunctionNode(dt.return_unloadable, None, name="odd"),
+                                      executor=pool, timeout=LONG)
+        wr = result["odd"].work_result
+        assert wr.state is ResultState.EXCEPTION
+        text = f"{wr.exception!r} {wr.exception}"
+        assert "Unloadable" in text or "'odd'" in text, text  # names the value or its node
+        _pool_still_works(pool)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", REMOTE_KINDS)
+@defect(12, "a fan-out item's exception that cannot be unpickled breaks the pool")
+def test_12_a_fan_out_items_exception_that_cannot_travel_leaves_the_pool_working(
+    kind: str,
+) -> None:
+    with process_pool(kind) as pool:
+        fan = dt.ApiErrorItems(name="fan", policy="best_effort", max_concurrency=1)
+        result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
+        fanin = result["fan"].work_result.result
+        assert fanin.succeeded == {"good": 1}
+        error = fanin.failed["bad"]
+        text = f"{type(error).__name__}: {error}"
+        assert "ApiError" in text and "502" in text and "bad gateway" in text, text
+        _pool_still_works(pool)
