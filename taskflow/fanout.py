@@ -339,9 +339,17 @@ class FanOut:
 
     def finish(self, timed_out: bool = False) -> None:
         """Fan in once: evaluate the policy and complete the node (never on the timer thread)."""
+        sealed = self.seal(timed_out)
+        if sealed is not None:
+            self.deliver(*sealed)
+
+    def seal(self, timed_out: bool = False
+             ) -> tuple[FanInResult, list[Future[Any]], list[timer.Timer], bool] | None:
+        """End the fan-in (state only, safe on the timer thread): what ``deliver`` needs, or
+        None if it had already ended."""
         with self.lock:
             if self.done:
-                return
+                return None
             self.done = True
             result = self.snapshot_locked()
             timers = list(self.timers.values())
@@ -350,6 +358,11 @@ class FanOut:
                        if t in self.loop_futs]
             abandon += list(self.remote_futs.values())
             self.inflight.clear()
+        return result, abandon, timers, timed_out
+
+    def deliver(self, result: FanInResult, abandon: list[Future[Any]], timers: list[timer.Timer],
+                timed_out: bool) -> None:
+        """Complete the node with a sealed fan-in (its hooks run here)."""
         for t in timers:
             t.cancel()
         if abandon:

@@ -276,12 +276,11 @@ class FlowResult(Mapping[str, Any]):
         if timed_out:
             raise FlowTimeoutError(timed_out, self.timeout)
         if self._run.cancel_reason is not None:
-            names = self._run.names
-            cancelled = [names[i] for i, wr in enumerate(self._run.results)
-                         if wr.state is ResultState.CANCELLED]
-            raise NodeCancelledError(
-                cancelled[0] if len(cancelled) == 1 else ", ".join(cancelled) or "(none)",
-                f"flow {self.flow_id} was cancelled: {self._run.cancel_reason}")
+            for wr in self._run.results:
+                if wr.state is ResultState.CANCELLED and isinstance(wr.exception,
+                                                                   NodeCancelledError):
+                    raise wr.exception  # names the node and carries the reason
+            raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
         raise FlowFailedError(failed)
 
     def report(self) -> FlowReport:

@@ -1,9 +1,9 @@
 """Regression tests for the twelve engine defects of issue 9 ("Why", items 1-12).
 
-Each test reproduces one defect through the public API only (the engine's internals are being
-moved into a package) and states the behaviour that API.md and issue 9 require. Every test is
-``xfail(strict=True)`` while the defect is in the engine: it must fail on today's main for the
-reason its ``reason`` names, and the engine rewrite removes the marker when it fixes the defect.
+Each test reproduces one defect through the public API only and states the behaviour that API.md
+and issue 9 require. Every test failed on main before the engine rewrite (they were written as
+``xfail(strict=True)`` there, each naming its defect; the markers went when the defects were
+fixed).
 
 No test may hang on the buggy engine: a call that deadlocks there runs in a helper thread
 (:class:`Call`) joined with a timeout, so the deadlock becomes an assertion; gates are released
@@ -52,11 +52,6 @@ from taskflow import (
 TERMINAL = set(ResultState) - {ResultState.DEFAULT}  # every final state
 # how long a call that must return promptly may take before the test calls it a deadlock
 PROMPT = 2.0 * SCALE
-
-
-def defect(n: int | str, why: str) -> pytest.MarkDecorator:
-    """The xfail marker of a test pinning defect ``n`` of issue 9 (strict: it must fail today)."""
-    return pytest.mark.xfail(strict=True, reason=f"defect {n}: {why}")
 
 
 class Call:
@@ -132,7 +127,6 @@ def _undeadlock(pool: ThreadPoolExecutor, shutdown: Call) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("monitored", [False, True], ids=["thread-pool", "monitored"])
-@defect(1, "shutdown(cancel_futures=True) runs the engine's done-callback, which submits")
 def test_1_shutdown_cancelling_queued_flow_work_neither_deadlocks_nor_blocks_later_runs(
     monitored: bool,
 ) -> None:
@@ -181,8 +175,6 @@ class OneItemFanOut(FanOutNode[Any]):
 
 
 @pytest.mark.timeout(60)
-@defect(1, "the fan-out's done-callback completes the node and submits its son under the "
-           "pool's shutdown lock")
 def test_1_shutdown_cancelling_a_queued_fan_out_item_loop_does_not_deadlock() -> None:
     pool = ThreadPoolExecutor(2, thread_name_prefix="d1-fan")
     hold, holding, b_running = threading.Event(), threading.Event(), threading.Event()
@@ -221,7 +213,6 @@ def test_1_shutdown_cancelling_a_queued_fan_out_item_loop_does_not_deadlock() ->
 
 
 @pytest.mark.timeout(30)
-@defect(2, "2.0 ** 1024 overflows in the retry delay; the loop dies, the node stays RUNNING")
 def test_2_more_than_1024_retries_without_backoff_end_the_node_with_its_error(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -245,7 +236,6 @@ def test_2_more_than_1024_retries_without_backoff_end_the_node_with_its_error(
 
 
 @pytest.mark.timeout(30)
-@defect(2, "the overflow is lost; the node ends TIMEOUT at the budget instead of EXCEPTION")
 def test_2_with_a_budget_the_node_ends_exception_not_timeout(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -265,8 +255,6 @@ def test_2_with_a_budget_the_node_ends_exception_not_timeout(
 
 
 @pytest.mark.timeout(60)
-@defect(3, "a node timeout runs on_fail on the taskflow-timer thread; a slow hook stalls every "
-           "run's deadline")
 def test_3_a_slow_on_fail_after_a_node_timeout_does_not_stall_other_runs_deadlines(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -333,7 +321,6 @@ def busy(seconds: float) -> None:
 
 
 @pytest.mark.timeout(30)
-@defect(4, "a node that overran its own timeout ends SUCCESS when the timer thread is late")
 def test_4_a_node_finishing_after_its_own_timeout_is_timeout(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -347,7 +334,6 @@ def test_4_a_node_finishing_after_its_own_timeout_is_timeout(
 
 
 @pytest.mark.timeout(30)
-@defect(4, "a run that finished after its budget is reported as completed")
 def test_4_a_node_finishing_after_the_run_deadline_is_timeout(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -371,7 +357,6 @@ class BusyItems(FanOutNode[Any]):
 
 
 @pytest.mark.timeout(30)
-@defect(4, "an item that overran item_timeout is counted as succeeded when the timer is late")
 def test_4_an_item_finishing_after_its_item_timeout_failed(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -397,7 +382,6 @@ def always_fail(ctx: TaskContext, p: Any) -> None:
 
 
 @pytest.mark.timeout(30)
-@defect(5, "a failed-fast son whose on_fail had not started when the run closed never gets it")
 def test_5_failed_fast_sons_each_get_on_fail_even_when_a_hook_cancels_the_run(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -420,8 +404,6 @@ def test_5_failed_fast_sons_each_get_on_fail_even_when_a_hook_cancels_the_run(
 
 
 @pytest.mark.timeout(30)
-@defect(5, "a father cancelled by a join whose on_fail had not started when the run closed "
-           "never gets it")
 def test_5_fathers_cancelled_by_a_join_each_get_on_fail_even_when_a_hook_cancels_the_run(
     make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
 ) -> None:
@@ -498,7 +480,6 @@ class SeesRequest(FanOutNode[Any]):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
-@defect(6, "a FanOutNode's items() and on_success/on_fail run without the caller's contextvars")
 def test_6_fan_out_items_and_hooks_see_the_callers_contextvars(
     make_executor: Callable[..., ThreadPoolExecutor], fail: bool,
 ) -> None:
@@ -555,7 +536,6 @@ class Reuse:
 
 
 @pytest.mark.timeout(30)
-@defect(7, "run 1's abandoned task sees run 2 through the reused context (flow_id, cancelled)")
 def test_7_an_abandoned_task_still_sees_its_own_run_after_the_context_is_reused(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -568,7 +548,6 @@ def test_7_an_abandoned_task_still_sees_its_own_run_after_the_context_is_reused(
 
 
 @pytest.mark.timeout(30)
-@defect(7, "ctx.cancel() from run 1's abandoned task cancels run 2")
 def test_7_an_abandoned_task_cannot_cancel_the_next_run_of_its_context(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -580,7 +559,6 @@ def test_7_an_abandoned_task_cannot_cancel_the_next_run_of_its_context(
 
 
 @pytest.mark.timeout(30)
-@defect(7, "run 1's abandoned task writes into run 2's context")
 def test_7_an_abandoned_tasks_writes_do_not_reach_the_next_run_of_its_context(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -597,7 +575,6 @@ def test_7_an_abandoned_tasks_writes_do_not_reach_the_next_run_of_its_context(
 
 
 @pytest.mark.timeout(30)
-@defect(8, "ctx.cancel() racing the deadline: cancelled nodes' on_fail start after start returned")
 def test_8_no_hook_starts_after_start_returned_when_cancel_races_the_deadline(
     make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
 ) -> None:
@@ -682,7 +659,6 @@ def run_or_refuse(attempt: Callable[[], Any], ran: list[str]) -> Any:
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("budget", HUGE)
-@defect(9, "a huge budget passes validation; start's wait raises a bare OverflowError")
 def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_start(
     make_executor: Callable[..., ThreadPoolExecutor], budget: float,
 ) -> None:
@@ -697,7 +673,6 @@ def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_start(
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("budget", HUGE)
-@defect(9, "a huge budget in submit kills the process-wide timer thread")
 def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_submit(
     make_executor: Callable[..., ThreadPoolExecutor], budget: float,
     thread_deaths: tuple[list[str], threading.Event],
@@ -716,7 +691,6 @@ def test_9_a_huge_budget_is_no_limit_or_refused_up_front_in_submit(
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("timeout", HUGE)
-@defect(9, "a huge node timeout kills the process-wide timer thread (or raises OverflowError)")
 def test_9_a_huge_node_timeout_is_no_limit_or_refused_up_front(
     make_executor: Callable[..., ThreadPoolExecutor], timeout: float,
     thread_deaths: tuple[list[str], threading.Event],
@@ -749,8 +723,6 @@ def chain() -> list[SchedulingNode[Any, Any]]:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("graph", "pick"), [(one_node, "a"), (chain, "a"), (chain, "b")],
                          ids=["single-node", "chain-root", "chain-sink"])
-@defect(10, "a run's node passed to start raises a bare AttributeError or a misleading "
-            "DuplicateNameError")
 def test_10_a_runs_node_passed_back_to_start_runs_or_is_refused_clearly(
     make_executor: Callable[..., ThreadPoolExecutor],
     graph: Callable[[], list[SchedulingNode[Any, Any]]], pick: str,
@@ -774,7 +746,6 @@ def test_10_a_runs_node_passed_back_to_start_runs_or_is_refused_clearly(
 
 
 @pytest.mark.timeout(30)
-@defect("11a", "node.name = 12345 is accepted, and report() then raises")
 def test_11a_a_non_string_name_set_after_construction_is_refused_before_anything_runs(
     make_executor: Callable[..., ThreadPoolExecutor],
 ) -> None:
@@ -799,7 +770,6 @@ class NoFutureExecutor(Executor):
 
 
 @pytest.mark.timeout(30)
-@defect("11b", "an executor whose submit returns None gives a bare AttributeError")
 def test_11b_an_executor_whose_submit_returns_none_gets_a_clear_error() -> None:
     call = Call(TaskScheduling.start, fn_node(lambda ctx, p: 1, "a"),
                 executor=NoFutureExecutor(), timeout=LONG, name="d11b-start")
@@ -842,15 +812,9 @@ def _wrapped(pool: ThreadPoolExecutor) -> Executor:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("outer_of", "inner_of"), [
     pytest.param(_same, _same, id="pool-in-pool"),  # the case that already works: the control
-    pytest.param(_same, _wrapped, id="monitored-in-pool",
-                 marks=defect("11c", "a nested start through a wrapper of the same 1-thread "
-                                     "pool is not run inline: it waits its whole budget")),
-    pytest.param(_wrapped, _same, id="pool-in-monitored",
-                 marks=defect("11c", "a nested start on the pool a wrapper runs on is not "
-                                     "run inline: it waits its whole budget")),
-    pytest.param(_wrapped, _wrapped, id="monitored-in-other-monitored",
-                 marks=defect("11c", "two wrappers of one 1-thread pool are not recognised "
-                                     "as the same pool")),
+    pytest.param(_same, _wrapped, id="monitored-in-pool"),
+    pytest.param(_wrapped, _same, id="pool-in-monitored"),
+    pytest.param(_wrapped, _wrapped, id="monitored-in-other-monitored"),
 ])
 def test_11c_a_nested_start_on_the_same_one_thread_pool_completes_through_wrappers(
     outer_of: Callable[[ThreadPoolExecutor], Executor],
@@ -877,7 +841,6 @@ def _submit_remote_in_child() -> int:
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@defect("11d", "in a forked child the coordinator thread is dead and never restarted")
 def test_11d_remote_submit_runs_complete_in_a_forked_child() -> None:
     # the parent's coordinator thread exists once a remote run was started with submit
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as procs:
@@ -910,7 +873,6 @@ def test_11d_remote_submit_runs_complete_in_a_forked_child() -> None:
 
 
 @pytest.mark.timeout(30)
-@defect("11e", "raise_for_failure() after ctx.cancel names the flow id as the cancelled node")
 def test_11e_raise_for_failure_after_ctx_cancel_names_a_node_of_the_run(
     make_executor: Callable[..., ThreadPoolExecutor], gate: Callable[[], threading.Event],
 ) -> None:
@@ -964,7 +926,6 @@ REMOTE_KINDS = [pytest.param("process", id="process-pool"), pytest.param("loky",
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", REMOTE_KINDS)
-@defect(12, "an exception with a two-argument __init__ cannot be unpickled: BrokenProcessPool")
 def test_12_an_exception_that_cannot_travel_fails_its_node_and_leaves_the_pool_working(
     kind: str,
 ) -> None:
@@ -980,7 +941,6 @@ def test_12_an_exception_that_cannot_travel_fails_its_node_and_leaves_the_pool_w
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", REMOTE_KINDS)
-@defect(12, "a result that pickles but does not unpickle breaks the pool (BrokenProcessPool)")
 def test_12_a_result_that_cannot_be_unpickled_fails_its_node_and_leaves_the_pool_working(
     kind: str,
 ) -> None:
@@ -996,7 +956,6 @@ def test_12_a_result_that_cannot_be_unpickled_fails_its_node_and_leaves_the_pool
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", REMOTE_KINDS)
-@defect(12, "a fan-out item's exception that cannot be unpickled breaks the pool")
 def test_12_a_fan_out_items_exception_that_cannot_travel_leaves_the_pool_working(
     kind: str,
 ) -> None:

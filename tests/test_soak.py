@@ -278,8 +278,6 @@ def test_soak_random_faults_on_one_shared_pool_keep_the_invariants() -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=True, reason="defects 5 and 8: with hooks that take a few ms, failed "
-                   "nodes lose their on_fail (5) or get it after start returned (8)")
 def test_soak_with_slow_hooks_every_failed_node_gets_on_fail_before_the_return() -> None:
     specs = st.lists(run_specs(hook_delays=(0.005, 0.02, 0.05)), min_size=8, max_size=16)
     violations = soak_violations(specs, 20, check_hooks_complete)

@@ -26,7 +26,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextvars import Context
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from loguru import logger
@@ -64,33 +64,57 @@ def preflight_pickle(pickler: Any, executor_name: str, name: str,
 
 
 class Coordinator:
-    """The one shared thread, ``taskflow-coordinator``, that does the work handed over by runs
-    started with ``submit`` (their callers do not wait): remote outcomes, refused loops, hooks
-    after a timeout. Started on first use, and again in a forked child."""
+    """The threads, ``taskflow-coordinator``, that do the work handed over by runs started with
+    ``submit`` (their callers do not wait): remote outcomes, refused loops, hooks and closing after
+    a timeout. One thread when idle; when every thread is busy (a slow hook of one run) and work
+    is waiting, another starts, so one run's hook never holds up another run's deadline. Threads
+    above one exit after ``KEEP_ALIVE`` seconds without work. Started afresh in a forked child.
+    """
+
+    KEEP_ALIVE = 1.0
+    MAX_THREADS = 64
 
     def __init__(self) -> None:
         self.queue: SimpleQueue[tuple[Context, Callable[..., Any], tuple[Any, ...]]] = (
             SimpleQueue())
-        self.lock = threading.Lock()  # guards thread
-        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()  # guards threads, idle, waiting
+        self.threads = 0
+        self.idle = 0  # threads waiting for work
+        self.waiting = 0  # items put and not taken yet
+        self.seq = 0
 
     def put(self, cv: Context, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        """Run ``fn(*args)`` on the coordinator thread, in a copy of ``cv``."""
+        """Run ``fn(*args)`` on a coordinator thread, in a copy of ``cv``."""
+        with self.lock:
+            self.waiting += 1
+            start = self.waiting > self.idle and self.threads < self.MAX_THREADS
+            if start:
+                self.threads += 1
+                self.seq += 1
+                name = "taskflow-coordinator"
         self.queue.put((cv, fn, args))
-        thread = self.thread
-        if thread is None or not thread.is_alive():
-            with self.lock:
-                if self.thread is None or not self.thread.is_alive():
-                    self.thread = threading.Thread(
-                        target=self.serve, args=(self.queue,), name="taskflow-coordinator",
-                        daemon=True)
-                    self.thread.start()
+        if start:
+            threading.Thread(target=self.serve, args=(self.queue,), name=name,
+                             daemon=True).start()
 
     def serve(self, queue: SimpleQueue[tuple[Context, Callable[..., Any], tuple[Any, ...]]]
               ) -> None:
-        """The coordinator thread's loop."""
+        """A coordinator thread's loop."""
         while True:
-            cv, fn, args = queue.get()
+            with self.lock:
+                self.idle += 1
+            try:
+                cv, fn, args = queue.get(timeout=self.KEEP_ALIVE)
+            except Empty:
+                with self.lock:
+                    self.idle -= 1
+                    if self.threads > 1 and queue is self.queue:
+                        self.threads -= 1
+                        return
+                continue
+            with self.lock:
+                self.idle -= 1
+                self.waiting -= 1
             try:
                 cv.copy().run(fn, *args)
             except BaseException:  # noqa: BLE001 - one run's bug must not stop the others
@@ -101,7 +125,9 @@ class Coordinator:
         """A forked child has no coordinator thread: start afresh with an empty queue."""
         self.queue = SimpleQueue()
         self.lock = threading.Lock()
-        self.thread = None
+        self.threads = 0
+        self.idle = 0
+        self.waiting = 0
 
 
 coordinator = Coordinator()

@@ -944,7 +944,9 @@ class Run:
         plan = self.plan
         fan = self.fans.get(i)
         if fan is not None:
-            self.post(fan.finish, True)
+            sealed = fan.seal(True)  # in-flight items are missing from now on
+            if sealed is not None:
+                self.post(fan.deliver, *sealed)
             return
         abandoned: Future[Any] | None = None
         with self.lock:
