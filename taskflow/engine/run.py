@@ -477,7 +477,10 @@ class Run:
         tname = _current_thread().name
         try:
             while i >= 0:
-                i = cv.copy().run(self.execute_guarded, i, token, tname)
+                try:
+                    i = cv.copy().run(self.execute, i, token, tname)
+                except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
+                    i = self.engine_error(i, token, exc)
         finally:
             cur.run, cur.idx = prev
 
@@ -488,28 +491,24 @@ class Run:
         while ready:
             i = ready.popleft()
             if code[i] == QUEUED:
-                self.move(i, RUNNING)
+                code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
                 self.loop_node[token] = i
                 return i
         self.loops -= 1
         self.loop_node.pop(token, None)
         return -1
 
-    def execute_guarded(self, i: int, token: int, tname: str) -> int:
-        """``execute``, but an exception in taskflow's own code fails node ``i`` (and says so)
-        instead of killing the loop."""
+    def engine_error(self, i: int, token: int, exc: BaseException) -> int:
+        """An exception in taskflow's own code while running node ``i``: the node fails with it
+        (and says so) instead of the loop dying; returns the loop's next node."""
+        self.log.opt(exception=True).error(
+            "taskflow failed running node {} (flow {})", self.names[i], self.flow_id)
+        _note(exc, f"taskflow: internal error while running node {self.names[i]!r}")
         try:
-            return self.execute(i, token, tname)
-        except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
-            self.log.opt(exception=True).error(
-                "taskflow failed running node {} (flow {})", self.names[i], self.flow_id)
-            _note(exc, f"taskflow: internal error while running node {self.names[i]!r}")
-            try:
-                return self.complete(i, token, None, exc)
-            except BaseException:  # noqa: BLE001
-                self.log.opt(exception=True).error("taskflow could not fail node {}",
-                                                   self.names[i])
-                return -1
+            return self.complete(i, token, None, exc)
+        except BaseException:  # noqa: BLE001
+            self.log.opt(exception=True).error("taskflow could not fail node {}", self.names[i])
+            return -1
 
     def execute(self, i: int, token: int, tname: str) -> int:
         """Run node ``i`` to its outcome, settle it, and return the loop's next node (or -1).
@@ -653,7 +652,7 @@ class Run:
                     wr.result = value
                     wr.finished_at = now
                     wr.state = _SUCCESS
-                    self.move(i, TERMINAL)
+                    self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
                 else:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
@@ -726,7 +725,11 @@ class Run:
 
     def settled(self, i: int) -> bool:
         """Under lock: node ``i``'s hook returned and its sons were updated. True: finish now."""
-        self.move(i, SETTLED)
+        code = self.code
+        if code[i] == TERMINAL:
+            code[i] = SETTLED  # TERMINAL -> SETTLED; any other move is checked by move()
+        else:
+            self.move(i, SETTLED)
         if self.closed:
             return i == self.keep and not self.finished
         self.pending -= 1
@@ -762,6 +765,8 @@ class Run:
                         work.append(s)
                         continue
                     nsucc[s] += 1
+                    if left[s] and kinds[s] == _ALL:
+                        continue  # decide() answers WAIT: skip the call on the hot path
                 elif st is _SKIPPED:
                     nskip[s] += 1
                 elif not (kinds[s] == _ALL and f in plan.optional[s]):
@@ -771,7 +776,7 @@ class Run:
                 if decision == _WAIT:
                     continue
                 if decision == _FIRE:
-                    self.move(s, QUEUED)
+                    code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
                     results[s].queued_at = now
                     self.ready.append(s)
                     if left[s]:
