@@ -29,6 +29,7 @@ class Plan:
         "__weakref__",
         "any_timeout",
         "backoff",
+        "est",
         "fanout",
         "fathers",
         "has_begin",
@@ -88,6 +89,10 @@ class Plan:
         )
         # nodes that schedule sub-work themselves (taskflow.fanout)
         self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
+        # the one mutable field: each node's typical task time (seconds, an exponential moving
+        # average; -1.0 until measured), written by runs without a lock (a float store is atomic)
+        # and read by the engine to decide whether a ready node deserves a worker loop of its own
+        self.est = [-1.0] * len(nodes)
         self.sinks = tuple(not s for s in self.sons)
 
 

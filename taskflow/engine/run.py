@@ -155,6 +155,12 @@ _LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(6))
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
+# a node whose tasks typically take less than this runs in a loop that is already there (the
+# next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
+# its own (a thread wake-up costs about this much)
+FAST_TASK = 0.0002
+# how many ready nodes ``reserve_loops`` looks at
+_SCAN = 64
 # how long finishing a run waits for hooks already started (they are meant to be quick)
 HOOK_GRACE = 0.05
 # the "loop token" of work done outside any loop (remote outcomes, fan-in)
@@ -412,13 +418,38 @@ class Run:
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
         self.dispatch(k)
 
-    def reserve_loops(self) -> int:
-        """Under lock: how many new loops to start for the ready nodes (and count them)."""
-        k = min(len(self.ready), self.max_loops - self.loops)
-        if k > 0:
-            self.loops += k
-            return k
-        return 0
+    def reserve_loops(self, nxt: int = -1) -> int:
+        """Under lock: how many new loops to start for the ready nodes (and count them).
+
+        Thread executors: one loop per ready node expected to be slow (never measured, or
+        ``plan.est`` at or above ``FAST_TASK``), plus one for the fast ones unless the calling loop
+        goes on with a fast node ``nxt`` (it will take them next). Starting a loop costs a thread
+        wake-up, which is more than a fast node, so a flow of fast nodes runs in few loops while
+        slow (I/O) nodes still each get their own. Other modes: one per ready node.
+        """
+        ready = self.ready
+        free = self.max_loops - self.loops
+        if not ready or free <= 0:
+            return 0
+        if self.mode is LOOPS:
+            est = self.plan.est
+            slow = fast = 0
+            for j, i in enumerate(ready):
+                if j == _SCAN or slow >= free:
+                    break
+                e = est[i]
+                if e < 0.0 or e >= FAST_TASK:
+                    slow += 1
+                else:
+                    fast = 1
+            k = slow
+            if fast and (nxt < 0 or not 0.0 <= est[nxt] < FAST_TASK):
+                k += 1
+            k = min(k, free)
+        else:
+            k = min(len(ready), free)
+        self.loops += k
+        return k
 
     def dispatch(self, k: int) -> None:
         """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
@@ -638,6 +669,13 @@ class Run:
             # its own deadline passed while it ran (a fan-out's policy decides that itself)
             value = None
             error = NodeTimeoutError(self.names[i], t)
+        if error is None:
+            began = wr.started_at
+            if began is not None:  # the node's typical duration (racy by design, see Plan.est)
+                est = plan.est
+                e = est[i]
+                d = now - began
+                est[i] = d if e < 0.0 else e + (d - e) * 0.25
         late = False
         hooks: list[int] = []
         has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
@@ -661,7 +699,7 @@ class Run:
                     self.settle_sons(i, hooks, now)
                     nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
                         else -1
-                    k = self.reserve_loops()
+                    k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
             return self.late(i, token, value, error)
@@ -675,7 +713,7 @@ class Run:
             with self.lock:
                 self.settle_sons(i, hooks, now)
                 nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
-                k = self.reserve_loops()
+                k = self.reserve_loops(nxt)
                 fin = self.settled(i)
         if hooks:
             fin = self.after_settle(hooks, k) or fin
