@@ -461,8 +461,16 @@ class FanOut:
         self.finish()
 
     def loop_body(self, token: int) -> None:
-        """One item loop, in a copy of the caller's contextvars."""
-        self.run.cv.copy().run(self._item_loop, token)
+        """One item loop, in a copy of the caller's contextvars. An exception in taskflow's own
+        code here fails the fan-out (and says so) rather than leaving it RUNNING."""
+        try:
+            self.run.cv.copy().run(self._item_loop, token)
+        except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
+            self.run.log.opt(exception=True).error("taskflow failed in fan-out {}", self.name)
+            with self.lock:
+                if self.error is None:
+                    self.error = exc
+            self.finish()
 
     def _item_loop(self, token: int) -> None:
         run = self.run

@@ -24,6 +24,8 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
+from loguru import logger
+
 from taskflow.errors import RejectedExecutionError
 
 __all__ = ["LoopOwner", "spawn"]
@@ -58,6 +60,9 @@ def _start(owner: LoopOwner, token: int) -> None:
         owner.unstarted.discard(token)
     try:
         owner.loop_body(token)
+    except BaseException:  # noqa: BLE001 - nobody reads a loop's future: never lose it silently
+        logger.opt(exception=True).error("taskflow: a worker loop of {} failed",
+                                         owner.describe())
     finally:
         with owner.lock:
             owner.live.discard(token)
