@@ -140,3 +140,33 @@ def test_lazy_names_resolve_and_all_is_complete():
     assert set(taskflow.__all__) <= set(dir(taskflow))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         taskflow.nope  # noqa: B018
+
+
+def test_fast_nodes_share_loops_but_one_that_turns_slow_does_not_hold_up_the_rest(make_executor):
+    # trained as fast, a and b share one loop; then a waits for b: the watchdog must give b a
+    # loop of its own instead of leaving it behind a
+    import threading
+
+    state: dict[str, Any] = {"wait": None}
+
+    def a_task(ctx: TaskContext, param: Any) -> str:
+        ev = state["wait"]
+        if ev is not None:
+            assert ev.wait(LONG), "b never ran while a waited"
+        return "a"
+
+    def b_task(ctx: TaskContext, param: Any) -> str:
+        ev = state["wait"]
+        if ev is not None:
+            ev.set()
+        return "b"
+
+    root = FunctionNode(lambda c, p: 0, name="root")
+    root >> [FunctionNode(a_task, name="a"), FunctionNode(b_task, name="b")]
+    pool = make_executor(4)
+    for _ in range(30):
+        assert TaskScheduling.start(root, executor=pool, timeout=LONG).ok
+    state["wait"] = threading.Event()
+    result = TaskScheduling.start(root, executor=pool, timeout=LONG)
+    assert result.ok and result.outputs == {"root": 0, "a": "a", "b": "b"}
+    assert result.elapsed < LONG / 2

@@ -159,6 +159,8 @@ LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
+# how often ready nodes left to busy loops are checked for progress (``watchdog``)
+WATCH = 0.002
 # how many ready nodes ``reserve_loops`` looks at
 _SCAN = 64
 # how long finishing a run waits for hooks already started (they are meant to be quick)
@@ -281,6 +283,8 @@ class Run:
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
         self.loops = 0
         self.max_loops = caps.parallelism
+        self.progress = 0
+        self.watch: timer.Timer | None = None
         self.tokens = 0
         self.unstarted: set[int] = set()
         self.live: set[int] = set()
@@ -446,10 +450,30 @@ class Run:
             if fast and (nxt < 0 or not 0.0 <= est[nxt] < FAST_TASK):
                 k += 1
             k = min(k, free)
+            if k < len(ready) and self.watch is None and not self.closed:
+                # ready nodes are left to the loops there are: make sure they make progress
+                self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
         else:
             k = min(len(ready), free)
         self.loops += k
         return k
+
+    def watchdog(self, progress: int) -> None:
+        """Timer thread: ready nodes were left to the loops there are. If none of those loops
+        finished a node since (a node expected to be fast is not), the owner starts loops for the
+        ready nodes; while ready nodes remain, look again later."""
+        with self.lock:
+            self.watch = None
+            if self.closed or not self.ready:
+                return
+            k = 0
+            if self.progress == progress:
+                k = min(len(self.ready), self.max_loops - self.loops)
+                if k > 0:
+                    self.loops += k
+            self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
+        if k > 0:
+            self.post(self.dispatch, k)
 
     def dispatch(self, k: int) -> None:
         """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
@@ -686,6 +710,7 @@ class Run:
             if self.code[i] != RUNNING or wr.state is not _DEFAULT:
                 late = True
             else:
+                self.progress += 1
                 if error is None:
                     wr.result = value
                     wr.finished_at = now
@@ -1137,6 +1162,9 @@ class Run:
                 self.finished = True
                 timers = list(self.node_timers.values())
                 self.node_timers.clear()
+                if self.watch is not None:
+                    timers.append(self.watch)
+                    self.watch = None
                 self.fans.clear()
                 break
         if self.run_timer is not None:
