@@ -15,7 +15,10 @@ executor (``executors.capabilities``):
   a node, runs its attempts and hook, then (under the lock, in one critical section) records the
   outcome, updates the sons' join counters with ``joins.decide``, appends the sons that became
   ready and pops its next node. A chain runs in one worker with no executor round trip; no loop
-  ever waits for another node, so any DAG finishes on a one-worker pool.
+  ever waits for another node, so any DAG finishes on a one-worker pool. A ready node expected
+  to be slow (an I/O call; never measured) gets a loop of its own at once; fast ones share the
+  loops there are (a thread wake-up costs more than they do), and a watchdog starts more loops
+  if those make no progress.
 * a nested ``start`` from a worker of the same pool (``inline.py``): the caller drains the deque
   itself, so a saturated pool cannot deadlock on it.
 * executors in other processes (``remote.py``): each attempt is its own submission; its
@@ -67,6 +70,12 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
 ``abandoned``: worker loops (see ``loops.py``): counted, submitted and not started, not exited,
 their futures, the node each runs, and loops stuck in a timed-out node (no longer counted).
+``nslow``, ``slowq[i]``: how many ready entries were expected to be slow when queued, and
+  whether node ``i``'s entry was counted (``reserve_loops`` starts one loop per slow ready node
+  and shares loops among fast ones, after ``plan.est``, the nodes' typical task times).
+``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed while ready
+  nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
+  starts loops for them).
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
@@ -161,8 +170,6 @@ LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
 FAST_TASK = 0.0002
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
-# how many ready nodes ``reserve_loops`` looks at
-_SCAN = 64
 # how long finishing a run waits for hooks already started (they are meant to be quick)
 HOOK_GRACE = 0.05
 # the "loop token" of work done outside any loop (remote outcomes, fan-in)
@@ -284,6 +291,8 @@ class Run:
         self.loops = 0
         self.max_loops = caps.parallelism
         self.progress = 0
+        self.nslow = 0  # ready entries expected to be slow when queued (see reserve_loops)
+        self.slowq = bytearray(len(plan.nodes))  # node i was counted in nslow when queued
         self.watch: timer.Timer | None = None
         self.tokens = 0
         self.unstarted: set[int] = set()
@@ -416,11 +425,26 @@ class Run:
             for i in plan.roots:
                 self.move(i, QUEUED)
                 results[i].queued_at = now
-                self.ready.append(i)
+                self.enqueue(i)
             k = self.reserve_loops()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
         self.dispatch(k)
+
+    def enqueue(self, i: int) -> None:
+        """Under lock: append QUEUED node ``i`` to ``ready``, counting it if expected slow."""
+        e = self.plan.est[i]
+        if e < 0.0 or e >= FAST_TASK:
+            self.nslow += 1
+            self.slowq[i] = 1
+        self.ready.append(i)
+
+    def clear_ready(self) -> None:
+        """Under lock: empty ``ready``."""
+        for i in self.ready:
+            self.slowq[i] = 0
+        self.nslow = 0
+        self.ready.clear()
 
     def reserve_loops(self, nxt: int = -1) -> int:
         """Under lock: how many new loops to start for the ready nodes (and count them).
@@ -436,19 +460,10 @@ class Run:
         if not ready or free <= 0:
             return 0
         if self.mode is LOOPS:
-            est = self.plan.est
-            slow = fast = 0
-            for j, i in enumerate(ready):
-                if j == _SCAN or slow >= free:
-                    break
-                e = est[i]
-                if e < 0.0 or e >= FAST_TASK:
-                    slow += 1
-                else:
-                    fast = 1
+            slow = self.nslow
             k = slow
-            if fast and (nxt < 0 or not 0.0 <= est[nxt] < FAST_TASK):
-                k += 1
+            if len(ready) > slow and (nxt < 0 or not 0.0 <= self.plan.est[nxt] < FAST_TASK):
+                k += 1  # the fast ones need a loop too
             k = min(k, free)
             if k < len(ready) and self.watch is None and not self.closed:
                 # ready nodes are left to the loops there are: make sure they make progress
@@ -501,7 +516,7 @@ class Run:
                 return
             now = _monotonic()
             victims = [i for i in self.ready if self.code[i] == QUEUED]
-            self.ready.clear()
+            self.clear_ready()
             for i in victims:
                 self.fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
@@ -545,6 +560,9 @@ class Run:
         ready = self.ready
         while ready:
             i = ready.popleft()
+            if self.slowq[i]:
+                self.slowq[i] = 0
+                self.nslow -= 1
             if code[i] == QUEUED:
                 code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
                 self.loop_node[token] = i
@@ -673,7 +691,7 @@ class Run:
             if self.code[i] != BACKOFF or self.closed:
                 return
             self.move(i, QUEUED)
-            self.ready.append(i)
+            self.enqueue(i)
             k = self.reserve_loops()
         if k:
             self.post(self.dispatch, k)
@@ -808,7 +826,29 @@ class Run:
         code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
         results = self.results
         kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-        sons_of = plan.sons
+        sons_of, est, ready = plan.sons, plan.est, self.ready
+        if results[i].state is _SUCCESS and not plan.routes[i]:
+            # the common case, without the work list: a success can only fire sons or leave
+            # them waiting (the same decide() rule as below)
+            for s in sons_of[i]:
+                if code[s] != WAITING:
+                    continue
+                left[s] -= 1
+                nsucc[s] += 1
+                kind = kinds[s]
+                if (left[s] and kind == _ALL) or _decide(
+                        kind, join_k[s], nfathers[s], left[s], nsucc[s], nskip[s], 0) != _FIRE:
+                    continue
+                code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
+                results[s].queued_at = now
+                e = est[s]  # self.enqueue(s), inlined on the hot path
+                if e < 0.0 or e >= FAST_TASK:
+                    self.nslow += 1
+                    self.slowq[s] = 1
+                ready.append(s)
+                if left[s]:
+                    self.cancel_unneeded(s, hooks, now)
+            return
         work = [i]
         while work:
             f = work.pop()
@@ -839,9 +879,9 @@ class Run:
                 if decision == _WAIT:
                     continue
                 if decision == _FIRE:
-                    code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
+                    self.move(s, QUEUED)
                     results[s].queued_at = now
-                    self.ready.append(s)
+                    self.enqueue(s)
                     if left[s]:
                         self.cancel_unneeded(s, hooks, now)
                 elif decision == _SKIP:
@@ -1115,7 +1155,7 @@ class Run:
                     if plan.has_fail[i] and not claimed[i]:
                         claimed[i] = 1
                         self.owed.append(i)
-            self.ready.clear()
+            self.clear_ready()
             futs = list(self.loop_futs.values())
             running = [self.loop_futs[t] for t, x in self.loop_node.items()
                        if x != keep and t in self.loop_futs]
@@ -1233,6 +1273,7 @@ class Run:
             code = self.code
             while self.ready:
                 i = self.ready.popleft()
+                self.slowq[i] = 0
                 if code[i] == QUEUED:
                     self.move(i, RUNNING)
                     batch.append(i)
@@ -1313,7 +1354,7 @@ class Run:
                         return
                     if delay == 0.0:
                         self.move(i, QUEUED)
-                        self.ready.append(i)
+                        self.enqueue(i)
                     else:
                         self.move(i, BACKOFF)
                         timer.schedule(_monotonic() + delay, self.requeue, i)
