@@ -291,6 +291,7 @@ class Run:
         self.loops = 0
         self.max_loops = caps.parallelism
         self.progress = 0
+        self.starting = 0  # loops reserved and not started yet (they will each pop a node)
         self.nslow = 0  # ready entries expected to be slow when queued (see reserve_loops)
         self.slowq = bytearray(len(plan.nodes))  # node i was counted in nslow when queued
         self.watch: timer.Timer | None = None
@@ -464,10 +465,14 @@ class Run:
             k = slow
             if len(ready) > slow and (nxt < 0 or not 0.0 <= self.plan.est[nxt] < FAST_TASK):
                 k += 1  # the fast ones need a loop too
-            k = min(k, free)
-            if k < len(ready) and self.watch is None and not self.closed:
+            # loops already on their way will each take one: do not start more than needed
+            k = max(0, min(k - self.starting, free))
+            if k + self.starting < len(ready) and self.watch is None and not self.closed:
                 # ready nodes are left to the loops there are: make sure they make progress
                 self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
+            if k == 0:
+                return 0
+            self.starting += k
         else:
             k = min(len(ready), free)
         self.loops += k
@@ -486,6 +491,7 @@ class Run:
                 k = min(len(self.ready), self.max_loops - self.loops)
                 if k > 0:
                     self.loops += k
+                    self.starting += k
             self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
         if k > 0:
             self.post(self.dispatch, k)
@@ -512,6 +518,7 @@ class Run:
         hooks: list[int] = []
         with self.lock:
             self.loops -= 1
+            self.starting -= 1
             if self.loops > 0 or self.closed:
                 return
             now = _monotonic()
@@ -533,6 +540,7 @@ class Run:
     def loop_body(self, token: int) -> None:
         """One worker loop (``loops.spawn``): run nodes until none is ready."""
         with self.lock:
+            self.starting -= 1
             i = self.next_node(token)
         if i < 0:
             return
