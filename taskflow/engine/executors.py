@@ -78,8 +78,13 @@ def _module_of(executor: Executor) -> str:
 
 def capabilities(executor: Executor) -> Capabilities:
     """The capabilities of ``executor`` (see the module docstring)."""
-    if isinstance(executor, DeclaresCapabilities):
-        return executor.taskflow_capabilities()
+    kind = type(executor)
+    if kind is ThreadPoolExecutor:  # the common case, first
+        return Capabilities(executor._max_workers, False)  # type: ignore[attr-defined]
+    declared = getattr(kind, "taskflow_capabilities", None)
+    if declared is not None:  # DeclaresCapabilities (an isinstance check would be slower)
+        caps: Capabilities = declared(executor)
+        return caps
     inner = unwrap(executor)
     mod = _module_of(inner)
     if isinstance(inner, ProcessPoolExecutor) or mod.startswith(("distributed", "loky")):
