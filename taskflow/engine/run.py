@@ -168,6 +168,8 @@ LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
+# how many ready fast nodes share one loop
+FAST_BATCH = 4
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
@@ -451,8 +453,9 @@ class Run:
         """Under lock: how many new loops to start for the ready nodes (and count them).
 
         Thread executors: one loop per ready node expected to be slow (never measured, or
-        ``plan.est`` at or above ``FAST_TASK``), plus one for the fast ones unless the calling loop
-        goes on with a fast node ``nxt`` (it will take them next). Starting a loop costs a thread
+        ``plan.est`` at or above ``FAST_TASK``), plus one per ``FAST_BATCH`` fast ones (one less
+        if the calling loop goes on with a fast node ``nxt``: it will take them next), less the
+        loops already submitted and not started. Starting a loop costs a thread
         wake-up, which is more than a fast node, so a flow of fast nodes runs in few loops while
         slow (I/O) nodes still each get their own. Other modes: one per ready node.
         """
@@ -462,9 +465,11 @@ class Run:
             return 0
         if self.mode is LOOPS:
             slow = self.nslow
-            k = slow
-            if len(ready) > slow and (nxt < 0 or not 0.0 <= self.plan.est[nxt] < FAST_TASK):
-                k += 1  # the fast ones need a loop too
+            # fast ones: a loop per FAST_BATCH of them, less the calling loop if it goes on
+            # with a fast node
+            k = slow + (len(ready) - slow + FAST_BATCH - 1) // FAST_BATCH
+            if k > slow and nxt >= 0 and 0.0 <= self.plan.est[nxt] < FAST_TASK:
+                k -= 1
             # loops already on their way will each take one: do not start more than needed
             k = max(0, min(k - self.starting, free))
             if k + self.starting < len(ready) and self.watch is None and not self.closed:
