@@ -91,8 +91,9 @@ def critical_path(result: FlowResult) -> list[str]:
 
     It ends at the node that ran and finished last; from each node it steps to the father that
     finished last before the node was queued (the one it was waiting for: for ``Join.ANY`` the
-    father that fired it, not a slower one it did not need). Nodes that never started are not
-    on it. An empty list when nothing ran.
+    father that fired it, not a slower one it did not need; fathers cancelled because a join no
+    longer needed them come last). Nodes that never started are not on it. An empty list when
+    nothing ran.
     """
     last: tuple[float, str] | None = None
     for name, node in result.items():
@@ -108,18 +109,20 @@ def critical_path(result: FlowResult) -> list[str]:
     while True:
         wr = node.work_result
         ready = wr.queued_at if wr.queued_at is not None else wr.started_at
-        best: tuple[float, Any] | None = None
+        best: tuple[bool, float, Any] | None = None
         for father in node.father_handler:
             fwr = father.work_result
             if fwr.started_at is None or fwr.finished_at is None:
                 continue
             if ready is not None and fwr.finished_at > ready:
                 continue  # finished after this node was ready: it did not hold it back
-            if best is None or fwr.finished_at > best[0]:
-                best = (fwr.finished_at, father)
-        if best is None or best[1].name in seen:
+            # a father cancelled because a join no longer needed it did not hold the node back
+            key = (fwr.state.name != "CANCELLED", fwr.finished_at, father)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        if best is None or best[2].name in seen:
             break
-        node = best[1]
+        node = best[2]
         path.append(node.name)
         seen.add(node.name)
     path.reverse()
