@@ -88,7 +88,7 @@ def test_page_shows_states_timings_and_hover_titles(pool: ThreadPoolExecutor) ->
     result = TaskScheduling.start(root, executor=pool, timeout=30)
     page = render_html(result, title="checkout", flow="product_detail")
     assert "<title>checkout</title>" in page and "product_detail" in page
-    titles = re.findall(r"<title>(.*?)</title>", page, flags=re.S)
+    titles = re.findall(r"<title>(.*?)</title>", page, flags=re.DOTALL)
     # one tooltip per node in the graph and one in the timeline, plus the page title
     assert len(titles) == 1 + 2 * len(result)
     fail_tips = [t for t in titles if t.startswith("fails")]
@@ -110,7 +110,7 @@ def test_graph_layers_put_every_father_left_of_its_sons(pool: ThreadPoolExecutor
 def _graph_x(page: str, names: list[str]) -> dict[str, float]:
     graph = page.split('aria-label="graph of the run">', 1)[1].split("</svg>", 1)[0]
     found = re.findall(r'<a href="#node-(\d+)"><title>.*?</title><rect x="([\d.]+)"', graph,
-                       flags=re.S)
+                       flags=re.DOTALL)
     return {names[int(i)]: float(x) for i, x in found}
 
 
