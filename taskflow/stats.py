@@ -11,7 +11,7 @@ adds, per flow and node:
 * how often the node was on its run's critical path (:func:`critical_path`).
 
 Memory is bounded: a window is a fixed-size ring, and at most ``max_series`` (flow, node) pairs
-are kept (later ones are counted in ``dropped_series`` and otherwise ignored). Recording is
+are kept (results of later ones are only counted, in ``dropped_results``). Recording is
 lock-light: everything is computed from the result first, then one short critical section per
 run appends the figures under that flow's lock (percentiles are sorted only when a snapshot is
 taken). ``benchmarks/stats_overhead.py`` measures the cost.
@@ -89,23 +89,26 @@ def _status_of(result: FlowResult) -> str:
 def critical_path(result: FlowResult) -> list[str]:
     """The chain of nodes that decided when the run ended, first to last.
 
-    It ends at the node that ran and finished last; from each node it steps to the father that
+    It ends at the node that ran and finished last (a node cancelled because a join no longer
+    needed it only when nothing else ran); from each node it steps to the father that
     finished last before the node was queued (the one it was waiting for: for ``Join.ANY`` the
     father that fired it, not a slower one it did not need; fathers cancelled because a join no
     longer needed them come last). Nodes that never started are not on it. An empty list when
     nothing ran.
     """
-    last: tuple[float, str] | None = None
+    last: tuple[bool, float, str] | None = None
     for name, node in result.items():
         wr = node.work_result
-        end = wr.finished_at
-        if wr.started_at is not None and end is not None and (last is None or end > last[0]):
-            last = (end, name)
+        if wr.started_at is None or wr.finished_at is None:
+            continue
+        key = (wr.state.name != "CANCELLED", wr.finished_at, name)
+        if last is None or key[:2] > last[:2]:
+            last = key
     if last is None:
         return []
-    path = [last[1]]
-    seen = {last[1]}
-    node = result[last[1]]
+    path = [last[2]]
+    seen = {last[2]}
+    node = result[last[2]]
     while True:
         wr = node.work_result
         ready = wr.queued_at if wr.queued_at is not None else wr.started_at
@@ -117,9 +120,9 @@ def critical_path(result: FlowResult) -> list[str]:
             if ready is not None and fwr.finished_at > ready:
                 continue  # finished after this node was ready: it did not hold it back
             # a father cancelled because a join no longer needed it did not hold the node back
-            key = (fwr.state.name != "CANCELLED", fwr.finished_at, father)
-            if best is None or key[:2] > best[:2]:
-                best = key
+            rank = (fwr.state.name != "CANCELLED", fwr.finished_at, father)
+            if best is None or rank[:2] > best[:2]:
+                best = rank
         if best is None or best[2].name in seen:
             break
         node = best[2]
@@ -171,12 +174,13 @@ class _NodeSeries:
 
 
 class _FlowSeries:
-    __slots__ = ("by_status", "elapsed", "elapsed_hist", "lock", "nodes", "runs")
+    __slots__ = ("by_status", "dropped", "elapsed", "elapsed_hist", "lock", "nodes", "runs")
 
     def __init__(self, window: int, n_buckets: int) -> None:
         self.lock = threading.Lock()  # guards every field below and the nodes' series
         self.nodes: dict[str, _NodeSeries] = {}
         self.runs = 0
+        self.dropped = 0  # node results of untracked nodes (max_series reached)
         self.by_status: dict[str, int] = {}
         self.elapsed = _Window(window)
         self.elapsed_hist = _Histogram(n_buckets)
@@ -222,7 +226,8 @@ class StatsSnapshot(BaseModel):
     timestamp: float
     """``time.time()`` of the snapshot."""
     window: int
-    dropped_series: int
+    dropped_results: int
+    """Node results not recorded because ``max_series`` (flow, node) pairs were tracked."""
     flows: list[FlowStatsModel]
 
 
@@ -333,15 +338,10 @@ class FlowStats:
         self.buckets = bounds
         self.max_series = max_series
         self.runs: RunLog | None = RunLog() if runs is True else (runs or None)
-        self._lock = threading.Lock()  # guards _flows (creation only), _series, _dropped
+        self._lock = threading.Lock()  # guards _flows (creation only), _series, _full
         self._flows: dict[str, _FlowSeries] = {}
         self._series = 0
-        self._dropped = 0
-
-    @property
-    def dropped_series(self) -> int:
-        """(flow, node) pairs not tracked because ``max_series`` was reached."""
-        return self._dropped
+        self._full = False  # max_series reached: unknown nodes are counted, not tracked
 
     def record_run(self, result: FlowResult, *, flow: str | None = None) -> None:
         """Add one finished run.
@@ -379,7 +379,10 @@ class FlowStats:
             for node_name, state, duration, wait in figures:
                 ns = nodes.get(node_name)
                 if ns is None:
-                    new_nodes.append(node_name)
+                    if self._full:
+                        series.dropped += 1
+                    else:
+                        new_nodes.append(node_name)
                     continue
                 _add(ns, buckets, state, duration, wait)
             for node_name in on_path:
@@ -399,8 +402,9 @@ class FlowStats:
             room = self.max_series - self._series
             allowed = set(sorted(names)[: max(room, 0)])
             self._series += len(allowed)
-            self._dropped += len(names) - len(allowed)
+            self._full = self._series >= self.max_series
         with series.lock:
+            series.dropped += len(names) - len(allowed)
             for node_name, state, duration, wait in figures:
                 if node_name not in allowed:
                     continue
@@ -410,6 +414,7 @@ class FlowStats:
                 else:  # another thread created it meanwhile: give its slot back
                     with self._lock:
                         self._series -= 1
+                        self._full = self._series >= self.max_series
                 _add(ns, self.buckets, state, duration, wait)
                 if node_name in on_path:
                     ns.critical += 1
@@ -421,8 +426,10 @@ class FlowStats:
     def snapshot(self) -> StatsSnapshot:
         """A pydantic model of every flow and node (percentiles over the window)."""
         flows = []
+        dropped = 0
         for name, series in self._items():
             with series.lock:
+                dropped += series.dropped
                 runs = series.runs
                 by_status = dict(series.by_status)
                 elapsed = list(series.elapsed.data)
@@ -441,7 +448,7 @@ class FlowStats:
             flows.append(FlowStatsModel(flow=name, runs=runs, by_status=by_status,
                                         elapsed=Percentiles.of(elapsed), nodes=models))
         return StatsSnapshot(timestamp=time.time(), window=self.window,
-                             dropped_series=self._dropped, flows=flows)
+                             dropped_results=dropped, flows=flows)
 
     def _histograms(self) -> Iterator[tuple[str, str, dict[str, str], list[int], float, int]]:
         """(family, help, labels, per-bucket counts, sum, count) for every histogram series."""
@@ -520,7 +527,7 @@ class FlowStats:
         with self._lock:
             self._flows = {}
             self._series = 0
-            self._dropped = 0
+            self._full = False
         if self.runs is not None:
             self.runs.clear()
 
