@@ -215,11 +215,25 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
            ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" '
            'fill="#888"/></marker></defs>')]
+    # spread the ends of a node's edges over its side, in the order of the other ends' rows
+    outs: dict[str, list[str]] = {r.name: [] for r in rows}
+    for r in rows:
+        for f in r.fathers:
+            outs[f].append(r.name)
+    for sons in outs.values():
+        sons.sort(key=lambda n: at[n][1])
+
+    def slot(k: int, n: int) -> float:
+        return _BOX_H * (k + 1) / (n + 1)
+
     for r in rows:
         x2, y2 = at[r.name]
-        for f in r.fathers:
+        fathers = sorted(r.fathers, key=lambda n: at[n][1])
+        for k, f in enumerate(fathers):
             x1, y1 = at[f]
-            sx, sy, ex, ey = x1 + _BOX_W, y1 + _BOX_H / 2, x2, y2 + _BOX_H / 2
+            sx, ex = x1 + _BOX_W, x2
+            sy = y1 + slot(outs[f].index(r.name), len(outs[f]))
+            ey = y2 + slot(k, len(fathers))
             mid = (sx + ex) / 2
             out.append(f'<path d="M{sx:.1f},{sy:.1f} C{mid:.1f},{sy:.1f} {mid:.1f},{ey:.1f} '
                        f'{ex:.1f},{ey:.1f}" fill="none" stroke="#888" '
@@ -375,7 +389,7 @@ def render_html(
 
     Args:
         result: The run.
-        title: The page's heading (default: ``flow <flow id>``).
+        title: The page's heading (default: the flow's name and the run's id).
         show_values: Show each node's result (its ``repr``, cut to 500 characters).
         show_context: Show the run's context entries. They often hold the request (cookies,
             tokens), so they are left out unless asked for.
@@ -401,7 +415,10 @@ def render_html(
     for r in rows:
         r.critical = r.name in on_path
     flow = flow if flow is not None else getattr(result, "flow_name", None)
-    heading = title if title is not None else f"flow {result.flow_id}"
+    if title is not None:
+        heading = title
+    else:
+        heading = f"{flow} \u2014 run {result.flow_id}" if flow else f"run {result.flow_id}"
     status = _status(result)
     counts: dict[str, int] = {}
     for r in rows:
