@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow.monitor import _label, _num
 from taskflow.pool import Percentiles
+from taskflow.result import ResultState
 
 if TYPE_CHECKING:
     from taskflow.result import FlowResult
@@ -65,7 +66,8 @@ DEFAULT_BUCKETS: tuple[float, ...] = (
 )
 """Upper bounds (seconds) of the duration histograms; ``+Inf`` is added."""
 
-_OK_STATES = ("SUCCESS", "DEGRADED")
+# (node, state name, duration, its bucket, queue wait, its bucket) of one node in one run
+_Figure = tuple[str, str, "float | None", int, "float | None", int]
 
 
 def flow_name_of(result: FlowResult) -> str:
@@ -90,25 +92,29 @@ def critical_path(result: FlowResult) -> list[str]:
     """The chain of nodes that decided when the run ended, first to last.
 
     It ends at the node that ran and finished last (a node cancelled because a join no longer
-    needed it only when nothing else ran); from each node it steps to the father that
-    finished last before the node was queued (the one it was waiting for: for ``Join.ANY`` the
-    father that fired it, not a slower one it did not need; fathers cancelled because a join no
-    longer needed them come last). Nodes that never started are not on it. An empty list when
-    nothing ran.
+    needed it only when nothing else ran); from each node it steps to the father that finished
+    last before the node was queued (the one it was waiting for: for ``Join.ANY`` the father
+    that fired it, not a slower one it did not need; fathers cancelled because a join no longer
+    needed them come last). Nodes that never started are not on it. An empty list when nothing
+    ran.
     """
     last: tuple[bool, float, str] | None = None
-    for name, node in result.items():
-        wr = node.work_result
-        if wr.started_at is None or wr.finished_at is None:
+    for name in result:
+        wr = result.result_of(name)
+        finished = wr.finished_at
+        if wr.started_at is None or finished is None:
             continue
-        key = (wr.state.name != "CANCELLED", wr.finished_at, name)
-        if last is None or key[:2] > last[:2]:
-            last = key
-    if last is None:
-        return []
-    path = [last[2]]
-    seen = {last[2]}
-    node = result[last[2]]
+        rank = (wr.state is not ResultState.CANCELLED, finished, name)
+        if last is None or rank[:2] > last[:2]:
+            last = rank
+    return [] if last is None else _walk_back(result, last[2])
+
+
+def _walk_back(result: FlowResult, end: str) -> list[str]:
+    """The critical path ending at ``end`` (see :func:`critical_path`)."""
+    path = [end]
+    seen = {end}
+    node = result[end]
     while True:
         wr = node.work_result
         ready = wr.queued_at if wr.queued_at is not None else wr.started_at
@@ -120,7 +126,7 @@ def critical_path(result: FlowResult) -> list[str]:
             if ready is not None and fwr.finished_at > ready:
                 continue  # finished after this node was ready: it did not hold it back
             # a father cancelled because a join no longer needed it did not hold the node back
-            rank = (fwr.state.name != "CANCELLED", fwr.finished_at, father)
+            rank = (fwr.state is not ResultState.CANCELLED, fwr.finished_at, father)
             if best is None or rank[:2] > best[:2]:
                 best = rank
         if best is None or best[2].name in seen:
@@ -143,7 +149,7 @@ class _Window:
         self.size = size
 
     def add(self, value: float) -> None:
-        if len(self.data) < self.size:
+        if self.n < self.size:
             self.data.append(value)
         else:
             self.data[self.n % self.size] = value
@@ -356,35 +362,81 @@ class FlowStats:
         name = flow if flow is not None else flow_name_of(result)
         status = _status_of(result)
         buckets = self.buckets
-        figures = []
-        for node_name, node in result.items():
-            wr = node.work_result
+        # everything that needs no lock first: per node (name, state, duration, its bucket,
+        # queue wait, its bucket), and the end of the critical path
+        figures: list[_Figure] = []
+        last: tuple[bool, float, str] | None = None
+        for node_name in result:
+            wr = result.result_of(node_name)
+            state = wr.state
             started, queued, finished = wr.started_at, wr.queued_at, wr.finished_at
-            duration = finished - started if started is not None and finished is not None else None
-            wait = started - queued if started is not None and queued is not None else None
-            figures.append((node_name, wr.state.name, duration, wait))
-        on_path = critical_path(result)
+            if started is not None and finished is not None:
+                took = finished - started
+                duration: float | None = took
+                d_bucket = bisect.bisect_left(buckets, took)
+                rank = (state is not ResultState.CANCELLED, finished, node_name)
+                if last is None or rank[:2] > last[:2]:
+                    last = rank
+            else:
+                duration, d_bucket = None, 0
+            if started is not None and queued is not None:
+                waited = started - queued
+                wait: float | None = waited
+                w_bucket = bisect.bisect_left(buckets, waited)
+            else:
+                wait, w_bucket = None, 0
+            figures.append((node_name, state._value_, duration, d_bucket, wait, w_bucket))
+        on_path = [] if last is None else _walk_back(result, last[2])
         elapsed = result.elapsed
+        e_bucket = bisect.bisect_left(buckets, elapsed)
         series = self._flows.get(name)
         if series is None:
             with self._lock:
                 series = self._flows.setdefault(name, _FlowSeries(self.window, len(buckets)))
         new_nodes: list[str] = []
+        full = self._full
         with series.lock:
             series.runs += 1
             series.by_status[status] = series.by_status.get(status, 0) + 1
             series.elapsed.add(elapsed)
-            _observe(series.elapsed_hist, buckets, elapsed)
+            _observe(series.elapsed_hist, e_bucket, elapsed)
             nodes = series.nodes
-            for node_name, state, duration, wait in figures:
+            # _add() inlined: this loop is the hot path (one pass per node per run)
+            for fig in figures:
+                node_name, state_name, duration, d_bucket, wait, w_bucket = fig
                 ns = nodes.get(node_name)
                 if ns is None:
-                    if self._full:
+                    if full:
                         series.dropped += 1
                     else:
                         new_nodes.append(node_name)
                     continue
-                _add(ns, buckets, state, duration, wait)
+                counts = ns.counts
+                counts[state_name] = counts.get(state_name, 0) + 1
+                if duration is not None:
+                    win = ns.duration
+                    if win.n < win.size:
+                        win.data.append(duration)
+                    else:
+                        win.data[win.n % win.size] = duration
+                    win.n += 1
+                    h = ns.hist.get(state_name)
+                    if h is None:
+                        h = ns.hist[state_name] = _Histogram(len(buckets))
+                    h.buckets[d_bucket] += 1
+                    h.sum += duration
+                    h.count += 1
+                if wait is not None:
+                    win = ns.wait
+                    if win.n < win.size:
+                        win.data.append(wait)
+                    else:
+                        win.data[win.n % win.size] = wait
+                    win.n += 1
+                    h = ns.wait_hist
+                    h.buckets[w_bucket] += 1
+                    h.sum += wait
+                    h.count += 1
             for node_name in on_path:
                 ns = nodes.get(node_name)
                 if ns is not None:
@@ -394,8 +446,7 @@ class FlowStats:
         if self.runs is not None:
             self.runs.add(result, name, status)
 
-    def _add_new(self, series: _FlowSeries, names: set[str],
-                 figures: list[tuple[str, str, float | None, float | None]],
+    def _add_new(self, series: _FlowSeries, names: set[str], figures: list[_Figure],
                  on_path: list[str]) -> None:
         """First sight of some nodes of a flow: create their series within ``max_series``."""
         with self._lock:
@@ -405,7 +456,8 @@ class FlowStats:
             self._full = self._series >= self.max_series
         with series.lock:
             series.dropped += len(names) - len(allowed)
-            for node_name, state, duration, wait in figures:
+            for fig in figures:
+                node_name = fig[0]
                 if node_name not in allowed:
                     continue
                 ns = series.nodes.get(node_name)
@@ -415,7 +467,7 @@ class FlowStats:
                     with self._lock:
                         self._series -= 1
                         self._full = self._series >= self.max_series
-                _add(ns, self.buckets, state, duration, wait)
+                _add(ns, fig)
                 if node_name in on_path:
                     ns.critical += 1
 
@@ -542,24 +594,26 @@ _HELP = {
 }
 
 
-def _observe(h: _Histogram, buckets: tuple[float, ...], value: float) -> None:
-    h.buckets[bisect.bisect_left(buckets, value)] += 1
+def _observe(h: _Histogram, bucket: int, value: float) -> None:
+    h.buckets[bucket] += 1
     h.sum += value
     h.count += 1
 
 
-def _add(ns: _NodeSeries, buckets: tuple[float, ...], state: str, duration: float | None,
-         wait: float | None) -> None:
-    ns.counts[state] = ns.counts.get(state, 0) + 1
+def _add(ns: _NodeSeries, fig: _Figure) -> None:
+    """Apply one node's figures (the caller holds the flow's lock)."""
+    _, state, duration, d_bucket, wait, w_bucket = fig
+    counts = ns.counts
+    counts[state] = counts.get(state, 0) + 1
     if duration is not None:
         ns.duration.add(duration)
         h = ns.hist.get(state)
         if h is None:
-            h = ns.hist[state] = _Histogram(len(buckets))
-        _observe(h, buckets, duration)
+            h = ns.hist[state] = _Histogram(len(ns.wait_hist.buckets) - 1)
+        _observe(h, d_bucket, duration)
     if wait is not None:
         ns.wait.add(wait)
-        _observe(ns.wait_hist, buckets, wait)
+        _observe(ns.wait_hist, w_bucket, wait)
 
 
 def _labels(labels: dict[str, str]) -> str:
