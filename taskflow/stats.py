@@ -148,13 +148,6 @@ class _Window:
         self.n = 0  # samples ever added
         self.size = size
 
-    def add(self, value: float) -> None:
-        if self.n < self.size:
-            self.data.append(value)
-        else:
-            self.data[self.n % self.size] = value
-        self.n += 1
-
 
 class _Histogram:
     """Per-bucket counts (not cumulative), sum and count."""
@@ -398,8 +391,7 @@ class FlowStats:
         with series.lock:
             series.runs += 1
             series.by_status[status] = series.by_status.get(status, 0) + 1
-            series.elapsed.add(elapsed)
-            _observe(series.elapsed_hist, e_bucket, elapsed)
+            _sample(series.elapsed, series.elapsed_hist, e_bucket, elapsed)
             nodes = series.nodes
             # _add() inlined: this loop is the hot path (one pass per node per run)
             for fig in figures:
@@ -414,29 +406,12 @@ class FlowStats:
                 counts = ns.counts
                 counts[state_name] = counts.get(state_name, 0) + 1
                 if duration is not None:
-                    win = ns.duration
-                    if win.n < win.size:
-                        win.data.append(duration)
-                    else:
-                        win.data[win.n % win.size] = duration
-                    win.n += 1
                     h = ns.hist.get(state_name)
                     if h is None:
                         h = ns.hist[state_name] = _Histogram(len(buckets))
-                    h.buckets[d_bucket] += 1
-                    h.sum += duration
-                    h.count += 1
+                    _sample(ns.duration, h, d_bucket, duration)
                 if wait is not None:
-                    win = ns.wait
-                    if win.n < win.size:
-                        win.data.append(wait)
-                    else:
-                        win.data[win.n % win.size] = wait
-                    win.n += 1
-                    h = ns.wait_hist
-                    h.buckets[w_bucket] += 1
-                    h.sum += wait
-                    h.count += 1
+                    _sample(ns.wait, ns.wait_hist, w_bucket, wait)
             for node_name in on_path:
                 ns = nodes.get(node_name)
                 if ns is not None:
@@ -594,7 +569,13 @@ _HELP = {
 }
 
 
-def _observe(h: _Histogram, bucket: int, value: float) -> None:
+def _sample(win: _Window, h: _Histogram, bucket: int, value: float) -> None:
+    """Add ``value`` to a window and a histogram (the caller holds the flow's lock)."""
+    if win.n < win.size:
+        win.data.append(value)
+    else:
+        win.data[win.n % win.size] = value
+    win.n += 1
     h.buckets[bucket] += 1
     h.sum += value
     h.count += 1
@@ -606,14 +587,12 @@ def _add(ns: _NodeSeries, fig: _Figure) -> None:
     counts = ns.counts
     counts[state] = counts.get(state, 0) + 1
     if duration is not None:
-        ns.duration.add(duration)
         h = ns.hist.get(state)
         if h is None:
             h = ns.hist[state] = _Histogram(len(ns.wait_hist.buckets) - 1)
-        _observe(h, d_bucket, duration)
+        _sample(ns.duration, h, d_bucket, duration)
     if wait is not None:
-        ns.wait.add(wait)
-        _observe(ns.wait_hist, w_bucket, wait)
+        _sample(ns.wait, ns.wait_hist, w_bucket, wait)
 
 
 def _labels(labels: dict[str, str]) -> str:
