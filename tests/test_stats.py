@@ -271,3 +271,22 @@ def test_bad_options_raise(kwargs: dict[str, object]) -> None:
         FlowStats(**kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         RunLog(recent=-1)
+
+
+def test_readme_section_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Seeing what happened"):]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    taskflow.stats.STATS.reset()
+    try:
+        exec(compile(code.group(1), "README: Seeing what happened", "exec"), {})  # noqa: S102
+    finally:
+        taskflow.stats.STATS.reset()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["price", "product", "stock"]
+    assert lines[2].startswith("stock {'EXCEPTION': 20} p99 ")
+    assert lines[1].endswith("on the critical path in 100% of runs")
