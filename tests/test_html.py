@@ -173,3 +173,26 @@ def test_demo_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     page = target.read_text(encoding="utf-8")
     assert_safe_page(page, shown=["product_info", "aggregate", "product_detail"])
     assert str(target) in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.text(min_size=1, max_size=30), min_size=2, max_size=4, unique=True),
+       message=st.text(max_size=60), value=st.text(max_size=40))
+def test_any_text_in_names_errors_and_results_stays_text(
+    pool: ThreadPoolExecutor, names: list[str], message: str, value: str
+) -> None:
+    def ok(ctx: TaskContext, param: object) -> str:
+        return value
+
+    def bad(ctx: TaskContext, param: object) -> None:
+        raise ValueError(message)
+
+    first = FunctionNode(ok, name=names[0])
+    others = [FunctionNode(ok if i % 2 else bad, name=n) for i, n in enumerate(names[1:])]
+    first >> others
+    result = TaskScheduling.start(first, executor=pool, timeout=30)
+    page = result.to_html()
+    # the parser folds \r\n and \r as a browser would; compare on that footing
+    shown = [s.replace("\r\n", "\n").replace("\r", "\n") for s in (*names, message, repr(value))]
+    text_page = page.replace("\r\n", "\n").replace("\r", "\n")
+    assert_safe_page(text_page, shown=[s for s in shown if "\x00" not in s])
