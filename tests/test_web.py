@@ -4,9 +4,13 @@ validator and Flask's ``DispatcherMiddleware`` (mounted under a prefix)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from wsgiref.validate import validator
 
@@ -187,3 +191,56 @@ def test_mounted_under_a_prefix_in_flask(stats: FlowStats) -> None:
     assert run.status_code == 200
     assert_safe_page(run.get_data(as_text=True), shown=[NAME_C])
     assert client.post("/ops/taskflow/").status_code == 405
+
+
+DJANGO_SITE = r'''
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import django
+from django.conf import settings
+from django.http import HttpResponse
+from django.urls import path
+
+settings.configure(DEBUG=False, ROOT_URLCONF=__name__, ALLOWED_HOSTS=["localhost"],
+                   SECRET_KEY="test", MIDDLEWARE=[])
+django.setup()
+urlpatterns = [path("", lambda request: HttpResponse("shop home"))]
+
+from django.core.wsgi import get_wsgi_application
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+from werkzeug.test import Client
+
+sys.path.insert(0, sys.argv[1])
+from hostile_flow import hostile_run
+from taskflow.stats import FlowStats
+from taskflow.web import make_app
+
+stats = FlowStats()
+with ThreadPoolExecutor(2) as pool:
+    stats.record_run(hostile_run(pool), flow="shop")
+site = DispatcherMiddleware(get_wsgi_application(), {"/ops/taskflow": make_app(stats)})
+client = Client(site)
+home = client.get("/")
+index = client.get("/ops/taskflow/")
+link = "/ops/taskflow/runs/" + stats.runs.recent()[0].flow_id
+assert f'href="{link}"' in index.get_data(as_text=True), index.get_data(as_text=True)
+run = client.get(link)
+post = client.post("/ops/taskflow/")
+print(home.status_code, home.get_data(as_text=True), index.status_code, run.status_code,
+      post.status_code)
+'''
+
+
+def test_mounted_beside_django_through_its_wsgi_handler(tmp_path: Path) -> None:
+    """Django's settings are process-wide, so the site runs in a subprocess of its own."""
+    pytest.importorskip("django")
+    tests_dir = Path(__file__).resolve().parent
+    script = tmp_path / "django_site.py"
+    script.write_text(DJANGO_SITE, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tests_dir.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script), str(tests_dir)], capture_output=True,
+                          text=True, timeout=50, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["200", "shop", "home", "200", "200", "405"]
