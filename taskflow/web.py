@@ -1,8 +1,8 @@
 """A small read-only web view of runs, statistics and pools: a pure WSGI app.
 
 ``make_app(stats=..., monitor=...)`` serves, relative to where it is mounted (``SCRIPT_NAME``
-is respected, so it works under a prefix in Flask's ``DispatcherMiddleware``, Django's URL
-dispatch through ``WSGIHandler`` or any WSGI server):
+is respected, so it works under a prefix: werkzeug's ``DispatcherMiddleware`` beside a Flask app
+or Django's ``get_wsgi_application()``, or any WSGI server):
 
 * ``/``: recent and slowest runs (links to their pages), per-node statistics, pool metrics;
 * ``/runs/<flow_id>``: one kept run as the :mod:`taskflow.html` page;
