@@ -255,7 +255,7 @@ class RunLog:
     Thread-safe; ``add`` is O(log slowest) under one short lock.
     """
 
-    def __init__(self, recent: int = 50, slowest: int = 20) -> None:
+    def __init__(self, recent: int = 20, slowest: int = 10) -> None:
         if recent < 0 or slowest < 0:
             raise ValueError(f"recent and slowest must be >= 0, got {recent!r} and {slowest!r}")
         self._lock = threading.Lock()  # guards _recent, _slowest

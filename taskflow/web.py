@@ -67,7 +67,10 @@ def _text(path: str) -> str:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+    if seconds is None:
+        return "-"
+    ms = seconds * 1000
+    return f"{ms:.1f}" if ms >= 1 else f"{ms:.3f}"
 
 
 class _App:
