@@ -1,0 +1,57 @@
+"""Validation of the primitives' constructor options: bad input raises before anything runs.
+
+Every error is a ``FlowDefinitionError`` (a ``ValueError``) that names the object and the option,
+e.g. ``bulkhead 'inventory': max_concurrent must be an integer >= 1, got -1``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from taskflow.errors import FlowDefinitionError
+
+__all__ = ["check_int", "check_name", "check_ratio", "check_seconds"]
+
+
+def check_name(kind: str, name: object) -> str:
+    """Return ``name`` when it is a non-empty string."""
+    if not isinstance(name, str) or not name:
+        raise FlowDefinitionError(f"{kind} name must be a non-empty string, got {name!r}")
+    return name
+
+
+def check_int(owner: str, option: str, value: object, *, minimum: int) -> int:
+    """Return ``value`` when it is an int (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FlowDefinitionError(
+            f"{owner}: {option} must be an integer >= {minimum}, got {value!r}"
+        )
+    return value
+
+
+def check_seconds(owner: str, option: str, value: object, *, allow_zero: bool) -> float:
+    """Return ``value`` as a float when it is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise FlowDefinitionError(
+            f"{owner}: {option} must be a finite number of seconds {bound}, got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_ratio(owner: str, option: str, value: object) -> float:
+    """Return ``value`` as a float when it lies in (0, 1]."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0.0 < value <= 1.0
+    )
+    if not ok:
+        raise FlowDefinitionError(f"{owner}: {option} must be in (0, 1], got {value!r}")
+    return float(value)  # type: ignore[arg-type]
