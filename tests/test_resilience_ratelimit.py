@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 
@@ -168,7 +169,7 @@ def test_starts_never_exceed_the_bucket(rate: float, burst: int, ops: list[tuple
     assert _within_bucket(live + taken, rate, burst)
     # first come, first served: a later live reservation is never ready before an earlier one
     in_order = [r.ready_at for _, r in made if not r.cancelled]
-    assert all(a <= b + 1e-9 for a, b in zip(in_order, in_order[1:]))
+    assert all(a <= b + 1e-9 for a, b in itertools.pairwise(in_order))
 
 
 def test_many_threads_reserving_stay_within_the_bucket() -> None:

@@ -20,16 +20,15 @@ __all__ = ["LatencyRegistry", "LatencyTracker", "latencies"]
 class LatencyTracker:
     """The last ``size`` durations of one node (seconds), with quantiles over them."""
 
-    __slots__ = ("_buf", "_count", "_lock", "_sorted", "_sorted_at", "size")
+    __slots__ = ("_buf", "_cache", "_count", "_lock", "size")
 
     def __init__(self, size: int = 256) -> None:
         self.size = check_int("latency tracker", "size", size, minimum=1)
-        # _lock guards _buf and _count; _sorted/_sorted_at are a cache swapped in whole
+        # _lock guards _buf and _count; _cache is replaced whole (one atomic store), never mutated
         self._lock = Lock()
         self._buf: list[float] = [0.0] * self.size
         self._count = 0  # durations recorded in total; the ring holds min(_count, size)
-        self._sorted: list[float] = []
-        self._sorted_at = 0  # _count when _sorted was built
+        self._cache: tuple[int, list[float]] = (0, [])  # (_count when sorted, sorted durations)
 
     def record(self, seconds: float) -> None:
         """Add one duration (negative or non-finite values are ignored)."""
@@ -52,17 +51,14 @@ class LatencyTracker:
             count = self._count
             if count == 0:
                 return None
-            if count != self._sorted_at:
+            cached_at, values = self._cache
+            if cached_at != count:
                 values = self._buf[: min(count, self.size)]
-            else:
-                values = None
-            cached = self._sorted
-        if values is not None:
-            values.sort()
-            cached = values
-            self._sorted, self._sorted_at = values, count  # a benign race: either copy is valid
-        rank = max(0, math.ceil(q * len(cached)) - 1)
-        return cached[rank]
+        if cached_at != count:
+            values.sort()  # outside the lock: recording never waits for a sort
+            self._cache = (count, values)  # a racing older sort may win: it is rebuilt later
+        rank = max(0, math.ceil(q * len(values)) - 1)
+        return values[rank]
 
     def median(self) -> float | None:
         return self.quantile(0.5)
