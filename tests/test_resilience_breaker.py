@@ -134,8 +134,10 @@ def test_transitions_are_logged_with_the_breaker_bound(
     _calls(breaker, "f")
     clock.advance(1.0)
     _calls(breaker, "s")
-    moves = [(r["level"].name, r["message"], r["extra"].get("breaker"))  # type: ignore[attr-defined]
-             for r in taskflow_logs]
+    moves = [
+        (r["level"].name, r["message"], r["extra"].get("breaker"))  # type: ignore[attr-defined]
+        for r in taskflow_logs
+    ]
     assert moves == [
         ("WARNING", "circuit breaker 'inventory': closed -> open (1 of the last 1 calls failed)",
          "inventory"),

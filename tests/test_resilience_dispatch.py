@@ -106,3 +106,15 @@ def test_queue_under_many_threads_loses_nothing() -> None:
         rest.append(item)
     everything = sorted(x for g in got for x in g) + rest
     assert sorted(everything) == sorted(i * 1000 + j for i in range(8) for j in range(200))
+
+
+def test_remove_if_calls_its_check_without_the_lock_held() -> None:
+    q: ReadyQueue[str] = ReadyQueue()
+    q.push("a")
+    q.push("b")
+
+    def drop(item: str) -> bool:
+        return len(q) >= 0 and q.pop() is not None and item == "b"  # re-enters the queue
+
+    gone = q.remove_if(drop)
+    assert len(q) == 0 and set(gone) <= {"b"}

@@ -145,7 +145,9 @@ _ops = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(rate=st.floats(0.5, 50.0), burst=st.integers(1, 6), ops=_ops)
-def test_starts_never_exceed_the_bucket(rate: float, burst: int, ops: list[tuple[str, object]]) -> None:
+def test_starts_never_exceed_the_bucket(
+    rate: float, burst: int, ops: list[tuple[str, object]],
+) -> None:
     clock = FakeClock()
     limit = RateLimit("r", per_second=rate, burst=burst, clock=clock)
     made: list[tuple[float, Reservation]] = []

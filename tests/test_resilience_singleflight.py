@@ -42,7 +42,9 @@ def test_unhashable_key_is_a_clear_type_error() -> None:
     with pytest.raises(UnhashableKeyError) as info:
         flight.join(("stock", ["sku-1"]), Inbox())
     assert isinstance(info.value, TypeError) and isinstance(info.value, TaskflowError)
-    assert str(info.value).startswith("single flight 'stock': key ('stock', ['sku-1']) is not hashable")
+    assert str(info.value).startswith(
+        "single flight 'stock': key ('stock', ['sku-1']) is not hashable"
+    )
 
 
 def test_concurrent_joins_of_one_key_make_one_call_and_all_get_the_value() -> None:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from taskflow.errors import FlowDefinitionError
 from taskflow.resilience.errors import CircuitOpenError
 from taskflow.resilience.export import Sample, render_prometheus
-from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds
+from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds, rebuild
 
 __all__ = ["BreakerMetrics", "BreakerPermit", "BreakerState", "CircuitBreaker"]
 
@@ -315,6 +315,17 @@ class CircuitBreaker:
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:
         """This breaker's metrics in the Prometheus text format."""
         return render_prometheus([self], prefix=prefix)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles as a fresh object with the same options (see ``options.rebuild``)."""
+        return (rebuild, (type(self), self.name, {
+            "failure_ratio": self.failure_ratio,
+            "window": self.window,
+            "min_calls": self.min_calls,
+            "open_for": self.open_for,
+            "half_open_calls": self.half_open_calls,
+            "clock": self._clock,
+        }))
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, state={self._state.value})"

@@ -1,4 +1,4 @@
-"""``Bulkhead``: a process-wide cap on concurrent attempts, with a FIFO of waiters that hold no thread.
+"""``Bulkhead``: a process-wide cap on concurrent attempts; its FIFO of waiters holds no thread.
 
 How the engine uses it (all calls are non-blocking)::
 
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from taskflow.resilience.callbacks import run_callbacks
 from taskflow.resilience.errors import BulkheadFullError
 from taskflow.resilience.export import Sample, render_prometheus
-from taskflow.resilience.options import check_int, check_name
+from taskflow.resilience.options import check_int, check_name, rebuild
 
 __all__ = ["Bulkhead", "BulkheadMetrics", "Permit", "Ticket"]
 
@@ -325,6 +325,14 @@ class Bulkhead:
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:
         """This bulkhead's metrics in the Prometheus text format."""
         return render_prometheus([self], prefix=prefix)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles as a fresh object with the same options (see ``options.rebuild``)."""
+        return (rebuild, (type(self), self.name, {
+            "max_concurrent": self.max_concurrent,
+            "max_waiting": self.max_waiting,
+            "clock": self._clock,
+        }))
 
     def __repr__(self) -> str:
         return (

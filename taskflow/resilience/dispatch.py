@@ -83,14 +83,19 @@ class ReadyQueue(Generic[T]):
     def remove_if(self, drop: Callable[[T], bool]) -> list[T]:
         """Remove and return the items for which ``drop`` is true (e.g. a finished run's).
 
-        ``drop`` runs under the queue's lock: it must be a quick, pure check.
+        ``drop`` runs outside the queue's lock, on a snapshot; an item popped meanwhile is not
+        returned.
         """
         with self._lock:
-            gone = [e[3] for e in self._heap if drop(e[3])]
-            if gone:
-                self._heap = [e for e in self._heap if not drop(e[3])]
-                heapq.heapify(self._heap)
-            return gone
+            snapshot = list(self._heap)
+        doomed = {id(e) for e in snapshot if drop(e[3])}
+        if not doomed:
+            return []
+        with self._lock:
+            gone = [e[3] for e in self._heap if id(e) in doomed]
+            self._heap = [e for e in self._heap if id(e) not in doomed]
+            heapq.heapify(self._heap)
+        return gone
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -7,10 +7,11 @@ e.g. ``bulkhead 'inventory': max_concurrent must be an integer >= 1, got -1``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from taskflow.errors import FlowDefinitionError
 
-__all__ = ["check_int", "check_name", "check_ratio", "check_seconds"]
+__all__ = ["check_int", "check_name", "check_ratio", "check_seconds", "rebuild"]
 
 
 def check_name(kind: str, name: object) -> str:
@@ -55,3 +56,13 @@ def check_ratio(owner: str, option: str, value: object) -> float:
     if not ok:
         raise FlowDefinitionError(f"{owner}: {option} must be in (0, 1], got {value!r}")
     return float(value)  # type: ignore[arg-type]
+
+
+def rebuild(cls: type[Any], name: str, options: dict[str, Any]) -> Any:
+    """Unpickle a primitive as a fresh object with the same options.
+
+    A node sent to another process (process pools, loky, dask) carries its bulkhead or breaker
+    along; the engine keeps all their bookkeeping in the caller's process, so the copy only
+    needs to exist, not to share state (and a lock cannot be pickled).
+    """
+    return cls(name, **options)

@@ -33,7 +33,7 @@ from threading import Lock
 from pydantic import BaseModel, ConfigDict
 
 from taskflow.resilience.export import Sample, render_prometheus
-from taskflow.resilience.options import check_int, check_name, check_seconds
+from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
 
 __all__ = ["RateLimit", "RateLimitMetrics", "Reservation"]
 
@@ -128,7 +128,8 @@ class RateLimit:
     def _refill(self, now: float) -> None:
         # caller holds _lock; a clock that went backwards adds nothing
         if now > self._stamp:
-            self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.per_second)
+            gained = (now - self._stamp) * self.per_second
+            self._tokens = min(float(self.burst), self._tokens + gained)
             self._stamp = now
 
     def _ready_time(self, now: float) -> float:
@@ -233,6 +234,14 @@ class RateLimit:
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:
         """This limit's metrics in the Prometheus text format."""
         return render_prometheus([self], prefix=prefix)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles as a fresh object with the same options (see ``options.rebuild``)."""
+        return (rebuild, (type(self), self.name, {
+            "per_second": self.per_second,
+            "burst": self.burst,
+            "clock": self._clock,
+        }))
 
     def __repr__(self) -> str:
         return f"RateLimit({self.name!r}, per_second={self.per_second:g}, burst={self.burst})"

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import Sample, render_prometheus
-from taskflow.resilience.options import check_int, check_name, check_seconds
+from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
 
 __all__ = ["Member", "Outcome", "SharedCall", "SingleFlight", "SingleFlightMetrics"]
 
@@ -78,7 +78,9 @@ class Outcome:
     def __repr__(self) -> str:
         if self.promoted:
             return "<Outcome promoted>"
-        return f"<Outcome error={self.error!r}>" if self.error else f"<Outcome value={self.value!r}>"
+        if self.error is not None:
+            return f"<Outcome error={self.error!r}>"
+        return f"<Outcome value={self.value!r}>"
 
 
 class SharedCall:
@@ -311,5 +313,14 @@ class SingleFlight:
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:
         return render_prometheus([self], prefix=prefix)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickles as a fresh object with the same options (see ``options.rebuild``)."""
+        return (rebuild, (type(self), self.name, {
+            "cache_ttl": self.cache_ttl,
+            "cache_size": self.cache_size,
+            "clock": self._clock,
+        }))
+
     def __repr__(self) -> str:
-        return f"SingleFlight({self.name!r}, cache_ttl={self.cache_ttl}, in_flight={len(self._calls)})"
+        return (f"SingleFlight({self.name!r}, cache_ttl={self.cache_ttl}, "
+                f"in_flight={len(self._calls)})")
