@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -23,8 +24,22 @@ class FakeClock:
 
 
 def run_threads(n: int, body: Callable[[int], None], *, name: str = "resilience-test") -> None:
-    """Start ``n`` named threads that wait on one Barrier, run ``body(i)`` and are joined."""
+    """Start ``n`` named threads that wait on one Barrier, run ``body(i)`` and are joined.
+
+    The interpreter switches threads every microsecond meanwhile, to make races likely
+    (CPython's own ``test_pending_calls_race`` does the same).
+    """
     barrier = threading.Barrier(n)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _start_and_join(n, body, barrier, name)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _start_and_join(n: int, body: Callable[[int], None], barrier: threading.Barrier,
+                    name: str) -> None:
 
     def target(i: int) -> None:
         barrier.wait()

@@ -281,3 +281,25 @@ def test_every_member_gets_its_calls_outcome_once_unless_it_left(
         ]
         assert got == expected[i], i
     assert flight.metrics().calls == calls + sum(e.count("promoted") for e in expected)
+
+
+def test_leaving_while_the_call_resolves_gives_each_member_exactly_one_ending() -> None:
+    flight = SingleFlight()
+    n = 24
+    for _ in range(10):
+        lead = flight.join("k", Inbox())
+        inboxes = [Inbox() for _ in range(n)]
+        members = [flight.join("k", inbox) for inbox in inboxes]
+        left = [False] * n
+
+        def body(i: int, members: list[Member] = members, left: list[bool] = left,
+                 lead: Member = lead) -> None:
+            if i == n:
+                lead.call.set_result("v")
+            else:
+                left[i] = members[i].leave()
+
+        run_threads(n + 1, body)
+        for i, inbox in enumerate(inboxes):
+            assert len(inbox.outcomes) + left[i] == 1, i
+        assert flight.metrics().in_flight == 0

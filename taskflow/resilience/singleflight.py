@@ -17,8 +17,9 @@ How the engine uses it::
     else:                           # wait: on_done(outcome) comes later; at the run's
         ...                         # deadline: member.leave()
 
-``on_done(outcome)`` runs on the thread that resolved the call, outside the lock, and must be
-quick. ``outcome.promoted`` means the previous leader resigned and this member now leads: it
+``on_done(outcome)`` reaches every member that has not left, the leader included (so the
+leader's run learns its value the same way as the others); it runs on the thread that resolved
+the call, outside the lock, and must be quick. ``outcome.promoted`` means the previous leader resigned and this member now leads: it
 must run the attempt (or resign in turn). The same exception object reaches every joiner.
 
 With ``cache_ttl`` a success is kept for that many seconds in a bounded LRU (``cache_size``
@@ -191,7 +192,8 @@ class SingleFlight:
 
         Returns:
             The member. ``member.call.done()`` already: a cached value, read it now (``on_done``
-            is not called). ``member.leader``: run the attempt. Otherwise ``on_done`` comes.
+            is not called). ``member.leader``: run the attempt. Either way, unless the member
+            leaves first, ``on_done`` gets the outcome once the call resolves.
 
         Raises:
             UnhashableKeyError: ``key`` cannot be hashed.
