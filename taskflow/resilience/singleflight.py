@@ -19,8 +19,9 @@ How the engine uses it::
 
 ``on_done(outcome)`` reaches every member that has not left, the leader included (so the
 leader's run learns its value the same way as the others); it runs on the thread that resolved
-the call, outside the lock, and must be quick. ``outcome.promoted`` means the previous leader resigned and this member now leads: it
-must run the attempt (or resign in turn). The same exception object reaches every joiner.
+the call, outside the lock, and must be quick. ``outcome.promoted`` means the previous leader
+resigned and this member now leads: it must run the attempt (or resign in turn). The same
+exception object reaches every joiner.
 
 With ``cache_ttl`` a success is kept for that many seconds in a bounded LRU (``cache_size``
 keys); errors are never cached.
