@@ -37,6 +37,7 @@ from taskflow.errors import FlowDefinitionError
 from taskflow.resilience.errors import CircuitOpenError
 from taskflow.resilience.export import Sample, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds, rebuild
+from taskflow.resilience.process import track
 
 __all__ = ["BreakerMetrics", "BreakerPermit", "BreakerState", "CircuitBreaker"]
 
@@ -122,6 +123,10 @@ class CircuitBreaker:
         self.open_for = check_seconds(owner, "open_for", open_for, allow_zero=False)
         self.half_open_calls = check_int(owner, "half_open_calls", half_open_calls, minimum=1)
         self._clock = clock
+        self._start_fresh()
+        track(self)
+
+    def _start_fresh(self) -> None:
         # _lock guards every field below and BreakerPermit.done of this breaker's permits
         self._lock = Lock()
         self._state = _CLOSED
@@ -138,6 +143,9 @@ class CircuitBreaker:
         self._transitions: dict[str, int] = {}
         self._log: list[tuple[BreakerState, BreakerState, str]] = []  # moves to log, drained
         # by the caller after the lock is released
+
+    def _after_fork(self) -> None:
+        self._start_fresh()  # closed: the child has made no calls yet
 
     # -- the one place state changes ------------------------------------------------------
 

@@ -37,6 +37,7 @@ from taskflow.resilience.callbacks import run_callbacks
 from taskflow.resilience.errors import BulkheadFullError
 from taskflow.resilience.export import Sample, render_prometheus
 from taskflow.resilience.options import check_int, check_name, rebuild
+from taskflow.resilience.process import track
 
 __all__ = ["Bulkhead", "BulkheadMetrics", "Permit", "Ticket"]
 
@@ -163,6 +164,10 @@ class Bulkhead:
             else check_int(owner, "max_waiting", max_waiting, minimum=0)
         )
         self._clock = clock
+        self._start_fresh()
+        track(self)
+
+    def _start_fresh(self) -> None:
         # _lock guards: _in_use, _queue, _waiting, _dead, every Ticket.state/permit and
         # Permit._released/_abandoned of this bulkhead, and the counters below
         self._lock = Lock()
@@ -174,6 +179,9 @@ class Bulkhead:
         self._abandoned = 0
         self._granted = 0
         self._cancelled = 0
+
+    def _after_fork(self) -> None:
+        self._start_fresh()  # the parent's slots and waiters do not exist in this process
 
     # -- acquiring -------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from threading import Lock
 
 from taskflow.resilience.options import check_int
+from taskflow.resilience.process import track
 
 __all__ = ["LatencyRegistry", "LatencyTracker", "latencies"]
 
@@ -20,7 +21,7 @@ __all__ = ["LatencyRegistry", "LatencyTracker", "latencies"]
 class LatencyTracker:
     """The last ``size`` durations of one node (seconds), with quantiles over them."""
 
-    __slots__ = ("_buf", "_cache", "_count", "_lock", "size")
+    __slots__ = ("__weakref__", "_buf", "_cache", "_count", "_lock", "size")
 
     def __init__(self, size: int = 256) -> None:
         self.size = check_int("latency tracker", "size", size, minimum=1)
@@ -29,6 +30,10 @@ class LatencyTracker:
         self._buf: list[float] = [0.0] * self.size
         self._count = 0  # durations recorded in total; the ring holds min(_count, size)
         self._cache: tuple[int, list[float]] = (0, [])  # (_count when sorted, sorted durations)
+        track(self)
+
+    def _after_fork(self) -> None:
+        self._lock = Lock()  # the history stays true in the child; only the lock is renewed
 
     def record(self, seconds: float) -> None:
         """Add one duration (negative or non-finite values are ignored)."""
@@ -80,6 +85,10 @@ class LatencyRegistry:
         self.size = check_int("latency registry", "size", size, minimum=1)
         self._lock = Lock()  # guards _trackers
         self._trackers: OrderedDict[Hashable, LatencyTracker] = OrderedDict()
+        track(self)
+
+    def _after_fork(self) -> None:
+        self._lock = Lock()
 
     def tracker(self, key: Hashable) -> LatencyTracker:
         """The tracker of ``key``, created on first use."""

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow.resilience.export import Sample, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
+from taskflow.resilience.process import track
 
 __all__ = ["RateLimit", "RateLimitMetrics", "Reservation"]
 
@@ -114,6 +115,11 @@ class RateLimit:
             else check_int(owner, "burst", burst, minimum=1)
         )
         self._clock = clock
+        self._start_fresh()
+        track(self)
+
+    def _start_fresh(self) -> None:
+        clock = self._clock
         # _lock guards: _tokens, _stamp, _latest, _pending, every Reservation._cancelled of this
         # limit, and the counters
         self._lock = Lock()
@@ -124,6 +130,9 @@ class RateLimit:
         self._granted = 0
         self._timed_out = 0
         self._cancelled = 0
+
+    def _after_fork(self) -> None:
+        self._start_fresh()  # a full bucket: the parent's reservations are not ours
 
     def _refill(self, now: float) -> None:
         # caller holds _lock; a clock that went backwards adds nothing

@@ -41,6 +41,7 @@ from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import Sample, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
+from taskflow.resilience.process import track
 
 __all__ = ["Member", "Outcome", "SharedCall", "SingleFlight", "SingleFlightMetrics"]
 
@@ -178,6 +179,10 @@ class SingleFlight:
                           else check_seconds(owner, "cache_ttl", cache_ttl, allow_zero=False))
         self.cache_size = check_int(owner, "cache_size", cache_size, minimum=1)
         self._clock = clock
+        self._start_fresh()
+        track(self)
+
+    def _start_fresh(self) -> None:
         # _lock guards: _calls, _cache, the counters, and every SharedCall/Member field of
         # this flight that its comments mark as guarded
         self._lock = Lock()
@@ -187,6 +192,9 @@ class SingleFlight:
         self._shared = 0
         self._hits = 0
         self._left = 0
+
+    def _after_fork(self) -> None:
+        self._start_fresh()  # the parent's calls will never resolve here
 
     def join(self, key: Hashable, on_done: Callable[[Outcome], Any]) -> Member:
         """Join the call for ``key``, starting it (as leader) when there is none.
