@@ -41,6 +41,8 @@ def test_a_fork_while_another_thread_holds_the_locks_gives_the_child_fresh_objec
     held = bh.try_acquire()
     assert held is not None
     breaker = CircuitBreaker("inventory", window=1, min_calls=1)
+    quiet = CircuitBreaker("quiet")
+    stale = quiet.allow()  # taken in the parent, in the generation the child starts from
     breaker.record(breaker.allow(), False)
     limit = RateLimit("inventory", per_second=1, burst=1)
     limit.reserve()
@@ -67,6 +69,9 @@ def test_a_fork_while_another_thread_holds_the_locks_gives_the_child_fresh_objec
         def child() -> int:
             ok = (
                 bh.try_acquire() is not None
+                and held.release() is False  # the parent's permit means nothing here
+                and bh.metrics().in_use == 1
+                and quiet.record(stale, False) is False
                 and breaker.state.value == "closed"
                 and limit.try_take()
                 and flight.join("k", lambda o: None).leader

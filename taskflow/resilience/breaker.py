@@ -130,7 +130,8 @@ class CircuitBreaker:
         # _lock guards every field below and BreakerPermit.done of this breaker's permits
         self._lock = Lock()
         self._state = _CLOSED
-        self._generation = 0  # +1 at every transition; permits of older generations are stale
+        # +1 at every transition (and fork); permits of older generations are stale
+        self._generation: int = getattr(self, "_generation", -1) + 1
         self._calls: deque[bool] = deque(maxlen=self.window)  # CLOSED: True = failure
         self._failures_in_window = 0
         self._opened_at = 0.0  # clock time of the last move to OPEN

@@ -67,10 +67,11 @@ class Permit:
     Usable as a context manager for synchronous callers.
     """
 
-    __slots__ = ("_abandoned", "_bulkhead", "_released")
+    __slots__ = ("_abandoned", "_bulkhead", "_epoch", "_released")
 
     def __init__(self, bulkhead: Bulkhead) -> None:
         self._bulkhead = bulkhead
+        self._epoch = bulkhead._epoch
         self._released = False  # guarded by the bulkhead's lock
         self._abandoned = False  # guarded by the bulkhead's lock
 
@@ -105,12 +106,13 @@ class Permit:
 class Ticket:
     """A place in a bulkhead's queue. It ends exactly once: granted, cancelled or expired."""
 
-    __slots__ = ("_bulkhead", "_on_grant", "deadline", "permit", "state")
+    __slots__ = ("_bulkhead", "_epoch", "_on_grant", "deadline", "permit", "state")
 
     def __init__(
         self, bulkhead: Bulkhead, on_grant: Callable[[Permit], Any], deadline: float | None
     ) -> None:
         self._bulkhead = bulkhead
+        self._epoch = bulkhead._epoch
         self._on_grant: Callable[[Permit], Any] | None = on_grant
         self.deadline = deadline
         self.state = WAITING  # guarded by the bulkhead's lock
@@ -164,6 +166,7 @@ class Bulkhead:
             else check_int(owner, "max_waiting", max_waiting, minimum=0)
         )
         self._clock = clock
+        self._epoch = 0  # +1 at each fork: permits and tickets of an older epoch are ignored
         self._start_fresh()
         track(self)
 
@@ -181,6 +184,7 @@ class Bulkhead:
         self._cancelled = 0
 
     def _after_fork(self) -> None:
+        self._epoch += 1
         self._start_fresh()  # the parent's slots and waiters do not exist in this process
 
     # -- acquiring -------------------------------------------------------------------------
@@ -230,7 +234,7 @@ class Bulkhead:
     def _release(self, permit: Permit) -> bool:
         handoff: Ticket | None = None
         with self._lock:
-            if permit._released:
+            if permit._released or permit._epoch != self._epoch:
                 return False
             permit._released = True
             if permit._abandoned:
@@ -275,7 +279,7 @@ class Bulkhead:
 
     def _cancel(self, ticket: Ticket) -> bool:
         with self._lock:
-            if ticket.state == WAITING:
+            if ticket.state == WAITING and ticket._epoch == self._epoch:
                 ticket.state = CANCELLED
                 ticket._on_grant = None
                 self._waiting -= 1
@@ -289,7 +293,7 @@ class Bulkhead:
 
     def _abandon(self, permit: Permit) -> None:
         with self._lock:
-            if not permit._released and not permit._abandoned:
+            if not permit._released and not permit._abandoned and permit._epoch == self._epoch:
                 permit._abandoned = True
                 self._abandoned += 1
 
