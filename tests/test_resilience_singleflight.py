@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from resilience_helpers import FakeClock, run_threads
 
 from taskflow.errors import FlowDefinitionError, TaskflowError
-from taskflow.resilience import Member, Outcome, SingleFlight, UnhashableKeyError
+from taskflow.resilience import (
+    Member,
+    Outcome,
+    SingleFlight,
+    UnhashableKeyError,
+    check_share_key,
+    share_key_of,
+)
 
 
 class Inbox:
@@ -43,8 +50,31 @@ def test_unhashable_key_is_a_clear_type_error() -> None:
         flight.join(("stock", ["sku-1"]), Inbox())
     assert isinstance(info.value, TypeError) and isinstance(info.value, TaskflowError)
     assert str(info.value).startswith(
-        "single flight 'stock': key ('stock', ['sku-1']) is not hashable"
+        "single flight 'stock': share key ('stock', ['sku-1']) is not hashable"
     )
+
+
+def test_share_key_of_names_the_node_when_the_key_is_unhashable() -> None:
+    ctx = {"sku": "sku-1"}
+    assert share_key_of(lambda c, p: ("stock", c["sku"], p), ctx, 3, node="stock") == (
+        "stock", "sku-1", 3)
+    with pytest.raises(UnhashableKeyError) as info:
+        share_key_of(lambda c, p: {"sku": c["sku"]}, ctx, None, node="stock")
+    assert str(info.value) == (
+        "node 'stock': share key {'sku': 'sku-1'} is not hashable (dict);"
+        " return a tuple of strings or numbers"
+    )
+    with pytest.raises(KeyError):  # share_key's own error is the node's failure, unchanged
+        share_key_of(lambda c, p: c["missing"], ctx, None, node="stock")
+
+
+def test_check_share_key_refuses_what_cannot_take_ctx_and_param() -> None:
+    check_share_key(lambda ctx, param: "k", node="stock")
+    check_share_key(print, node="stock")  # *args
+    with pytest.raises(FlowDefinitionError, match=r"node 'stock': share_key must be callable"):
+        check_share_key("sku", node="stock")
+    with pytest.raises(FlowDefinitionError, match=r"cannot be called as share_key\(ctx, param\)"):
+        check_share_key(lambda ctx: "k", node="stock")
 
 
 def test_concurrent_joins_of_one_key_make_one_call_and_all_get_the_value() -> None:

@@ -10,8 +10,14 @@ from __future__ import annotations
 from taskflow.resilience.breaker import BreakerMetrics, BreakerPermit, BreakerState, CircuitBreaker
 from taskflow.resilience.bulkhead import Bulkhead, BulkheadMetrics, Permit, Ticket
 from taskflow.resilience.dispatch import ReadyQueue, fits_budget, node_weights, remaining_paths
-from taskflow.resilience.errors import BulkheadFullError, CircuitOpenError, UnhashableKeyError
+from taskflow.resilience.errors import (
+    BulkheadFullError,
+    CircuitOpenError,
+    FallbackError,
+    UnhashableKeyError,
+)
 from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.fallback import Fallback
 from taskflow.resilience.hedge import Hedge, HedgeRace, Verdict
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies
 from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics, Reservation
@@ -21,6 +27,8 @@ from taskflow.resilience.singleflight import (
     SharedCall,
     SingleFlight,
     SingleFlightMetrics,
+    check_share_key,
+    share_key_of,
 )
 
 __all__ = [
@@ -32,6 +40,8 @@ __all__ = [
     "BulkheadMetrics",
     "CircuitBreaker",
     "CircuitOpenError",
+    "Fallback",
+    "FallbackError",
     "Hedge",
     "HedgeRace",
     "LatencyRegistry",
@@ -50,9 +60,11 @@ __all__ = [
     "Ticket",
     "UnhashableKeyError",
     "Verdict",
+    "check_share_key",
     "fits_budget",
     "latencies",
     "node_weights",
     "remaining_paths",
     "render_prometheus",
+    "share_key_of",
 ]

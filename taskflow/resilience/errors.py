@@ -6,7 +6,7 @@ import math
 
 from taskflow.errors import TaskflowError
 
-__all__ = ["BulkheadFullError", "CircuitOpenError", "UnhashableKeyError"]
+__all__ = ["BulkheadFullError", "CircuitOpenError", "FallbackError", "UnhashableKeyError"]
 
 
 class BulkheadFullError(TaskflowError, RuntimeError):
@@ -41,12 +41,33 @@ class CircuitOpenError(TaskflowError, RuntimeError):
 
 
 class UnhashableKeyError(TaskflowError, TypeError):
-    """A single-flight key (a node's ``share_key`` result) cannot be hashed."""
+    """A single-flight key (a node's ``share_key`` result) cannot be hashed.
+
+    ``owner`` names who gave it: ``node 'stock'`` or ``single flight 'shared'``.
+    """
 
     def __init__(self, owner: str, key: object) -> None:
         self.owner = owner
         self.key = key
         super().__init__(
-            f"single flight {owner!r}: key {key!r} is not hashable"
-            f" ({type(key).__name__}); return a tuple of strings or numbers"
+            f"{owner}: share key {key!r} is not hashable ({type(key).__name__});"
+            " return a tuple of strings or numbers"
+        )
+
+
+class FallbackError(TaskflowError, RuntimeError):
+    """A node's fallback raised while standing in for the node's own failure.
+
+    ``error`` is the failure the fallback stood in for; ``fallback_error`` (also ``__cause__``)
+    is what the fallback raised, and its ``__context__`` leads back to ``error``, so a traceback
+    shows both.
+    """
+
+    def __init__(self, node: str, error: BaseException, fallback_error: BaseException) -> None:
+        self.node = node
+        self.error = error
+        self.fallback_error = fallback_error
+        super().__init__(
+            f"node {node!r}: fallback raised {type(fallback_error).__name__}: {fallback_error}"
+            f" while standing in for {type(error).__name__}: {error}"
         )

@@ -6,12 +6,20 @@ e.g. ``bulkhead 'inventory': max_concurrent must be an integer >= 1, got -1``.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
 from taskflow.errors import FlowDefinitionError
 
-__all__ = ["check_int", "check_name", "check_ratio", "check_seconds", "rebuild"]
+__all__ = [
+    "check_callable",
+    "check_int",
+    "check_name",
+    "check_ratio",
+    "check_seconds",
+    "rebuild",
+]
 
 
 def check_name(kind: str, name: object) -> str:
@@ -56,6 +64,26 @@ def check_ratio(owner: str, option: str, value: object) -> float:
     if not ok:
         raise FlowDefinitionError(f"{owner}: {option} must be in (0, 1], got {value!r}")
     return float(value)  # type: ignore[arg-type]
+
+
+def check_callable(owner: str, option: str, fn: object, params: str) -> None:
+    """Raise unless ``fn`` is callable with two positional arguments (named in ``params``).
+
+    Callables whose signature Python cannot read (some builtins) are accepted.
+    """
+    if not callable(fn):
+        raise FlowDefinitionError(f"{owner}: {option} must be callable as {option}{params}, "
+                                  f"got {fn!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise FlowDefinitionError(
+            f"{owner}: {option} {fn!r} cannot be called as {option}{params}: {exc}"
+        ) from None
 
 
 def rebuild(cls: type[Any], name: str, options: dict[str, Any]) -> Any:

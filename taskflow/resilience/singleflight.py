@@ -40,10 +40,24 @@ from pydantic import BaseModel, ConfigDict
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import Sample, render_prometheus
-from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
+from taskflow.resilience.options import (
+    check_callable,
+    check_int,
+    check_name,
+    check_seconds,
+    rebuild,
+)
 from taskflow.resilience.process import track
 
-__all__ = ["Member", "Outcome", "SharedCall", "SingleFlight", "SingleFlightMetrics"]
+__all__ = [
+    "Member",
+    "Outcome",
+    "SharedCall",
+    "SingleFlight",
+    "SingleFlightMetrics",
+    "check_share_key",
+    "share_key_of",
+]
 
 _PENDING, _OK, _ERROR = 0, 1, 2
 
@@ -210,7 +224,7 @@ class SingleFlight:
         try:
             hash(key)
         except TypeError as exc:
-            raise UnhashableKeyError(self.name, key) from exc
+            raise UnhashableKeyError(f"single flight {self.name!r}", key) from exc
         with self._lock:
             if self.cache_ttl is not None:
                 hit = self._cache.get(key)
@@ -335,3 +349,29 @@ class SingleFlight:
     def __repr__(self) -> str:
         return (f"SingleFlight({self.name!r}, cache_ttl={self.cache_ttl}, "
                 f"in_flight={len(self._calls)})")
+
+
+def check_share_key(share_key: object, *, node: str) -> None:
+    """At definition time: ``share_key`` must be callable as ``share_key(ctx, param)``.
+
+    Raises:
+        FlowDefinitionError: It is not (the message names the node).
+    """
+    check_callable(f"node {node!r}", "share_key", share_key, "(ctx, param)")
+
+
+def share_key_of(share_key: Callable[[Any, Any], Hashable], ctx: Any, param: Any, *,
+                 node: str) -> Hashable:
+    """The run's key for a node: ``share_key(ctx, param)``, checked to be hashable.
+
+    Exceptions raised by ``share_key`` itself propagate (the node's own failure).
+
+    Raises:
+        UnhashableKeyError: The key cannot be hashed (the message names the node).
+    """
+    key = share_key(ctx, param)
+    try:
+        hash(key)
+    except TypeError as exc:
+        raise UnhashableKeyError(f"node {node!r}", key) from exc
+    return key
