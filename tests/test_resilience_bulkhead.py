@@ -237,6 +237,36 @@ def test_cancelled_tickets_are_compacted_out_of_the_queue() -> None:
     assert bh.metrics().waiting == 1
 
 
+def test_growing_hands_new_slots_to_waiters_in_order() -> None:
+    bh = Bulkhead("b", max_concurrent=1)
+    first = bh.try_acquire()
+    assert first is not None
+    granted: list[int] = []
+    for i in range(4):
+        bh.acquire(lambda p, i=i: granted.append(i))
+    bh.set_max_concurrent(3)
+    assert granted == [0, 1]
+    assert (bh.metrics().in_use, bh.metrics().waiting, bh.max_concurrent) == (3, 2, 3)
+
+
+def test_shrinking_keeps_running_slots_and_hands_out_none_until_below_the_new_size() -> None:
+    bh = Bulkhead("b", max_concurrent=3)
+    permits = [bh.try_acquire() for _ in range(3)]
+    granted: list[Permit] = []
+    bh.acquire(granted.append)
+    bh.set_max_concurrent(1)
+    assert bh.metrics().in_use == 3
+    for p in permits[:2]:
+        assert p is not None
+        p.release()
+    assert granted == []  # 1 in use = the new size: the waiter still waits
+    assert permits[2] is not None
+    permits[2].release()
+    assert len(granted) == 1 and bh.metrics().in_use == 1
+    with pytest.raises(FlowDefinitionError, match="bulkhead 'b': max_concurrent must be"):
+        bh.set_max_concurrent(0)
+
+
 def test_many_threads_never_exceed_max_concurrent_and_every_attempt_finishes() -> None:
     max_concurrent, threads, rounds = 3, 16, 200
     bh = Bulkhead("b", max_concurrent=max_concurrent)
@@ -316,10 +346,13 @@ class BulkheadMachine(RuleBasedStateMachine):
         self.grant_calls: dict[int, int] = {}
         self.ended: dict[int, str] = {}  # ticket -> granted / cancelled / expired
         self.next_id = 0
+        self.grant_order: list[int] = []
+        self.ceiling = self.max  # in_use may exceed max only after a shrink, down to max
 
     def _on_grant(self, tid: int) -> object:
         def on_grant(permit: Permit) -> None:
             self.grant_calls[tid] = self.grant_calls.get(tid, 0) + 1
+            self.grant_order.append(tid)
             self.held.append(permit)
 
         return on_grant
@@ -343,26 +376,37 @@ class BulkheadMachine(RuleBasedStateMachine):
             self.tickets[tid] = got
             self.model_queue.append((tid, deadline))
 
-    @precondition(lambda self: self.held)
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        permit = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
-        expected: int | None = None
-        while self.model_queue:
+    def _expected_grants(self) -> list[int]:
+        # the model's handoff: oldest live waiters, skipping the expired, while slots are free
+        expected: list[int] = []
+        held = len(self.held)
+        while self.model_queue and held < self.max:
             tid, deadline = self.model_queue.pop(0)
             if deadline is not None and self.clock.now >= deadline:
                 self.ended[tid] = "expired"
                 continue
-            expected = tid
-            break
-        before = dict(self.grant_calls)
+            expected.append(tid)
+            self.ended[tid] = "granted"
+            held += 1
+        return expected
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        permit = self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
+        expected = self._expected_grants()
+        before = list(self.grant_order)
         assert permit.release() is True
-        new = {k for k in self.grant_calls if self.grant_calls[k] != before.get(k, 0)}
-        if expected is None:
-            assert new == set()
-        else:
-            assert new == {expected}  # FIFO: the oldest live waiter, nobody else
-            self.ended[expected] = "granted"
+        assert self.grant_order[len(before):] == expected
+
+    @rule(size=st.integers(1, 4))
+    def resize(self, size: int) -> None:
+        self.max = size
+        self.ceiling = max(self.ceiling, len(self.held))
+        expected = self._expected_grants()
+        before = list(self.grant_order)
+        self.bh.set_max_concurrent(size)
+        assert self.grant_order[len(before):] == expected
 
     @precondition(lambda self: self.tickets)
     @rule(data=st.data())
@@ -386,7 +430,8 @@ class BulkheadMachine(RuleBasedStateMachine):
     @invariant()
     def matches_the_model(self) -> None:
         m = self.bh.metrics()
-        assert m.in_use == len(self.held) <= self.max
+        self.ceiling = max(self.max, min(self.ceiling, len(self.held)))
+        assert m.in_use == len(self.held) <= self.ceiling
         assert m.waiting == len(self.model_queue)
         assert all(n == 1 for n in self.grant_calls.values())
         for tid, ticket in self.tickets.items():

@@ -171,10 +171,12 @@ class Bulkhead:
         track(self)
 
     def _start_fresh(self) -> None:
-        # _lock guards: _in_use, _queue, _waiting, _dead, every Ticket.state/permit and
+        # _lock guards: max_concurrent (after __init__), _in_use, _queue, _waiting, _dead, every Ticket.state/permit and
         # Permit._released/_abandoned of this bulkhead, and the counters below
         self._lock = Lock()
-        self._in_use = 0  # invariant: 0 <= _in_use <= max_concurrent
+        # invariant: 0 <= _in_use <= max_concurrent, except after a shrink, until enough
+        # attempts return
+        self._in_use = 0
         self._queue: deque[Ticket] = deque()  # FIFO; may hold tickets that already left
         self._waiting = 0  # tickets in _queue still WAITING
         self._dead = 0  # tickets in _queue that left (removed lazily)
@@ -232,39 +234,59 @@ class Bulkhead:
     # -- called through Permit and Ticket --------------------------------------------------
 
     def _release(self, permit: Permit) -> bool:
-        handoff: Ticket | None = None
         with self._lock:
             if permit._released or permit._epoch != self._epoch:
                 return False
             permit._released = True
             if permit._abandoned:
                 self._abandoned -= 1
-            now: float | None = None
-            queue = self._queue
-            while queue:
-                ticket = queue.popleft()
-                if ticket.state != WAITING:
-                    self._dead -= 1
-                    continue
-                self._waiting -= 1
-                if ticket.deadline is not None:
-                    if now is None:
-                        now = self._clock()
-                    if now >= ticket.deadline:
-                        ticket.state = EXPIRED
-                        self._cancelled += 1
-                        continue
-                # the slot passes straight to the waiter: _in_use does not change
-                ticket.state = GRANTED
-                ticket.permit = Permit(self)
-                self._granted += 1
-                handoff = ticket
-                break
-            else:
-                self._in_use -= 1
-        if handoff is not None:
-            run_callbacks([(self._grant, (handoff,))])
+            self._in_use -= 1
+            handoffs = self._fill()
+        if handoffs:
+            run_callbacks([(self._grant, (ticket,)) for ticket in handoffs])
         return True
+
+    def _fill(self) -> list[Ticket]:
+        # caller holds _lock: give free slots to the oldest live waiters, skipping the expired
+        granted: list[Ticket] = []
+        now: float | None = None
+        queue = self._queue
+        while queue and self._in_use < self.max_concurrent:
+            ticket = queue.popleft()
+            if ticket.state != WAITING:
+                self._dead -= 1
+                continue
+            self._waiting -= 1
+            if ticket.deadline is not None:
+                if now is None:
+                    now = self._clock()
+                if now >= ticket.deadline:
+                    ticket.state = EXPIRED
+                    self._cancelled += 1
+                    continue
+            ticket.state = GRANTED
+            ticket.permit = Permit(self)
+            self._in_use += 1
+            self._granted += 1
+            granted.append(ticket)
+        return granted
+
+    def set_max_concurrent(self, max_concurrent: int) -> None:
+        """Change the number of slots at run time (as ``ThreadPool.set_core_size`` does).
+
+        Growing hands the new slots to waiters at once (their callbacks run on this thread).
+        Shrinking takes no slot back: attempts running keep theirs, and waiters get slots
+        again only once fewer than the new ``max_concurrent`` are in use.
+
+        Raises:
+            FlowDefinitionError: ``max_concurrent`` is not an integer >= 1.
+        """
+        value = check_int(f"bulkhead {self.name!r}", "max_concurrent", max_concurrent, minimum=1)
+        with self._lock:
+            self.max_concurrent = value
+            handoffs = self._fill()
+        if handoffs:
+            run_callbacks([(self._grant, (ticket,)) for ticket in handoffs])
 
     def _grant(self, ticket: Ticket) -> None:
         on_grant, permit = ticket._on_grant, ticket.permit
