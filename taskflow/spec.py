@@ -124,7 +124,8 @@ def _join_policy(value: Any) -> Join:
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlevel = 3
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 5
 
 
 def _short(value: Any) -> str:
@@ -577,6 +578,10 @@ class _Builder:
         except CycleError as exc:
             first = exc.cycle[0]
             raise self.error(self.place_of(first), str(exc)) from None
+        except FlowDefinitionError as exc:  # e.g. join 'any' on a task with no fathers
+            message = str(exc)
+            named = [n for n in self.nodes if f"node {n!r}" in message]
+            raise self.error(self.place_of(named[0]) if named else "tasks", message) from None
         return Flow(spec, self.nodes)
 
     def is_optional(self, name: str) -> bool:

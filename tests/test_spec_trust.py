@@ -100,8 +100,8 @@ def test_a_callable_outside_the_allow_list_is_refused_naming_it_and_its_place(
         load_spec(doc(f"{tasks}:work", path), allow_modules=[tasks])
     assert info.value.errors == [(
         "tasks[1].callable",
-        f"callable {path!r} is not allowed: module {path.split(':')[0]!r} is not in "
-        f"allow_modules [{tasks!r}]")]
+        (f"callable {path!r} is not allowed: module {path.split(':')[0]!r} is not in "
+         f"allow_modules [{tasks!r}]"))]
     assert isinstance(info.value, FlowDefinitionError)
 
 
