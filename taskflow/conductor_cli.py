@@ -174,7 +174,9 @@ def load_registry(spec: str, base_dir: str | None = None,
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if base_dir is None or exc.name != module_name.split(".")[0]:
-            raise FlowDefinitionError(f"cannot import registry module {module_name!r}: {exc}") from None
+            hint = " (FILE's folder is searched only with --import-file-dir)" if base_dir is None else ""
+            raise FlowDefinitionError(
+                f"cannot import registry module {module_name!r}: {exc}{hint}") from None
         sys.path.insert(0, base_dir)
         try:
             module = importlib.import_module(module_name)

@@ -782,7 +782,8 @@ def load_spec(source: Any, *, build: bool = True, resolve: bool = True,
         finder = _line_finder(text)
         errors = exc.errors
         if not import_spec_dir:
-            hint = " (the spec's folder is searched only with import_spec_dir=True)"
+            hint = (" (the spec's folder is searched only with import_spec_dir=True, "
+                    "on the command line --import-file-dir)")
             errors = [(place, msg + hint if msg.startswith("cannot import module") else msg)
                       for place, msg in errors]
         if finder is not None:

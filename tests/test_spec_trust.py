@@ -326,3 +326,13 @@ def test_cli_allow_module_also_limits_the_conductor_registry(
 def test_refusals_are_library_errors() -> None:
     with pytest.raises(TaskflowError):
         load_spec(doc("os:system"), allow_modules=["x"])
+
+
+def test_cli_registry_beside_the_file_needs_import_file_dir(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "notification_workflow.json"
+    monkeypatch.delitem(sys.modules, "conductor_notifications", raising=False)  # an earlier run
+    before = list(sys.path)
+    assert cli_main(["run", str(example), "--registry", "conductor_notifications"]) == 2
+    assert "searched only with --import-file-dir" in capsys.readouterr().err
+    assert sys.path == before and "conductor_notifications" not in sys.modules
