@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds = 3 if args.quick else max(5, args.rounds)
     flows_per_caller = ({"product-detail 9": 3, "no-op 20": 15} if args.quick
-                        else {"product-detail 9": 8, "no-op 20": 40})
+                        else {"product-detail 9": 25, "no-op 20": 60})
     budget = args.budget or None
     header = (f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs (shared machine), "
               f"shared ThreadPoolExecutor({args.workers}), taskflow budget "
