@@ -52,6 +52,7 @@ also looks for task modules in the spec file's folder. See ``docs/security.md``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import reprlib
@@ -357,8 +358,8 @@ class FlowSpec(_Model):
                 imported, every callable whose module is not one of them or inside one
                 (``myapp.tasks.x`` is inside ``myapp.tasks``; ``myapp.tasksevil`` is not), whose
                 attribute path is private (``_x``) or goes through a module
-                (``myapp.tasks:os.system``), and, after the import, one that was defined in
-                another module (``from os import system`` in ``myapp.tasks``).
+                (``myapp.tasks:os.system``), and, after the import, a function or class that
+                was defined in another module (``from os import system`` in ``myapp.tasks``).
 
         Raises:
             SpecError: an unknown task name, a name used twice, a refused callable, a callable
@@ -467,7 +468,9 @@ def _import(path: str, base_dir: str | None,
                              "(name the module itself before the ':')")
     if not callable(obj):
         raise ValueError(f"{path!r} is not callable: {_short(obj)}")  # noqa: TRY004 - a reason
-    if prefixes is not None:
+    if prefixes is not None and (inspect.isroutine(obj) or isinstance(obj, type)):
+        # a function or class says where it was defined; a callable object made in the module
+        # (a functools.partial, an instance with __call__) is the module's own
         home = getattr(obj, "__module__", None)
         if isinstance(home, str) and not _allowed(home, prefixes):
             raise ValueError(f"callable {path!r} is not allowed: it is defined in module "

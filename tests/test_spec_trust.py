@@ -80,6 +80,12 @@ class Tasks:
     @staticmethod
     def double(ctx, param):
         return 2 * param
+
+
+from functools import partial
+
+triple = partial(lambda factor, ctx, param: factor * param, 3)
+print_it = print
 """
 
 
@@ -174,9 +180,10 @@ def test_the_allow_list_must_be_a_sequence_of_module_names() -> None:
 def test_an_allowed_module_runs(modules: Modules, pool: ThreadPoolExecutor) -> None:
     tasks = modules.write("tasks", TASKS)
     spec = {"tasks": [{"name": "a", "callable": f"{tasks}:work", "param": 21},
-                      {"name": "b", "callable": f"{tasks}:Tasks.double", "param": 2}]}
+                      {"name": "b", "callable": f"{tasks}:Tasks.double", "param": 2},
+                      {"name": "c", "callable": f"{tasks}:triple", "param": 3}]}
     result = load_spec(spec, allow_modules=[tasks]).start(executor=pool)
-    assert result.outputs == {"a": 21, "b": 4}
+    assert result.outputs == {"a": 21, "b": 4, "c": 9}
 
 
 @pytest.mark.parametrize(("attr", "reason"), [
@@ -184,6 +191,8 @@ def test_an_allowed_module_runs(modules: Modules, pool: ThreadPoolExecutor) -> N
     ("subprocess.run", "'subprocess' is a module"),
     ("system", "it is defined in module 'posix'"),
     ("run_process", "it is defined in module 'subprocess'"),
+    ("partial", "it is defined in module 'functools'"),
+    ("print_it", "it is defined in module 'builtins'"),
     ("_private", "private attributes are refused"),
     ("Tasks.__init__", "private attributes are refused"),
 ])
