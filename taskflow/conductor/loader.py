@@ -847,6 +847,8 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
     if registry is not None and not isinstance(registry, Mapping):
         raise TypeError(f"registry must be a mapping of task name -> callable, got "
                         f"{type(registry).__name__}")
+    if isinstance(allow_hosts, str):
+        raise TypeError("allow_hosts must be a sequence of host names, not one string")
     limits = Limits(allow_hosts=None if allow_hosts is None else tuple(allow_hosts),
                     max_response_bytes=max_response_bytes, js_time_limit=js_time_limit,
                     js_memory_limit=js_memory_limit, jq_time_limit=jq_time_limit,

@@ -44,7 +44,11 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
                          headers: Any, newurl: str) -> urllib.request.Request | None:
-        check_url(self.task, newurl, self.limits, redirect=True)
+        try:
+            check_url(self.task, newurl, self.limits, redirect=True)
+        except Exception:
+            fp.close()  # urllib closes the redirect response only when it follows it
+            raise
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
