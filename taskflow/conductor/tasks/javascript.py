@@ -17,8 +17,12 @@ process, then a fresh isolate and one evaluation about 3 ms.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from taskflow.conductor.boundaries import Limits
@@ -44,14 +48,46 @@ class ScriptError(TaskflowError, RuntimeError):
         super().__init__(f"script of task {task!r}: {detail}")
 
 
-def _engine() -> Any:
+_loop_lock = threading.Lock()  # guards _loop
+_loop: asyncio.AbstractEventLoop | None = None  # mini-racer >= 0.14: one loop for every isolate
+
+
+def _shared_loop() -> asyncio.AbstractEventLoop:
+    """The event loop mini-racer (0.14 and later) delivers V8's callbacks to.
+
+    mini-racer otherwise starts a loop thread per isolate and closes it before freeing the
+    isolate, so a callback V8 sends after a timeout lands on a closed loop. One loop, started
+    once and never closed (a daemon thread), receives them all.
+    """
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True,
+                             name="asyncio_taskflow-javascript").start()
+            _loop = loop
+        return _loop
+
+
+@contextmanager
+def _isolate() -> Iterator[Any]:
+    """A fresh V8 isolate, closed on exit."""
     try:
-        from py_mini_racer import MiniRacer
+        import py_mini_racer
     except ImportError as exc:  # pragma: no cover - the extra is part of dev
         raise ImportError(
             "JavaScript in Conductor tasks needs mini-racer: pip install 'taskflow-juc[conductor]'"
         ) from exc
-    return MiniRacer
+    factory = getattr(py_mini_racer, "mini_racer", None)
+    if factory is not None:
+        with factory(_shared_loop()) as racer:
+            yield racer
+        return
+    racer = py_mini_racer.MiniRacer()  # 0.12: no event loop
+    try:
+        yield racer
+    finally:
+        racer.close()
 
 
 def evaluate(task: str, script: str, bindings: Any, limits: Limits,
@@ -80,9 +116,9 @@ def evaluate(task: str, script: str, bindings: Any, limits: Limits,
     source = (f"var $ = {data};\n"
               f"(function(){{ var __r = (0, eval)({json.dumps(script)});"
               " return __r === undefined ? 'null' : JSON.stringify(__r); })()")
-    racer = _engine()()
     try:
-        text = racer.eval(source, timeout_sec=seconds, max_memory=limits.js_memory_limit)
+        with _isolate() as racer:
+            text = racer.eval(source, timeout_sec=seconds, max_memory=limits.js_memory_limit)
     except JSTimeoutException:
         raise ScriptError(task, "timeout",
                           f"stopped after its time limit of {seconds:.3g} s") from None
@@ -92,8 +128,6 @@ def evaluate(task: str, script: str, bindings: Any, limits: Limits,
     except JSEvalException as exc:
         first = str(exc).strip().splitlines()
         raise ScriptError(task, "error", first[0] if first else type(exc).__name__) from None
-    finally:
-        racer.close()
     if not isinstance(text, str):
         return None  # JSON.stringify gave undefined (a function, a symbol)
     return json.loads(text)
