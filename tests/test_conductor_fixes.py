@@ -3,6 +3,7 @@ task/workflow timeouts and retryLogic inside the run's budget."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -154,7 +155,7 @@ def test_every_task_that_cannot_run_in_process_is_named_with_type_and_position()
 
 
 def attempts_of(log: list[float]) -> list[float]:
-    return [b - a for a, b in zip(log, log[1:])]
+    return [b - a for a, b in itertools.pairwise(log)]
 
 
 def flaky(log: list[float], succeed_on: int) -> Any:
