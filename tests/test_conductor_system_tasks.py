@@ -490,3 +490,25 @@ def test_a_workflow_run_from_many_threads_keeps_variables_apart(pool: ThreadPool
     for t in threads:
         t.join()
     assert seen == {i: i for i in range(4)}
+
+
+# -- the example --------------------------------------------------------------------------------
+
+
+def test_the_orders_example_runs_its_three_orders(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "conductor_orders.py"
+    spec = importlib.util.spec_from_file_location("examples_conductor_orders", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = module.main()
+    assert {k: r.status for k, r in runs.items()} == {"small": "COMPLETED", "large": "COMPLETED",
+                                                      "backorder": "COMPLETED"}
+    assert runs["small"].output == {"state": "packed", "total": 7.5, "polls": 3}
+    assert "reviewed" in str(runs["large"].result.outputs["review"])
+    assert runs["small"].result.result_of("review").state is ResultState.SKIPPED
+    assert runs["backorder"].output == {"state": "backorder", "missing": ["ink"]}
+    assert "pack_loop" not in runs["backorder"].result.outputs  # terminated before the loop
+    assert "backorder COMPLETED" in capsys.readouterr().out
