@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import LONG
 
 from taskflow import FlowDefinitionError, ResultState, TaskContext, conductor
 from taskflow.conductor import TaskFailedError
@@ -512,3 +513,31 @@ def test_the_orders_example_runs_its_three_orders(capsys: pytest.CaptureFixture[
     assert runs["backorder"].output == {"state": "backorder", "missing": ["ink"]}
     assert "pack_loop" not in runs["backorder"].result.outputs  # terminated before the loop
     assert "backorder COMPLETED" in capsys.readouterr().out
+
+
+def test_system_tasks_run_on_a_process_pool() -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    wf = conductor.load({"tasks": [
+        {"name": "i", "taskReferenceName": "i", "type": "INLINE",
+         "inputParameters": {"x": "${workflow.input.x}", "evaluatorType": "javascript",
+                             "expression": "$.x * 2"}},
+        {"name": "v", "taskReferenceName": "v", "type": "SET_VARIABLE",
+         "inputParameters": {"k": "${i.output.result}"}},
+        {"name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+         "loopCondition": "$.loop.iteration < 2",
+         "loopOver": [simple("e", "echo", inputParameters={"k": "${workflow.variables.k}"})]},
+        {"name": "j", "taskReferenceName": "j", "type": "JSON_JQ_TRANSFORM",
+         "inputParameters": {"a": "${e.output.k}", "queryExpression": ".a + 1"}},
+        {"name": "t", "taskReferenceName": "t", "type": "TERMINATE",
+         "inputParameters": {"terminationStatus": "COMPLETED",
+                             "workflowOutput": {"j": "${j.output.result}"}}},
+        simple("never", "echo"),
+    ]}, {"echo": echo})
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
+        run = wf.run({"x": 21}, executor=executor, timeout=LONG * 6)
+    assert run.status == "COMPLETED" and run.output == {"j": 43}
+    assert run.variables == {"k": 42}
+    assert run.result.outputs["loop"]["2"] == {"e": {"k": 42}}
+    assert "never" not in run.result.outputs

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from taskflow.conductor import state
 from taskflow.conductor.tasks.base import TaskMixin, pause
-from taskflow.context import TaskContext
+from taskflow.context import TaskContext, TaskSupport
 from taskflow.node import SchedulingNode
 
 __all__ = ["EventTask", "SetVariableTask", "TerminateTask", "WaitTask", "parse_duration"]
@@ -25,6 +25,12 @@ class SetVariableTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         state.set_variables(ctx, task_input)
         return {}
+
+    def on_success(self, support: TaskSupport) -> None:
+        # again in the caller's process: a task run in another process wrote to a copy
+        super().on_success(support)
+        rec = state.tasks(support.context).get(self.ref) or {}
+        state.set_variables(support.context, rec.get("input") or {})
 
 
 class TerminateTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
@@ -46,12 +52,26 @@ class TerminateTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         output = task_input.get("workflowOutput")
         if output is not None and not isinstance(output, Mapping):
             output = {"output": output}
-        reason = task_input.get("terminationReason")
-        state.put_meta(ctx, terminated={"status": status, "reason": reason,
-                                        "output": dict(output or {}), "by": self.ref})
+        self._terminate(ctx, status, task_input.get("terminationReason"), dict(output or {}))
+        return {"output": dict(output or {})}
+
+    def _terminate(self, ctx: TaskContext, status: str, reason: Any,
+                   output: dict[str, Any]) -> None:
+        if "terminated" not in state.meta(ctx):
+            state.put_meta(ctx, terminated={"status": status, "reason": reason,
+                                            "output": output, "by": self.ref})
         ctx.cancel(f"terminated by task {self.ref!r} with status {status}"
                    + (f": {reason}" if reason else ""))
-        return {"output": dict(output or {})}
+
+    def on_success(self, support: TaskSupport) -> None:
+        # again in the caller's process: in another process ctx.cancel has no effect
+        super().on_success(support)
+        rec = state.tasks(support.context).get(self.ref) or {}
+        task_input = rec.get("input") or {}
+        value = support.work_result.result
+        output = value.get("output") if isinstance(value, Mapping) else None
+        self._terminate(support.context, str(task_input.get("terminationStatus")),
+                        task_input.get("terminationReason"), dict(output or {}))
 
 
 _UNITS = {"d": 86400.0, "day": 86400.0, "days": 86400.0, "h": 3600.0, "hr": 3600.0,

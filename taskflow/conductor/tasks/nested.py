@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from taskflow.conductor import state
 from taskflow.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.conductor.tasks.javascript import evaluate, truthy
-from taskflow.context import TaskContext
+from taskflow.context import TaskContext, TaskSupport
 from taskflow.node import SchedulingNode
 from taskflow.result import FlowResult
 
@@ -107,6 +107,19 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             state.put_task(ctx, self.ref, output=dict(output))
             if not self._again(ctx, output):
                 return output
+
+    def on_success(self, support: TaskSupport) -> None:
+        # in the caller's process: the loop tasks' last outputs, for the tasks after the loop
+        # (a loop run in another process recorded them in a copy of the context)
+        super().on_success(support)
+        value = support.work_result.result
+        if isinstance(value, dict):
+            last = value.get(str(value.get("iteration")))
+            if isinstance(last, dict):
+                known = state.tasks(support.context)
+                state.put_tasks(support.context, {
+                    r: {**(known.get(r) or {}), "output": out, "status": "COMPLETED"}
+                    for r, out in last.items()})
 
     def _again(self, ctx: TaskContext, output: dict[str, Any]) -> bool:
         if self.condition is None:
