@@ -398,6 +398,46 @@ def test_a_loop_condition_that_throws_fails_the_loop(pool: ThreadPoolExecutor) -
     assert isinstance(run.result.result_of("loop").exception, conductor.ScriptError)
 
 
+
+def test_do_while_over_items_exposes_loop_item_and_index(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "each", "taskReferenceName": "each", "type": "DO_WHILE",
+        "items": "${workflow.input.skus}",
+        "loopOver": [simple("check", "echo", inputParameters={
+            "sku": "${each.output.loopItem}", "i": "${each.output.loopIndex}"})]}]},
+        {"echo": echo})
+    out = wf.run({"skus": ["a", "b", "c"]}, executor=pool).result.outputs["each"]
+    assert out["iteration"] == 3
+    assert [out[str(n)]["check"] for n in (1, 2, 3)] == [
+        {"sku": "a", "i": 0}, {"sku": "b", "i": 1}, {"sku": "c", "i": 2}]
+    empty = wf.run({"skus": []}, executor=pool)
+    assert empty.status == "COMPLETED" and empty.result.outputs["each"] == {}
+    bad = wf.run({"skus": "abc"}, executor=pool)
+    assert bad.status == "FAILED" and "items must give a list" in (bad.reason or "")
+
+
+def test_do_while_keep_last_n_keeps_only_the_last_iterations(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "inputParameters": {"keepLastN": 2},
+        "loopCondition": "$.loop.iteration < 5", "loopOver": [simple("s", "echo")]}]},
+        {"echo": echo})
+    out = wf.run(executor=pool).result.outputs["loop"]
+    assert out["iteration"] == 5 and sorted(k for k in out if k != "iteration") == ["4", "5"]
+
+
+def test_an_optional_loop_task_failure_does_not_fail_the_loop(pool: ThreadPoolExecutor) -> None:
+    def broken(task_input: dict[str, Any]) -> dict[str, Any]:
+        raise TaskFailedError("flaky", {"tried": True})
+
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "loopCondition": "$.loop.iteration < 2",
+        "loopOver": [simple("maybe", "broken", optional=True)]}]}, {"broken": broken})
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.result.outputs["loop"]["2"] == {"maybe": {"tried": True}}
+
 # -- SUB_WORKFLOW -------------------------------------------------------------------------------
 
 

@@ -81,7 +81,7 @@ _TYPE_FIELDS = {
     "SET_VARIABLE": frozenset(),
     "TERMINATE": frozenset(),
     "EVENT": frozenset({"sink", "asyncComplete"}),
-    "DO_WHILE": frozenset({"loopCondition", "loopOver", "evaluatorType"}),
+    "DO_WHILE": frozenset({"loopCondition", "loopOver", "evaluatorType", "items"}),
     "SUB_WORKFLOW": frozenset({"subWorkflowParam"}),
 }
 _SERVER_ONLY = {
@@ -660,11 +660,15 @@ class _Compiler:
         condition = task.get("loopCondition")
         if condition is not None and not isinstance(condition, str):
             raise self.fail(f"do_while {label}: loopCondition must be a string")
+        items = None
+        if task.get("items") is not None:
+            items = self.compile_inputs(task["items"], ref, where, "items")
         if not condition:
-            self.warn(f"do_while {label} has no loopCondition: it runs once")
+            if items is None:
+                self.warn(f"do_while {label} has no loopCondition: it runs once")
             condition = None
         node = self.new_node(DoWhileTask, task, ref, where, body=[], body_refs=(),
-                             condition=condition,
+                             condition=condition, items=items, body_optional=frozenset(),
                              evaluator="value-param" if evaluator == "value-param"
                              else "javascript")
         outer, before = self.nodes, set(self.where)
@@ -676,7 +680,8 @@ class _Compiler:
             self.nodes = outer
         self.nodes[ref] = node  # keep definition order: the loop, then what follows
         body_refs = tuple(r for r in self.where if r not in before)
-        node.__dict__.update(body=body, body_refs=body_refs)
+        node.__dict__.update(body=body, body_refs=body_refs,
+                             body_optional=frozenset(r for r in body_refs if r in self.optional))
         return node
 
     def sub_workflow(self, task: Mapping[str, Any], ref: str, where: str) -> Node:

@@ -66,18 +66,31 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     body_refs: tuple[str, ...]  # every task of the body (nested ones included), in order
     condition: str | None
     evaluator: str  # "javascript" or "value-param"
+    body_optional: frozenset[str]  # the body's optional tasks
+    items: Any  # the compiled ``items`` expression (list iteration), or None
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        from taskflow.conductor.workflow import conductor_status
+
         output: dict[str, Any] = {}
         limit = self.limits.max_loop_iterations
+        items = self._items(ctx)
+        keep = task_input.get("keepLastN")
+        keep_last = keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 \
+            else None
         iteration = 0
         while True:
             iteration += 1
+            if items is not None and iteration > len(items):
+                return output  # every item done (an empty list runs no iteration)
             if iteration > limit:
                 raise TaskFailedError(
                     f"do_while task {self.ref!r}: still looping after max_loop_iterations="
                     f"{limit} iterations", output)
             output["iteration"] = iteration
+            if items is not None:
+                output["loopItem"] = items[iteration - 1]
+                output["loopIndex"] = iteration - 1
             state.put_task(ctx, self.ref, output=dict(output))
             child = TaskContext()
             child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
@@ -91,6 +104,8 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             state.put_tasks(ctx, done)
             output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
                                       if "output" in rec}
+            if keep_last is not None:
+                output.pop(str(iteration - keep_last), None)
             child_vars = state.variables(child)
             if child_vars:
                 state.set_variables(ctx, child_vars)
@@ -99,14 +114,26 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
                 state.put_meta(ctx, terminated=meta["terminated"])
                 ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
                 return output
-            if meta.get("failed_by") or not result.ok:
+            if conductor_status(result, meta, self.body_optional) != "COMPLETED":
                 why = meta.get("reason") or result.cancelled or "failed"
                 raise TaskFailedError(
                     f"do_while task {self.ref!r}: iteration {iteration} failed: task "
                     f"{meta.get('failed_by')!r}: {why}", output)
             state.put_task(ctx, self.ref, output=dict(output))
+            if items is not None and self.condition is None:
+                continue
             if not self._again(ctx, output):
                 return output
+
+    def _items(self, ctx: TaskContext) -> list[Any] | None:
+        """The list a list-iterating loop (``items``) walks, or None for a counting loop."""
+        if self.items is None:
+            return None
+        items = self.scope(ctx).resolve(self.items)
+        if not isinstance(items, list):
+            raise TypeError(f"do_while task {self.ref!r}: items must give a list, got "
+                            f"{type(items).__name__}")
+        return items
 
     def on_success(self, support: TaskSupport) -> None:
         # in the caller's process: the loop tasks' last outputs, for the tasks after the loop
