@@ -179,8 +179,6 @@ def as_text(value: Any) -> str:
         return "false"
     if isinstance(value, str):
         return value
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return str(value)
     if isinstance(value, (Mapping, list, tuple)):
         try:
             return json.dumps(value, default=str)
