@@ -19,7 +19,7 @@ from typing import Any
 
 from taskflow.context import TaskContext
 
-__all__ = ["INPUT_KEY", "RUNS_KEY", "meta", "put_meta", "put_task", "run_key", "tasks",
+__all__ = ["INPUT_KEY", "RUNS_KEY", "claim_meta", "meta", "put_meta", "put_task", "run_key", "tasks",
            "variables", "workflow_object"]
 
 #: The TaskContext key holding the workflow input (``${workflow.input...}`` reads it).
@@ -104,6 +104,23 @@ def set_variables(ctx: TaskContext, updates: Mapping[str, Any]) -> None:
 def put_meta(ctx: TaskContext, **fields: Any) -> None:
     """Record facts about the run (a TERMINATE's status and output, the task that failed it)."""
     _update(ctx, "meta", None, fields)
+
+
+def claim_meta(ctx: TaskContext, key: str, **fields: Any) -> bool:
+    """Record ``fields`` unless ``key`` is already recorded (the first failure or termination
+    wins, atomically); True if this call recorded them."""
+    rk = run_key(ctx)
+    with _LOCK:
+        runs = dict(ctx.get(RUNS_KEY) or {})
+        run = dict(runs.get(rk) or {})
+        part = dict(run.get("meta") or {})
+        if key in part:
+            return False
+        part.update(fields)
+        run["meta"] = part
+        runs[rk] = run
+        ctx[RUNS_KEY] = runs
+        return True
 
 
 def seed(ctx: TaskContext, key: str, record: Mapping[str, Any]) -> None:

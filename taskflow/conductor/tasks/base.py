@@ -23,7 +23,7 @@ from taskflow.conductor import state
 from taskflow.conductor.boundaries import Limits
 from taskflow.conductor.expressions import Scope
 from taskflow.context import TaskContext, TaskSupport
-from taskflow.errors import ResultNotAvailableError, TaskflowError
+from taskflow.errors import ResultNotAvailableError, TaskflowError, UpstreamFailedError
 from taskflow.fanout import FanInResult
 from taskflow.result import ResultState
 
@@ -182,10 +182,11 @@ class TaskMixin:
         status = _STATUS.get(wr.state, "FAILED")
         state.put_task(ctx, self.ref, output=failure_output(wr.exception), status=status)
         if wr.state in (ResultState.EXCEPTION, ResultState.TIMEOUT) and not self.optional_task:
-            # Conductor fails the workflow at the first required failure and cancels the rest
-            if "failed_by" not in state.meta(ctx):
-                state.put_meta(ctx, failed_by=self.ref, failed_status=status,
-                               reason=f"{type(wr.exception).__name__}: {wr.exception}")
+            # Conductor fails the workflow at the first required failure and cancels the rest;
+            # a task failed fast after its father's failure leaves the father as the culprit
+            if not isinstance(wr.exception, UpstreamFailedError):
+                state.claim_meta(ctx, "failed_by", failed_by=self.ref, failed_status=status,
+                                 reason=f"{type(wr.exception).__name__}: {wr.exception}")
             ctx.cancel(f"conductor task {self.ref!r} {status.lower()}")
 
 

@@ -57,9 +57,8 @@ class TerminateTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
 
     def _terminate(self, ctx: TaskContext, status: str, reason: Any,
                    output: dict[str, Any]) -> None:
-        if "terminated" not in state.meta(ctx):
-            state.put_meta(ctx, terminated={"status": status, "reason": reason,
-                                            "output": output, "by": self.ref})
+        state.claim_meta(ctx, "terminated", terminated={"status": status, "reason": reason,
+                                                        "output": output, "by": self.ref})
         ctx.cancel(f"terminated by task {self.ref!r} with status {status}"
                    + (f": {reason}" if reason else ""))
 
