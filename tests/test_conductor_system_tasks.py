@@ -487,6 +487,69 @@ def test_sub_workflow_picks_the_highest_version_without_one(pool: ThreadPoolExec
     assert wf.run(executor=pool).result.outputs["s"]["result"] == 3
 
 
+
+# -- dynamic forks of system tasks --------------------------------------------------------------
+
+
+def dynamic_fork(tasks: list[dict[str, Any]], inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "fan", "tasks": [
+        {"name": "dyn", "taskReferenceName": "dyn", "type": "FORK_JOIN_DYNAMIC",
+         "dynamicForkTasksParam": "tasks", "dynamicForkTasksInputParamName": "inputs",
+         "inputParameters": {"tasks": tasks, "inputs": inputs}},
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+    ]}
+
+
+def test_a_dynamic_fork_runs_sub_workflows_and_system_tasks(pool: ThreadPoolExecutor) -> None:
+    child = {"name": "double", "version": 1, "tasks": [{
+        "name": "d", "taskReferenceName": "d", "type": "INLINE",
+        "inputParameters": {"n": "${workflow.input.n}", "evaluatorType": "javascript",
+                            "expression": "$.n * 2"}}],
+        "outputParameters": {"doubled": "${d.output.result}"}}
+    tasks = [
+        {"name": "sub", "taskReferenceName": "s1", "type": "SUB_WORKFLOW",
+         "subWorkflowParam": {"name": "double", "version": 1}},
+        {"name": "sub", "taskReferenceName": "s2", "type": "SUB_WORKFLOW",
+         "subWorkflowParam": {"name": "double"}},
+        {"name": "js", "taskReferenceName": "j1", "type": "INLINE",
+         "inputParameters": {"evaluatorType": "javascript", "expression": "$.text.length"}},
+        {"name": "echo", "taskReferenceName": "e1"},
+    ]
+    inputs = {"s1": {"n": 2}, "s2": {"n": 5}, "j1": {"text": "$${not an expression}"},
+              "e1": {"plain": True}}
+    wf = conductor.load(dynamic_fork(tasks, inputs), {"echo": echo}, workflows=[child])
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    join = run.result.outputs["join"]
+    assert join["s1"]["doubled"] == 4 and join["s2"]["doubled"] == 10
+    assert join["j1"] == {"result": len("${not an expression}")}  # input is data, not code
+    assert join["e1"] == {"plain": True}
+
+
+def test_a_dynamically_forked_task_keeps_the_boundaries_of_load(
+    pool: ThreadPoolExecutor,
+) -> None:
+    tasks = [{"name": "call", "taskReferenceName": "h1", "type": "HTTP"}]
+    inputs = {"h1": {"http_request": {"uri": "http://metadata.invalid/x"}}}
+    wf = conductor.load(dynamic_fork(tasks, inputs), {}, allow_hosts=["127.0.0.1"])
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED"
+    error = run.result.result_of("dyn").result.failed["h1"]
+    assert isinstance(error, TaskFailedError) and "metadata.invalid" in str(error)
+
+
+def test_a_bad_dynamically_forked_system_task_fails_the_fork_before_any_runs(
+    pool: ThreadPoolExecutor,
+) -> None:
+    calls: list[Any] = []
+    tasks = [{"name": "echo", "taskReferenceName": "ok"},
+             {"name": "js", "taskReferenceName": "bad", "type": "INLINE"}]
+    wf = conductor.load(dynamic_fork(tasks, {}), {"echo": lambda i: calls.append(i)})
+    run = wf.run(executor=pool)
+    error = run.result.result_of("dyn").exception
+    assert isinstance(error, FlowDefinitionError)
+    assert "dynamic fork 'dyn': task 'bad'" in str(error) and calls == []
+
 # -- system parameters --------------------------------------------------------------------------
 
 

@@ -642,7 +642,8 @@ class _Compiler:
                                 f"{name!r}, which is not in the registry")
         node: DynamicForkTask = self.new_node(  # type: ignore[assignment]
             DynamicForkTask, task, ref, where, tasks_param=tasks_param, input_param=input_param,
-            registry=self.registry, static_refs=frozenset())
+            registry=self.registry, static_refs=frozenset(), library=self.library,
+            chain=self.chain)
         self.dynamic_forks.append(node)
         return node
 
@@ -783,6 +784,14 @@ def _compile_workflow(data: Any, library: _Library, chain: tuple[str, ...]) -> W
     return Workflow(name, data.get("version"), dict(data), compiler.nodes, compiler.warnings,
                     timeout, [n for n, _ in tail], output_parameters,
                     frozenset(compiler.optional), library.registry is not None, alert)
+
+
+def compile_forked(task: Mapping[str, Any], library: _Library, chain: tuple[str, ...]
+                   ) -> Workflow:
+    """A task a dynamic fork forks at run time (any type but SIMPLE), as a one-task workflow
+    compiled with the limits and definitions of the ``load`` call that loaded the fork."""
+    return _compile_workflow({"name": f"{chain[-1]}.dynamic", "tasks": [dict(task)]}, library,
+                             chain)
 
 
 def _workflow_timeout(data: Mapping[str, Any], compiler: _Compiler

@@ -8,7 +8,13 @@ from typing import Any, ClassVar
 
 from taskflow.conductor import state
 from taskflow.conductor.expressions import as_text
-from taskflow.conductor.tasks.base import TaskMixin, as_output, copy_value, failure_output
+from taskflow.conductor.tasks.base import (
+    TaskFailedError,
+    TaskMixin,
+    as_output,
+    copy_value,
+    failure_output,
+)
 from taskflow.conductor.tasks.javascript import evaluate
 from taskflow.context import TaskContext
 from taskflow.errors import FlowDefinitionError, ResultNotAvailableError
@@ -209,11 +215,15 @@ class OptionalFailure:
 
 
 class DynamicForkTask(TaskMixin, FanOutNode[None]):
-    """``FORK_JOIN_DYNAMIC``: forks one registry call per task listed in its input.
+    """``FORK_JOIN_DYNAMIC``: forks the tasks listed in its input.
 
     Each forked task's input is its own ``inputParameters`` (resolved when the fork runs)
     merged with its entry in the tasks-input map, the entry winning, as in Conductor. An entry
-    that is not an object fails the fork, naming the fork and the task.
+    that is not an object fails the fork, naming the fork and the task. A SIMPLE task is a
+    registry call; a task of any other type (SUB_WORKFLOW, HTTP, INLINE...) is compiled when
+    the fork runs, with the limits and definitions of the ``load`` call, and runs as a nested
+    one-task run, its input given as data (never read as expressions). Every forked task is
+    checked before any of them runs.
     """
 
     _viz_kind: ClassVar[str] = "fanout"
@@ -221,19 +231,23 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
     input_param: str | None
     registry: Mapping[str, TaskFn] | None
     static_refs: frozenset[str]
+    library: Any  # the load() call's _Library: compiles forked system tasks
+    chain: tuple[str, ...]  # the workflows being compiled (sub-workflow cycles)
 
     task = FanOutNode.task  # the engine schedules the items; TaskMixin's task is not used
 
     def items(self, ctx: TaskContext, param: None) -> Iterator[tuple[Hashable, Any]]:
         forked = self._forked(ctx, self.get_input(ctx))
-        state.put_task(ctx, self.ref, forked=[ref for ref, _, _, _ in forked])
-        for ref, name, fn_input, optional in forked:
-            yield ref, (ref, name, fn_input, optional)
+        state.put_task(ctx, self.ref, forked=[item[0] for item in forked])
+        for item in forked:
+            yield item[0], item
 
     def _forked(self, ctx: TaskContext, task_input: dict[str, Any]
-                ) -> list[tuple[str, str, dict[str, Any], bool]]:
-        """(ref, name, input, optional) of each forked task, checked before any of them runs."""
+                ) -> list[tuple[str, str, dict[str, Any], bool, bool]]:
+        """(ref, name, input, optional, system) of each forked task, checked before any of
+        them runs; for a system task (any type but SIMPLE) the input is its definition."""
         out: list[tuple[str, str, dict[str, Any], bool]] = []
+        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
         inputs = task_input.get("forkTaskInputs")
         if isinstance(inputs, list):
             name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
@@ -264,11 +278,6 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                     )
                 ref = t["taskReferenceName"]
                 kind = t.get("type") or "SIMPLE"
-                if kind != "SIMPLE":
-                    raise ValueError(
-                        f"dynamic fork {self.ref!r}: task {ref!r} has type {kind!r}; "
-                        "only SIMPLE tasks can be forked dynamically in-process"
-                    )
                 name = t.get("name")
                 if not isinstance(name, str) or not name:
                     raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
@@ -290,7 +299,11 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                     merged.update(_resolve_forked_input(self.ref, ref, own, scope))
                 merged.update(entry or {})
                 optional = bool(t.get("optional")) or self.optional_task
+                if kind != "SIMPLE":
+                    system[ref] = _as_system_task(t, merged)
                 out.append((ref, name, merged, optional))
+            for ref, tdef in system.items():
+                self._compile_one(ref, tdef)  # checked before any forked task runs
         seen: set[str] = set()
         registry = self.registry
         for ref, name, _, _ in out:
@@ -299,22 +312,66 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                     f"dynamic fork {self.ref!r}: task reference name {ref!r} is used twice"
                 )
             seen.add(ref)
+            if ref in system:
+                continue
             if registry is None or not callable(registry.get(name)):
                 raise LookupError(
                     f"dynamic fork {self.ref!r}: task {ref!r} uses name {name!r}, "
                     "which is not in the registry"
                 )
-        return out
+        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
+                for ref, name, fn_input, optional in out]
+
+    def _compile_one(self, ref: str, tdef: Mapping[str, Any]) -> Any:
+        """A forked system task as a one-task workflow (FlowDefinitionError naming it)."""
+        from taskflow.conductor.loader import compile_forked
+
+        try:
+            return compile_forked(tdef, self.library, self.chain)
+        except FlowDefinitionError as exc:
+            raise FlowDefinitionError(f"dynamic fork {self.ref!r}: task {ref!r}: {exc}") from None
 
     def work(self, ctx: TaskContext, item: Any) -> Any:
-        _ref, name, fn_input, optional = item
-        assert self.registry is not None  # checked by _forked
+        ref, name, fn_input, optional, system = item
         try:
+            if system:
+                return self._run_system(ctx, ref, fn_input)
+            assert self.registry is not None  # checked by _forked
             return as_output(self.registry[name](copy_value(fn_input)))
         except Exception as exc:
             if optional:
                 return OptionalFailure(failure_output(exc), exc)
             raise
+
+    def _run_system(self, ctx: TaskContext, ref: str, tdef: Mapping[str, Any]) -> Any:
+        """Run a forked system task (HTTP, INLINE, SUB_WORKFLOW...) as a nested one-task run."""
+        from taskflow.conductor.tasks.nested import run_nested
+
+        wf = self._compile_one(ref, tdef)
+        result, _record = run_nested(ctx, wf.nodes, {}, f"{state.run_key(ctx)}/{ref}")
+        wr = result.result_of(ref)
+        if ref in result.outputs:
+            return result.outputs[ref]
+        raise TaskFailedError(f"dynamic fork {self.ref!r}: task {ref!r} ended {wr.state.name}: "
+                              f"{wr.exception}", failure_output(wr.exception))
+
+
+def _escape(value: Any) -> Any:
+    """Data given as a definition's literal: ``${`` in strings is not an expression."""
+    if isinstance(value, str):
+        return value.replace("${", "$${")
+    if isinstance(value, Mapping):
+        return {k: _escape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape(v) for v in value]
+    return value
+
+
+def _as_system_task(task: Mapping[str, Any], task_input: dict[str, Any]) -> dict[str, Any]:
+    """A forked system task's definition, with its resolved input as literal inputParameters."""
+    tdef = dict(task)
+    tdef["inputParameters"] = _escape(task_input)
+    return tdef
 
 
 def _resolve_forked_input(fork: str, ref: str, params: Mapping[str, Any], scope: Any

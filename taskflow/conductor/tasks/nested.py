@@ -34,7 +34,7 @@ from taskflow.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.conductor.workflow import Workflow
 
-__all__ = ["DoWhileTask", "SubWorkflowTask"]
+__all__ = ["DoWhileTask", "SubWorkflowTask", "run_nested"]
 
 
 def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: TaskContext
@@ -56,6 +56,18 @@ def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: Task
     with ThreadPoolExecutor(4, thread_name_prefix="taskflow-conductor-nested") as pool:
         return TaskScheduling.start(nodes, executor=pool, timeout=nested_timeout(ctx),
                                     context=child)
+
+
+def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
+               workflow_input: dict[str, Any], key: str) -> tuple[FlowResult, dict[str, Any]]:
+    """Run ``nodes`` as a workflow of its own (input ``workflow_input``, record ``key``) on the
+    enclosing run's executor; its FlowResult and its record (tasks, variables, meta)."""
+    child = TaskContext()
+    child[state.INPUT_KEY] = workflow_input
+    child[state.WORKFLOW_ID_KEY] = key
+    state.seed(child, key, {})
+    result = _nested(ctx, nodes, child)
+    return result, state.snapshot(child)
 
 
 class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
@@ -173,13 +185,8 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         from taskflow.conductor.workflow import conductor_status, resolve_output
 
         sub = self.sub
-        child = TaskContext()
-        child[state.INPUT_KEY] = task_input
         sub_id = self.task_id(ctx)
-        child[state.WORKFLOW_ID_KEY] = sub_id
-        state.seed(child, sub_id, {})
-        result = _nested(ctx, sub.nodes, child)
-        record = state.snapshot(child)
+        result, record = run_nested(ctx, sub.nodes, task_input, sub_id)
         status = conductor_status(result, record.get("meta") or {}, sub._optional)
         terminated = (record.get("meta") or {}).get("terminated")
         if terminated:
