@@ -109,6 +109,7 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
             child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
             record = state.snapshot(ctx)
+            record.pop("meta", None)  # the loop's own failures and terminations start empty
             state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
             result = _nested(ctx, self.body, child)
             records = state.tasks(child)
