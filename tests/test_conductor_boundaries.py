@@ -146,11 +146,14 @@ def test_jq_works_again_after_a_killed_worker() -> None:
     assert run_jq("j", ".a + 1", {"a": 1}, limits, 10) == [2]
 
 
-def test_a_jq_memory_hog_is_stopped() -> None:
-    limits = Limits(jq_time_limit=20, jq_memory_limit=256 * 2**20)
-    with pytest.raises(JqError):
-        run_jq("j", "[range(1e9) | tostring] | length", None, limits, 30)
-    assert run_jq("j", "1", None, limits, 10) == [1]
+def test_a_jq_memory_hog_is_stopped(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "j", "taskReferenceName": "j", "type": "JSON_JQ_TRANSFORM",
+        "inputParameters": {"queryExpression": "[range(1e9) | tostring] | length"}}]}, {},
+        jq_time_limit=20, jq_memory_limit=256 * 2**20)
+    error = wf.run(executor=pool, timeout=60).result.result_of("j").exception
+    assert isinstance(error, TaskFailedError) and "jq program of task 'j'" in str(error)
+    assert run_jq("j", "1", None, Limits(jq_memory_limit=256 * 2**20), 10) == [1]
 
 
 # -- sub-workflows ------------------------------------------------------------------------------

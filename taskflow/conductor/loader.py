@@ -821,6 +821,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
          js_time_limit: float = 5.0,
          js_memory_limit: int = 64 * 1024 * 1024,
          jq_time_limit: float = 5.0,
+         jq_memory_limit: int = 1024 * 1024 * 1024,
          max_loop_iterations: int = 1000,
          event_sink: EventSink | None = None) -> Workflow:
     """Compile a Conductor workflow definition into a runnable :class:`Workflow`.
@@ -842,6 +843,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
         js_time_limit: seconds one JavaScript evaluation may run (capped by the budget).
         js_memory_limit: bytes of heap one JavaScript evaluation may use.
         jq_time_limit: seconds one jq program may run (capped by the budget).
+        jq_memory_limit: bytes of address space a jq worker process may use.
         max_loop_iterations: iterations after which a DO_WHILE fails.
         event_sink: ``fn(sink, payload)`` that EVENT tasks publish to; without it EVENT tasks
             are refused at load.
@@ -866,7 +868,8 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
     limits = Limits(allow_hosts=None if allow_hosts is None else tuple(allow_hosts),
                     max_response_bytes=max_response_bytes, js_time_limit=js_time_limit,
                     js_memory_limit=js_memory_limit, jq_time_limit=jq_time_limit,
-                    max_loop_iterations=max_loop_iterations, event_sink=event_sink)
+                    jq_memory_limit=jq_memory_limit, max_loop_iterations=max_loop_iterations,
+                    event_sink=event_sink)
     known: list[Mapping[str, Any]] = []
     for w in workflows or ():
         d = read_definition(w)
