@@ -644,3 +644,20 @@ def test_system_tasks_run_on_a_process_pool() -> None:
     assert run.variables == {"k": 42}
     assert run.result.outputs["loop"]["2"] == {"e": {"k": 42}}
     assert "never" not in run.result.outputs
+
+
+def test_a_deep_scan_collects_a_field_at_any_depth(pool: ThreadPoolExecutor) -> None:
+    # the kitchensink example of Conductor's documentation reads ${get_es_1.output..status}
+    hits = {"hits": {"hits": [{"_source": {"status": "RUNNING", "workflowId": "w1"}},
+                              {"_source": {"status": "FAILED", "workflowId": "w2"}}]}}
+    wf = conductor.load({"tasks": [
+        simple("search", "search"),
+        simple("report", "echo", inputParameters={"statuses": "${search.output..status}",
+                                                  "ids": "${search.output..hits[0]}"}),
+    ], "outputParameters": {"workflowIds": "${search.output..workflowId}"}},
+        {"search": lambda i: hits, "echo": echo})
+    run = wf.run(executor=pool)
+    assert run.result.outputs["report"]["statuses"] == ["RUNNING", "FAILED"]
+    # [0] applies to each match; the match that is not a list is left out
+    assert run.result.outputs["report"]["ids"] == [hits["hits"]["hits"][0]]
+    assert run.output == {"workflowIds": ["w1", "w2"]}

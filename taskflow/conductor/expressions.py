@@ -10,6 +10,7 @@ What an expression may read (Conductor's system parameters):
   ``${workflow.workflowId}``, ``${workflow.correlationId}``, ``${workflow.workflowType}``,
   ``${workflow.version}``;
 * ``${ref.input.x}``, ``${ref.output.a.b[0]}``, ``${ref.taskId}``, ``${ref.status}`` of any task;
+  a JSONPath deep scan ``${ref.output..status}`` gives every ``status`` at any depth, as a list;
 * ``${CPEWF_TASK_ID}``, the id of the task being resolved. ``${NETFLIX_ENV}`` and
   ``${NETFLIX_STACK}`` read environment variables in Conductor; in-process they resolve to
   ``None``: a definition never reads the process environment.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["Ref", "Scope", "Template", "as_text", "compile_value", "walk"]
@@ -37,7 +38,8 @@ class Ref:
 
     __slots__ = ("field", "path", "root", "text")
 
-    def __init__(self, root: str, field: str, path: tuple[str | int, ...], text: str) -> None:
+    def __init__(self, root: str, field: str, path: tuple[str | int | Deep, ...],
+                 text: str) -> None:
         self.root = root
         self.field = field
         self.path = path
@@ -47,6 +49,21 @@ class Ref:
     def is_task(self) -> bool:
         """True when the expression reads a task (not ``workflow`` or a system parameter)."""
         return self.root != "workflow" and self.root not in SYSTEM_PARAMETERS
+
+
+class Deep:
+    """A JSONPath deep scan (``..key``): every value of ``key`` at any depth, as a list."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Deep) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(("..", self.key))
 
 
 class Template:
@@ -60,7 +77,7 @@ class Template:
 
 
 _TOKEN = re.compile(
-    r"""\.(?P<key>[^.\[\]'"\s]+)|\[\s*(?P<idx>-?\d+)\s*\]|\[\s*'(?P<sq>[^']*)'\s*\]|\[\s*"(?P<dq>[^"]*)"\s*\]"""
+    r"""\.\.(?P<deep>[^.\[\]'"\s]+)|\.(?P<key>[^.\[\]'"\s]+)|\[\s*(?P<idx>-?\d+)\s*\]|\[\s*'(?P<sq>[^']*)'\s*\]|\[\s*"(?P<dq>[^"]*)"\s*\]"""
 )
 
 
@@ -73,13 +90,17 @@ def parse_path(text: str) -> Ref:
     if m is None:
         raise ValueError("it does not start with 'workflow' or a task reference name")
     root = m.group(0)
-    tokens: list[str | int] = []
+    tokens: list[str | int | Deep] = []
     pos = m.end()
     while pos < len(body):
         t = _TOKEN.match(body, pos)
         if t is None:
             raise ValueError(f"cannot read the path at {body[pos:]!r}")
-        if t.group("idx") is not None:
+        if t.group("deep") is not None:
+            if not tokens:
+                raise ValueError(f"{root!r} must be followed by a field such as '.output'")
+            tokens.append(Deep(t.group("deep")))
+        elif t.group("idx") is not None:
             tokens.append(int(t.group("idx")))
         else:
             key = t.group("key") or t.group("sq") or t.group("dq") or ""
@@ -152,9 +173,29 @@ def compile_value(value: Any, where: str, refs: list[tuple[str, Ref]]) -> Any:
     return value
 
 
-def walk(value: Any, path: tuple[str | int, ...]) -> Any:
-    """Follow ``path`` into ``value``; None where it leads nowhere."""
-    for step in path:
+def _deep(value: Any, key: str) -> Iterator[Any]:
+    """Every value of ``key`` in ``value``, at any depth, in document order."""
+    if isinstance(value, Mapping):
+        if key in value:
+            yield value[key]
+        for v in value.values():
+            yield from _deep(v, key)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _deep(v, key)
+
+
+def walk(value: Any, path: tuple[str | int | Deep, ...]) -> Any:
+    """Follow ``path`` into ``value``; None where it leads nowhere. A deep scan (``..key``)
+    gives the list of its matches, the rest of the path applied to each (matches where the
+    rest leads nowhere are left out, as JSONPath does)."""
+    for i, step in enumerate(path):
+        if isinstance(step, Deep):
+            found = list(_deep(value, step.key))
+            rest = path[i + 1:]
+            if not rest:
+                return found
+            return [r for r in (walk(v, rest) for v in found) if r is not None]
         if isinstance(step, int):
             if isinstance(value, (list, tuple)) and -len(value) <= step < len(value):
                 value = value[step]
