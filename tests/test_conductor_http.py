@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from conftest import LONG
 
 from taskflow import FlowDefinitionError, conductor
 from taskflow.conductor import HostNotAllowedError, TaskFailedError
@@ -75,6 +76,7 @@ def server() -> Iterator[tuple[str, threading.Event]]:
     handler = type("Handler", (_Handler,), {"release": release})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
     thread = threading.Thread(target=httpd.serve_forever, name="conductor-http-server")
     thread.start()
     try:
@@ -221,7 +223,23 @@ def test_a_slow_server_cannot_outlast_the_budget(server: Any, pool: ThreadPoolEx
                                                    "readTimeOut": 60000})]}, {})
     run = wf.run(executor=pool, timeout=0.3)
     release.set()
-    assert run.status == "TIMED_OUT"
+    # the budget ends the run, or the read timeout (capped by the budget) fails the task first
+    assert run.result.elapsed < 5
+    if run.status != "TIMED_OUT":
+        assert run.status == "FAILED"
+        error = run.result.result_of("s").exception
+        assert isinstance(error, (TimeoutError, OSError)) and "timed out" in str(error)
+
+
+def test_the_read_timeout_of_the_definition_applies(server: Any,
+                                                     pool: ThreadPoolExecutor) -> None:
+    host, release = server
+    wf = conductor.load({"tasks": [http_task("s", {"uri": f"http://{host}/slow",
+                                                   "readTimeOut": 100})]}, {})
+    run = wf.run(executor=pool, timeout=LONG)
+    release.set()
+    assert run.status == "FAILED" and run.result.elapsed < LONG / 2
+    assert isinstance(run.result.result_of("s").exception, TimeoutError)
 
 
 @pytest.mark.parametrize("uri", ["file:///etc/passwd", "ftp://127.0.0.1/x"])

@@ -52,9 +52,10 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-def _seconds(value: Any, default: float) -> float:
+def _seconds(value: Any) -> float | None:
+    """A Conductor timeout in milliseconds, as seconds (None: not given or not positive)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        return default
+        return None
     return float(value) / 1000.0
 
 
@@ -97,8 +98,11 @@ class HttpTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             headers.setdefault("Accept", str(spec["accept"]))
         remaining = ctx.remaining()
         cap = remaining if not math.isinf(remaining) else _DEFAULT_TIMEOUT
-        timeout = min(max(_seconds(spec.get("connectionTimeOut"), cap),
-                          _seconds(spec.get("readTimeOut"), cap)), cap)
+        # urllib has one timeout, for the connection and for each read: the larger of the two
+        # the definition gives (none given: the budget), never more than the budget
+        given = [t for t in (_seconds(spec.get("connectionTimeOut")),
+                             _seconds(spec.get("readTimeOut"))) if t is not None]
+        timeout = min(max(given), cap) if given else cap
         if timeout <= 0:
             raise TimeoutError(f"http task {self.ref!r}: no time left in the run's budget")
         request = urllib.request.Request(uri, data=data, headers=headers, method=method)
