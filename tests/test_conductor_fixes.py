@@ -265,3 +265,33 @@ def test_unknown_retry_logic_or_timeout_policy_is_refused(field: str, value: str
         conductor.load({"tasks": [simple("t", "echo", taskDefinition={"retryCount": 1,
                                                                        field: value})]},
                        {"echo": echo})
+
+
+def test_a_loop_stops_iterating_once_another_branch_failed_the_workflow() -> None:
+    ticks: list[int] = []
+    second = threading.Event()
+
+    def tick(task_input: dict[str, Any]) -> dict[str, Any]:
+        ticks.append(1)
+        if len(ticks) == 2:
+            second.set()
+        return {}
+
+    def fail_after_two(task_input: dict[str, Any]) -> dict[str, Any]:
+        second.wait(LONG)
+        raise RuntimeError("boom")
+
+    wf = conductor.load({"tasks": [
+        {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN", "forkTasks": [
+            [{"name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+              "loopCondition": "true", "loopOver": [simple("tick")]}],
+            [simple("fail", "fail_after_two")]]},
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["loop", "fail"]},
+    ]}, {"tick": tick, "fail_after_two": fail_after_two}, max_loop_iterations=1000)
+    pool = ThreadPoolExecutor(4, thread_name_prefix="conductor-fix-loop")
+    try:
+        run = wf.run(executor=pool, timeout=LONG * 6)
+    finally:
+        pool.shutdown(wait=True)  # the loop's thread ends once it sees the cancellation
+    assert run.status == "FAILED" and run.failed_task == "fail"
+    assert len(ticks) < 1000

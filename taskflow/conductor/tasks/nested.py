@@ -53,9 +53,12 @@ def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: Task
                                     context=child)
     # the run's executor is not known here (a task started outside Workflow.start, or in
     # another process): a small pool of our own, for this nested run only
-    with ThreadPoolExecutor(4, thread_name_prefix="taskflow-conductor-nested") as pool:
+    pool = ThreadPoolExecutor(4, thread_name_prefix="taskflow-conductor-nested")
+    try:
         return TaskScheduling.start(nodes, executor=pool, timeout=nested_timeout(ctx),
                                     context=child)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # abandoned tasks end on their own
 
 
 def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
@@ -92,6 +95,7 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             else None
         iteration = 0
         while True:
+            ctx.raise_if_cancelled()  # the enclosing run ended (a failure elsewhere, the budget)
             iteration += 1
             if items is not None and iteration > len(items):
                 return output  # every item done (an empty list runs no iteration)
