@@ -1,7 +1,8 @@
 """Every command the README and the examples' docstrings print runs as printed.
 
 The commands are parsed from the files, so a changed README or docstring cannot drift from what
-works: each ``bash`` block of README.md, and each ``Run it``/``Use it`` literal block (``::``) of
+works: each ``bash`` block of README.md, the taskflow, example and server commands of the
+documentation site's ``bash`` blocks, and each ``Run it``/``Use it`` literal block (``::``) of
 an example's docstring. A command line is run with the same words, from the repository's root,
 with two substitutions only: ``python`` is this interpreter and a console script (``flask``,
 ``gunicorn``, ``uvicorn``, ``taskflow``) is the one installed next to it; a server's port (8000
@@ -58,11 +59,35 @@ class Block:
     lines: list[str] = field(default_factory=list)
 
 
-def readme_blocks() -> list[Block]:
+def markdown_blocks(path: Path) -> list[Block]:
+    """The command lines of each ``bash`` block of a Markdown file (``\\`` continuations joined)."""
+    text = path.read_text(encoding="utf-8")
     blocks = []
-    for i, match in enumerate(re.finditer(r"^```(?:bash|console|sh)\n(.*?)^```", README, re.DOTALL | re.MULTILINE)):
-        lines = [ln for ln in match.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
-        blocks.append(Block(f"README.md bash block {i + 1}", lines))
+    pattern = r"^```(?:bash|console|sh)\n(.*?)^```"
+    for i, match in enumerate(re.finditer(pattern, text, re.DOTALL | re.MULTILINE)):
+        joined = match.group(1).replace("\\\n", " ")
+        lines = [ln for ln in joined.splitlines() if ln.strip() and not ln.startswith("#")]
+        blocks.append(Block(f"{path.relative_to(ROOT)} bash block {i + 1}", lines))
+    return blocks
+
+
+def readme_blocks() -> list[Block]:
+    return markdown_blocks(ROOT / "README.md")
+
+
+# what the documentation site's pages print and this file runs; the rest of their commands
+# (creating a venv, building the site, installing a wheel) are .ci/run's steps
+DOCS_PROGRAMS = ("python -m taskflow", "taskflow ", "python examples/", "flask ", "gunicorn ",
+                 "uvicorn ", "curl ")
+
+
+def docs_blocks() -> list[Block]:
+    blocks = []
+    for path in sorted((ROOT / "docs").rglob("*.md")):
+        for block in markdown_blocks(path):
+            block.lines = [ln for ln in block.lines if ln.startswith(DOCS_PROGRAMS)]
+            if block.lines:
+                blocks.append(block)
     return blocks
 
 
@@ -81,7 +106,7 @@ def docstring_blocks(name: str) -> list[Block]:
 
 
 def all_blocks() -> list[Block]:
-    blocks = readme_blocks()
+    blocks = readme_blocks() + docs_blocks()
     for name in EXAMPLES_WITH_COMMANDS:
         blocks += docstring_blocks(name)
     return blocks
