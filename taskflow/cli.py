@@ -149,6 +149,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="print the run's report as JSON instead of the table, chart and comparison",
     )
     demo.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the run as one self-contained HTML page (graph and timeline) to FILE",
+    )
+    demo.add_argument(
         "--verbose",
         "-v",
         action="store_true",
@@ -275,6 +280,10 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         metrics = pool.metrics()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    if args.html is not None:
+        with open(args.html, "w", encoding="utf-8") as page:
+            page.write(run.result.to_html(flow="product_detail"))
+        print(f"run page written to {args.html}", file=err)
     if args.json:
         print(run.result.report().model_dump_json(indent=2), file=out)
     else:

@@ -293,6 +293,12 @@ class FlowResult(Mapping[str, "SchedulingNode[Any, Any]"]):
 
         return run_to_mermaid(self)
 
+    def to_html(self, **options: Any) -> str:
+        """One self-contained HTML page of the run; options as ``taskflow.html.render_html``."""
+        from taskflow.html import render_html
+
+        return render_html(self, **options)
+
     def __repr__(self) -> str:
         status = "ok" if self.ok else f"failed={sorted(self.failed)}"
         return f"<FlowResult {self.flow_id} {status} nodes={len(self)} elapsed={self.elapsed:.4f}s>"

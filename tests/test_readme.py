@@ -54,7 +54,7 @@ def test_nothing_cites_the_internal_api_contract():
     for pattern in ("README.md", "taskflow/**/*.py", "tests/**/*.py", "examples/**/*",
                     "docs/**/*.md", "benchmarks/**/*.py"):
         for path in ROOT.glob(pattern):
-            if path.is_file() and path.name != "test_readme.py":
-                if "API" + ".md" in path.read_text(encoding="utf-8", errors="replace"):
-                    offenders.append(str(path.relative_to(ROOT)))
+            if (path.is_file() and path.name != "test_readme.py"
+                    and "API" + ".md" in path.read_text(encoding="utf-8", errors="replace")):
+                offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, offenders
