@@ -728,7 +728,7 @@ def test_cli_graph_prints_dot_on_request(capsys: pytest.CaptureFixture[str]) -> 
 def test_cli_run_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     notifications()  # importable as a module from the examples folder (the file's directory)
     status = cli_main(["run", str(EXAMPLE), "--registry", "conductor_notifications",
-                       "--input", '{"user": "bob", "message": "hi"}'])
+                       "--import-file-dir", "--input", '{"user": "bob", "message": "hi"}'])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     report = json.loads(captured.out)
