@@ -1,6 +1,7 @@
 """taskflow — orchestrate a DAG of tasks on a concurrent.futures executor.
 
-The whole public API is re-exported here; see README.md and API.md.
+The whole public API is re-exported here; the documentation site (``docs/``, built with
+``mkdocs build``) describes it, its API reference is generated from these docstrings.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from loguru import logger
 
 from taskflow import conductor
+from taskflow._version import __version__ as __version__
 from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
     CycleError,
@@ -35,8 +37,6 @@ from taskflow.spec import FlowSpec, load_spec
 from taskflow.switch import SwitchNode, UnknownCaseError
 
 logger.disable("taskflow")
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Alarm",
