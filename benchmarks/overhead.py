@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 from graphlib import TopologicalSorter
@@ -63,8 +63,13 @@ def noop() -> None:
 
 # -- the hand-written baseline ------------------------------------------------------------------
 
-def handwritten(graph: Graph, executor: Executor) -> dict[str, Any]:
-    """Dispatch each node as soon as its fathers finish; wait for all."""
+def handwritten(graph: Graph, executor: Executor,
+                work: Mapping[str, Callable[[], Any]] | None = None) -> dict[str, Any]:
+    """Dispatch each node as soon as its fathers finish; wait for all.
+
+    Importable (``benchmarks/concurrency.py`` runs it beside taskflow). ``work`` maps a node to
+    the zero-argument callable it runs (default: every node is :func:`noop`).
+    """
     ts: TopologicalSorter[str] = TopologicalSorter(graph)
     ts.prepare()
     lock = threading.Lock()
@@ -84,7 +89,8 @@ def handwritten(graph: Graph, executor: Executor) -> dict[str, Any]:
             submit(n)
 
     def submit(name: str) -> None:
-        executor.submit(noop).add_done_callback(partial(on_done, name))
+        fn = noop if work is None else work[name]
+        executor.submit(fn).add_done_callback(partial(on_done, name))
 
     with lock:
         first = ts.get_ready()

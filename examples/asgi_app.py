@@ -4,8 +4,18 @@ The handler ``await``s ``taskflow.run_async``: the nodes run on the shared threa
 event loop keeps serving other requests meanwhile; the budget is kept by taskflow's timer thread,
 and a client that disconnects (the server cancels the handler's task) cancels the run. The same
 flow works unchanged under Starlette or FastAPI: ``await run_async(...)`` in an ``async def``
-route. Run it with ``uvicorn examples.asgi_app:app``; ``GET /products/<sku>?slow=reviews``
-gives a 504 naming the nodes the budget cut.
+route.
+
+Run it from the repository's root::
+
+    uvicorn examples.asgi_app:app --port 8000
+    curl 'localhost:8000/products/sku-10086'
+    curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
+    curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
+
+(``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.) One
+uvicorn worker is one event loop: all its requests share ``POOL``, whose size bounds how many
+backend calls run at once in the process.
 """
 
 from __future__ import annotations

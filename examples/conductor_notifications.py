@@ -15,7 +15,7 @@ is done too. Here the Conductor workers are small Python functions in ``REGISTRY
 
 Run it with ``python examples/conductor_notifications.py``, or from the command line::
 
-    python -m taskflow run examples/notification_workflow.json \\
+    python -m taskflow run examples/notification_workflow.json --import-file-dir \\
         --registry conductor_notifications --input '{"user": "ann", "message": "hi"}'
 """
 

@@ -18,7 +18,7 @@ A budget overrun is a ``504`` naming the nodes that timed out, a failed backend 
 naming it. ``GET /pool`` returns the pool's metrics as JSON; ``GET /metrics`` the pool monitor's
 latest sample for Prometheus.
 
-Run it::
+Run it from the repository's root with Django's development server::
 
     python examples/django_app.py runserver 8000
     curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
@@ -28,6 +28,12 @@ Run it::
     curl 'localhost:8000/metrics'
 
 (``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
+
+The module is also a WSGI application (``application``, as in a project's ``wsgi.py``), so any
+WSGI server runs it; under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the
+pool sizing and why not to ``--preload``)::
+
+    gunicorn -c examples/gunicorn.conf.py --bind 127.0.0.1:8000 examples.django_app:application
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 
 import django
 from django.conf import settings
+from django.core.wsgi import get_wsgi_application
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from loguru import logger
@@ -204,6 +211,9 @@ urlpatterns = [
     path("pool", pool_metrics),
     path("metrics", prometheus),
 ]
+
+# what a project's wsgi.py exposes: gunicorn, uWSGI and mod_wsgi serve this
+application = get_wsgi_application()
 
 
 if __name__ == "__main__":

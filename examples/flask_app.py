@@ -24,9 +24,10 @@ should poll ``ctx.cancelled`` and leave ``request`` alone by then.
 threads still running, queue-wait and run-time percentiles, ...); ``GET /metrics`` serves the
 pool monitor's latest sample (pool and process figures) for Prometheus.
 
-Run it::
+Run it from the repository's root (Flask's development server serves each request in its own
+thread)::
 
-    flask --app examples/flask_app.py run --port 8000 --threaded
+    flask --app examples/flask_app.py run --port 8000
     curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
     curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
     curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
@@ -34,6 +35,11 @@ Run it::
     curl 'localhost:8000/metrics'
 
 (``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
+
+In production, under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the pool
+sizing and why not to ``--preload``)::
+
+    gunicorn -c examples/gunicorn.conf.py --bind 127.0.0.1:8000 examples.flask_app:app
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The task functions of ``flow_spec.yaml`` (each ``fn(ctx, param)``; fan-out work ``fn(ctx, item)``).
 
-The spec names them as ``flow_spec_tasks:function``; ``taskflow.spec.load_spec`` finds this module
-beside the spec file. Run the flow with ``python -m taskflow run examples/flow_spec.yaml``.
+The spec names them as ``flow_spec_tasks:function``; ``load_spec(path, import_spec_dir=True)``
+finds this module beside the spec file. Run the flow with
+``python -m taskflow run examples/flow_spec.yaml --import-file-dir``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """taskflow — orchestrate a DAG of tasks on a concurrent.futures executor.
 
-The whole public API is re-exported here; see README.md and API.md. The parts that need pydantic
-or other heavy imports (report models, pools and monitors, FlowSpec, Conductor) load on first use
-(``__getattr__``), so ``import taskflow`` stays fast.
+The whole public API is re-exported here; the documentation site (``docs/``, built with
+``mkdocs build``) describes it, its API reference is generated from these docstrings. The parts
+that need pydantic or other heavy imports (report models, pools and monitors, FlowSpec,
+Conductor) load on first use (``__getattr__``), so ``import taskflow`` stays fast.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from taskflow._version import __version__ as __version__
 from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
     CycleError,
@@ -86,7 +88,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY) | {"conductor"})
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Alarm",

@@ -1,19 +1,59 @@
-"""The ``taskflow`` command line: ``python -m taskflow demo`` (``graph`` and ``run`` to come).
+"""The ``taskflow`` command line: ``taskflow demo | graph | run`` (or ``python -m taskflow ...``).
 
 This module is an application, not library code: it is the one place in taskflow that configures
 loguru, and only when asked (``--verbose``). By default it prints the demo's output and nothing
 else. Exit status: 0 the flow succeeded, 1 it failed (``--fail``, a too short ``--timeout``),
-2 the command line was wrong.
+2 the command line was wrong (or the ``taskflow`` package found is not this one).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from types import ModuleType
 from typing import TextIO
+
+import taskflow
+from taskflow._version import __version__
+
+SHADOWED_HINT = (
+    "error: the 'taskflow' package imported from {where} is not taskflow-juc (this command's "
+    "package, version {version}); most likely OpenStack's TaskFlow is installed in the same "
+    "environment, and both use the import name 'taskflow'. Use a separate virtual environment, "
+    "or 'pip uninstall taskflow' there and then reinstall taskflow-juc."
+)
+
+
+def check_not_shadowed(package: ModuleType) -> str | None:
+    """Return a hint when ``package`` (the imported ``taskflow``) is another project's.
+
+    OpenStack's TaskFlow is published as ``taskflow`` on the package index and imports as
+    ``taskflow`` too. Installed next to taskflow-juc it wins the import (or its files overwrite
+    ours), and every ``from taskflow import TaskScheduling`` fails with a bare ImportError. The
+    command line runs this check first so that it can say why.
+
+    Args:
+        package: The module ``import taskflow`` returned.
+
+    Returns:
+        None when it is this project's package; otherwise the message to print.
+    """
+    if getattr(package, "__version__", None) == __version__ and hasattr(
+        package, "TaskScheduling"
+    ):
+        return None
+    where = getattr(package, "__file__", None) or "an unknown place"
+    return SHADOWED_HINT.format(where=where, version=__version__)
+
+
+# ``import taskflow`` ran before this module: when it found another project's package, stop
+# here with the hint, before importing the modules that would fail with a bare ImportError.
+_SHADOWED = check_not_shadowed(taskflow)
+if _SHADOWED is not None:  # pragma: no cover - exercised in a subprocess by tests/test_commands
+    print(_SHADOWED, file=sys.stderr)
+    raise SystemExit(2)
 
 from loguru import logger
 
@@ -30,13 +70,42 @@ from taskflow.demo import NODE_NAMES, DemoRun, run_demo
 from taskflow.pool import Percentiles, PoolMetrics, ThreadPool
 from taskflow.result import FlowResult
 
-__all__ = ["build_parser", "format_table", "main"]
+__all__ = ["build_parser", "check_not_shadowed", "format_table", "main", "program_name"]
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the parser of the ``taskflow`` command and its subcommands."""
+
+def program_name(argv0: str | None = None) -> str:
+    """Return how the user invoked the command, for ``--help`` and error messages.
+
+    Args:
+        argv0: ``sys.argv[0]``; None reads it.
+
+    Returns:
+        ``python -m taskflow`` when run as a module (argv[0] is the package's ``__main__.py``),
+        otherwise the script's base name: ``taskflow`` for the console script.
+    """
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    base = os.path.basename(argv0)
+    if not base or base in ("__main__.py", "-c", "-m") or base.startswith("python"):
+        return "python -m taskflow"
+    return os.path.splitext(base)[0] if base.endswith((".py", ".exe")) else base
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """Return the parser of the ``taskflow`` command and its subcommands.
+
+    Args:
+        prog: The program name shown in help and errors; None works it out from ``sys.argv``
+            (see :func:`program_name`).
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m taskflow",
+        prog=program_name() if prog is None else prog,
         description="Orchestrate a DAG of tasks on a concurrent.futures executor.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"taskflow-juc {__version__}",
+        help="print the version of taskflow-juc and exit",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -78,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--json",
         action="store_true",
         help="print the run's report as JSON instead of the table, chart and comparison",
+    )
+    demo.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the run as one self-contained HTML page (graph and timeline) to FILE",
     )
     demo.add_argument(
         "--verbose",
@@ -148,12 +222,17 @@ def _format_failures(result: FlowResult) -> str:
     return "\n".join(lines)
 
 
-def _speed_up_line(flow_elapsed: float, staged_elapsed: float) -> str:
-    ratio = staged_elapsed / flow_elapsed if flow_elapsed > 0 else math.inf
-    verdict = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
+def _comparison_line(flow_elapsed: float, staged_elapsed: float) -> str:
+    """Both measured times and their difference, as measured: no rounding into a verdict."""
+    diff = staged_elapsed - flow_elapsed
+    if diff >= 0:
+        verdict = f"taskflow took {diff * 1000:.1f} ms less"
+    else:
+        verdict = f"taskflow took {-diff * 1000:.1f} ms more"
+    ratio = f"staged / taskflow = {staged_elapsed / flow_elapsed:.2f}" if flow_elapsed > 0 else ""
     return (
-        f"taskflow {flow_elapsed * 1000:.0f} ms vs hand-written staged "
-        f"{staged_elapsed * 1000:.0f} ms: {verdict}"
+        f"taskflow {flow_elapsed * 1000:.1f} ms, hand-written stages "
+        f"{staged_elapsed * 1000:.1f} ms: {verdict}" + (f" ({ratio})" if ratio else "")
     )
 
 
@@ -162,7 +241,7 @@ def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
     verdict = "ok" if result.ok else f"FAILED ({len(result.failed)} node(s))"
     print(
         f"\nproduct-detail flow {result.flow_id}: {verdict} in {result.elapsed * 1000:.1f} ms "
-        f"on a {args.workers}-thread pool\n",
+        f"on a pool of {args.workers} threads\n",
         file=out,
     )
     print(format_table(result, NODE_NAMES), file=out)
@@ -178,7 +257,7 @@ def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
     if run.staged_elapsed is not None:
         print(f"  staged run: {run.staged_elapsed * 1000:.1f} ms", file=out)
         if result.ok:
-            print("\n" + _speed_up_line(result.elapsed, run.staged_elapsed), file=out)
+            print("\n" + _comparison_line(result.elapsed, run.staged_elapsed), file=out)
     elif run.staged_timed_out:
         print(f"  staged run: did not finish within the {args.timeout:g} s budget", file=out)
     else:
@@ -188,7 +267,7 @@ def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
 def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.fail is not None and args.fail not in NODE_NAMES:
         print(
-            f"python -m taskflow demo: error: unknown node {args.fail!r} for --fail; "
+            f"{args.prog} demo: error: unknown node {args.fail!r} for --fail; "
             f"nodes are: {', '.join(NODE_NAMES)}",
             file=err,
         )
@@ -201,6 +280,10 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         metrics = pool.metrics()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    if args.html is not None:
+        with open(args.html, "w", encoding="utf-8") as page:
+            page.write(run.result.to_html(flow="product_detail"))
+        print(f"run page written to {args.html}", file=err)
     if args.json:
         print(run.result.report().model_dump_json(indent=2), file=out)
     else:
@@ -217,19 +300,34 @@ def format_metrics(m: PoolMetrics) -> str:
             return "-"
         return f"p50 {p.p50 * 1000:.2f} ms, p90 {p.p90 * 1000:.2f} ms, p99 {p.p99 * 1000:.2f} ms"
 
-    return "\n".join([
+    lines = [
         "",
         f"pool {m.pool_name} after both runs (taskflow.ThreadPool.metrics()):",
-        f"  threads {m.pool_size} (largest {m.largest_pool_size}, core {m.core_size}, "
-        f"max {m.max_size}), active {m.active_count}, queued {m.queue_size}",
-        f"  tasks {m.task_count}: completed {m.completed_task_count}, failed "
-        f"{m.failed_task_count}, cancelled {m.cancelled_task_count}, rejected {m.rejected_count}, "
-        f"abandoned running {m.abandoned_running}",
+        (
+            f"  threads {m.pool_size} (largest {m.largest_pool_size}, core {m.core_size}, "
+            f"max {m.max_size}), active {m.active_count}, queued {m.queue_size}"
+        ),
+        (
+            f"  tasks {m.task_count}: completed {m.completed_task_count}, failed "
+            f"{m.failed_task_count}, cancelled {m.cancelled_task_count}, "
+            f"rejected {m.rejected_count}"
+        ),
+    ]
+    if m.abandoned_running:
+        # only worth a line when it happened: threads a timed-out flow left behind
+        lines.append(
+            f"  {m.abandoned_running} task(s) still running after their flow's budget ran out "
+            "(a thread cannot be killed; it returns to the pool when its task returns)"
+        )
+    lines += [
         f"  queue wait {pct(m.queue_wait_s)}",
         f"  run time   {pct(m.run_time_s)}",
-        "  (a flow submits one executor task per drain loop, which runs ready nodes one after "
-        "another)",
-    ])
+        (
+            "  (a flow submits one executor task per drain loop, which runs ready nodes one "
+            "after another)"
+        ),
+    ]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.prog = parser.prog
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

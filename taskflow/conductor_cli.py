@@ -7,8 +7,12 @@ one-line verdict on stderr. The kind of FILE is guessed from its content (a Cond
 a ``taskReferenceName``; ``--kind`` overrides).
 
 A registry is a module (``--registry shop.workers``): its ``REGISTRY`` mapping if it has one,
-otherwise its public functions by name; ``module:attribute`` names a mapping directly. The
-definition file's directory is tried when the module is not importable from ``sys.path``.
+otherwise its public functions by name; ``module:attribute`` names a mapping directly.
+
+What ``run`` may import: a flow spec names its callables, so it is code. ``--allow-module
+PREFIX`` (repeatable) refuses every callable of a flow spec, and a ``--registry``, outside those
+modules, before anything is imported. ``sys.path`` is left alone unless ``--import-file-dir``
+asks to also import task and registry modules from FILE's folder. See ``docs/security.md``.
 
 Hooked into :mod:`taskflow.cli` with :func:`add_graph_parser` / :func:`add_run_parser`; each
 sets ``handler`` on the parsed arguments (``args.handler(args, out, err) -> exit status``).
@@ -51,6 +55,12 @@ def _budget(text: str) -> float:
     if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
+
+
+def _module_prefix(text: str) -> str:
+    if not text or not all(part.isidentifier() for part in text.split(".")):
+        raise argparse.ArgumentTypeError(f"must be a module name such as myapp.tasks, got {text!r}")
+    return text
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -98,6 +108,15 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="budget of the run (default: the definition's, else none)")
     p.add_argument("--workers", type=_positive_int, default=8, metavar="N",
                    help="threads of the pool (default: %(default)s)")
+    p.add_argument("--allow-module", action="append", type=_module_prefix, default=None,
+                   metavar="PREFIX",
+                   dest="allow_modules",
+                   help=("import code only from this module or its submodules (repeatable): a "
+                         "flow spec naming any other callable, or another --registry, is "
+                         "refused before anything is imported (default: trust FILE)"))
+    p.add_argument("--import-file-dir", action="store_true",
+                   help=("also import task modules (and --registry) from FILE's folder, put on "
+                         "sys.path for the import (default: sys.path is left alone)"))
     p.add_argument("--mermaid", action="store_true",
                    help="also print the run's flowchart, coloured by state, after the report")
     p.add_argument("--verbose", "-v", action="store_true",
@@ -132,18 +151,32 @@ def detect_kind(path: str | Path) -> str:
     return "conductor" if isinstance(data, list) or (isinstance(data, dict) and "schemaVersion" in data) else "spec"
 
 
-def load_registry(spec: str, base_dir: str | None = None) -> Mapping[str, Callable[..., Any]]:
+def load_registry(spec: str, base_dir: str | None = None,
+                  allow_modules: Sequence[str] | None = None) -> Mapping[str, Callable[..., Any]]:
     """The registry named by ``spec`` (``module`` or ``module:attribute``).
 
+    Args:
+        spec: ``module`` or ``module:attribute``.
+        base_dir: a folder tried when the module is not importable from ``sys.path`` (put on
+            ``sys.path`` for that import only); None: ``sys.path`` is not touched.
+        allow_modules: module-name prefixes the registry module must be in (None: any).
+
     Raises:
-        FlowDefinitionError: the module cannot be imported, or the attribute is not a mapping.
+        FlowDefinitionError: the module is not allowed or cannot be imported, or the attribute
+            is not a mapping.
     """
     module_name, _, attr = spec.partition(":")
+    if allow_modules is not None and not any(
+            module_name == p or module_name.startswith(p + ".") for p in allow_modules):
+        raise FlowDefinitionError(f"registry module {module_name!r} is not allowed by "
+                                  f"--allow-module {list(allow_modules)!r}")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if base_dir is None or exc.name != module_name.split(".")[0]:
-            raise FlowDefinitionError(f"cannot import registry module {module_name!r}: {exc}") from None
+            hint = " (FILE's folder is searched only with --import-file-dir)" if base_dir is None else ""
+            raise FlowDefinitionError(
+                f"cannot import registry module {module_name!r}: {exc}{hint}") from None
         sys.path.insert(0, base_dir)
         try:
             module = importlib.import_module(module_name)
@@ -180,11 +213,15 @@ def _load(args: argparse.Namespace, *, for_run: bool) -> tuple[str, Any]:
             if not args.registry:
                 raise FlowDefinitionError(
                     "running a Conductor workflow needs --registry MODULE (the task callables)")
-            registry = load_registry(args.registry, str(path.resolve().parent))
+            base_dir = str(path.resolve().parent) if args.import_file_dir else None
+            registry = load_registry(args.registry, base_dir, args.allow_modules)
         return kind, conductor.load(path, registry)
     from taskflow.spec import load_spec
 
-    return kind, load_spec(path, resolve=for_run)
+    if not for_run:
+        return kind, load_spec(path, resolve=False)
+    return kind, load_spec(path, allow_modules=args.allow_modules,
+                           import_spec_dir=args.import_file_dir)
 
 
 def _input(text: str | None) -> Any:

@@ -17,7 +17,7 @@ describes::
 * ``join_on=[]`` is Conductor's "join on nothing": the join's only father is the fork, so it runs
   right after the fork, in parallel with every branch, and reports an empty (complete) output.
 * The join's policy (``JoinNode(join=Join.ANY)``, ``Join.quorum(k)``, ``Join.BEST_EFFORT``) and
-  per-edge ``join.depends_on(node, optional=True)`` work as for any node (API.md §5).
+  per-edge ``join.depends_on(node, optional=True)`` work as for any node (docs/concepts/joins.md).
 
 ``JoinNode`` reads its fathers' outcomes in the run and hands them to :meth:`JoinNode.merge` as a
 :class:`JoinOutput` (Conductor's join output, keyed by node name, plus what failed or is missing).

@@ -1074,7 +1074,7 @@ class MonitoredExecutor(Executor):
         """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
 
         Raises:
-            Whatever the inner executor's ``submit`` raises (counted as a rejection).
+            Exception: whatever the inner executor's ``submit`` raises (counted as a rejection).
         """
         in_process = self._in_process
         item = _Tracked(self, fn if in_process else None, args, kwargs, time.monotonic())

@@ -331,9 +331,15 @@ class FlowResult(Mapping[str, Any]):
 
     def to_mermaid(self) -> str:
         """A Mermaid Gantt chart of the run (one bar per node that started)."""
-        from taskflow.report import run_gantt
+        from taskflow.viz import run_to_mermaid
 
-        return run_gantt(self)
+        return run_to_mermaid(self)
+
+    def to_html(self, **options: Any) -> str:
+        """One self-contained HTML page of the run; options as ``taskflow.html.render_html``."""
+        from taskflow.html import render_html
+
+        return render_html(self, **options)
 
     def __repr__(self) -> str:
         status = self.status.name

@@ -41,17 +41,26 @@ Switch cases and fork branches name other tasks of the spec; they are wired by
 Every error names the exact place in the document: ``tasks[2].join: ...`` (with the line when
 the document was read from a file and PyYAML is installed), as :class:`SpecError`, a
 :class:`~taskflow.FlowDefinitionError`.
+
+A spec is code: building it imports every module it names. ``allow_modules=("myapp.tasks",)``
+(on :func:`load_spec` and :meth:`FlowSpec.build`) accepts only callables from those modules and
+their submodules and refuses any other callable before anything is imported; ``None`` (the
+default) trusts the spec. ``sys.path`` is never changed unless asked: ``import_spec_dir=True``
+also looks for task modules in the spec file's folder. See ``docs/security.md``.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
+import reprlib
 import sys
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -102,9 +111,10 @@ def _check_join(value: Any) -> Any:
     if isinstance(value, Mapping) and set(value) == {"quorum"}:
         k = value["quorum"]
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"quorum must be a positive integer, got {k!r}")
+            raise ValueError(f"quorum must be a positive integer, got {_short(k)}")
         return {"quorum": k}
-    raise ValueError(f"join must be 'all', 'any', 'best_effort' or {{quorum: k}}, got {value!r}")
+    raise ValueError("join must be 'all', 'any', 'best_effort' or {quorum: k}, got "
+                     + _short(value))
 
 
 def _join_policy(value: Any) -> Join:
@@ -113,10 +123,51 @@ def _join_policy(value: Any) -> Join:
     return {"all": Join.ALL, "any": Join.ANY, "best_effort": Join.BEST_EFFORT}[value]
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 5
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for messages: a document's value may be huge or deeply nested (YAML
+    aliases can make a few lines expand to millions of items)."""
+    return _REPR.repr(value)
+
+
+def _dotted(text: str) -> bool:
+    """``text`` is a dotted name (``a.b.c``): identifiers joined by single dots."""
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
 def _check_callable_path(value: Any) -> str:
-    if not isinstance(value, str) or value.count(":") != 1 or not all(value.split(":")):
-        raise ValueError(f"callable must be 'package.module:function', got {value!r}")
+    if not isinstance(value, str) or value.count(":") != 1:
+        raise ValueError(f"callable must be 'package.module:function', got {_short(value)}")
+    module, _, attr = value.partition(":")
+    if not (_dotted(module) and _dotted(attr)):
+        raise ValueError(f"callable must be 'package.module:function', got {_short(value)}")
     return value
+
+
+def _allow_list(allow_modules: Any) -> tuple[str, ...] | None:
+    """Validate ``allow_modules``: None, or an iterable of dotted module-name prefixes."""
+    if allow_modules is None:
+        return None
+    if isinstance(allow_modules, (str, bytes)) or not isinstance(allow_modules, Iterable):
+        raise TypeError("allow_modules must be None or a sequence of module names such as "
+                        f"('myapp.tasks',), got {_short(allow_modules)}")
+    prefixes = tuple(allow_modules)
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not _dotted(prefix):
+            raise FlowDefinitionError(f"allow_modules: {_short(prefix)} is not a module name "
+                                      "(dotted identifiers, such as 'myapp.tasks')")
+    return prefixes
+
+
+def _allowed(module: str, prefixes: tuple[str, ...]) -> bool:
+    """``module`` is one of ``prefixes`` or inside one (on dotted boundaries: ``myapp.tasks``
+    allows ``myapp.tasks.x``, not ``myapp.tasksevil``)."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 class _Model(BaseModel):
@@ -143,7 +194,7 @@ class SwitchSpec(_Model):
     def _hashable_cases(cls, value: dict[Any, list[str]]) -> dict[Any, list[str]]:
         for key, targets in value.items():
             if not targets:
-                raise ValueError(f"case {key!r} names no task")
+                raise ValueError(f"case {_short(key)} names no task")
         return value
 
     @model_validator(mode="after")
@@ -204,7 +255,7 @@ class FanOutSpec(_Model):
         if not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 1:
             return float(value)
         raise ValueError(f"policy must be 'all', 'best_effort' or a quorum fraction in (0, 1], "
-                         f"got {value!r}")
+                         f"got {_short(value)}")
 
 
 class TaskSpec(_Model):
@@ -232,7 +283,8 @@ class TaskSpec(_Model):
     @classmethod
     def _fathers(cls, value: Any) -> Any:
         if not isinstance(value, list):
-            raise ValueError(f"fathers must be a list of task names, got {value!r}")
+            # pydantic reports a ValueError as this field's error (a TypeError would escape)
+            raise ValueError(f"fathers must be a list of task names, got {_short(value)}")  # noqa: TRY004
         return [{"name": v} if isinstance(v, str) else v for v in value]
 
     @field_validator("join", mode="before")
@@ -290,21 +342,31 @@ class FlowSpec(_Model):
                 errors.append((loc + (f" (line {line})" if line else ""), msg[:1].lower() + msg[1:]))
             raise SpecError(errors, source) from None
 
-    def build(self, *, resolve: bool = True, base_dir: str | os.PathLike[str] | None = None
-              ) -> Flow:
+    def build(self, *, resolve: bool = True, base_dir: str | os.PathLike[str] | None = None,
+              allow_modules: Iterable[str] | None = None) -> Flow:
         """Make the nodes and wire them.
 
         Args:
             resolve: import every callable now (False: placeholders that raise when run, for
                 drawing a spec whose code is not importable here).
             base_dir: a directory tried for callables' modules that are not importable from
-                ``sys.path`` (``load_spec`` passes the spec file's directory).
+                ``sys.path``: it is put at the front of ``sys.path`` for that import and then
+                removed (process-wide while it lasts). None (the default): ``sys.path`` is
+                never touched.
+            allow_modules: None trusts the spec (any importable callable). A sequence of
+                module-name prefixes (``("myapp.tasks",)``) refuses, before anything is
+                imported, every callable whose module is not one of them or inside one
+                (``myapp.tasks.x`` is inside ``myapp.tasks``; ``myapp.tasksevil`` is not), whose
+                attribute path is private (``_x``) or goes through a module
+                (``myapp.tasks:os.system``), and, after the import, a function or class that
+                was defined in another module (``from os import system`` in ``myapp.tasks``).
 
         Raises:
-            SpecError: an unknown task name, a name used twice, a callable that cannot be
-                imported, a cycle: the message names the place in the document.
+            SpecError: an unknown task name, a name used twice, a refused callable, a callable
+                that cannot be imported, a cycle: the message names the place in the document.
+            TypeError: ``allow_modules`` is a string or not iterable.
         """
-        return _Builder(self, resolve, base_dir).build()
+        return _Builder(self, resolve, base_dir, _allow_list(allow_modules)).build()
 
 
 def _place(loc: Iterable[Any]) -> str:
@@ -360,8 +422,23 @@ def _line_finder(text: str | None) -> Callable[[tuple[Any, ...]], int | None] | 
     return find
 
 
-def _import(path: str, base_dir: str | None) -> Callable[..., Any]:
-    """``"pkg.mod:attr.sub"`` -> the object (ValueError with the reason)."""
+def _refusal(path: str, prefixes: tuple[str, ...]) -> str | None:
+    """Why ``path`` is refused under the allow-list ``prefixes`` (None: it may be imported)."""
+    module_name, _, attr = path.partition(":")
+    if not _allowed(module_name, prefixes):
+        return (f"callable {path!r} is not allowed: module {module_name!r} is not in "
+                f"allow_modules {list(prefixes)!r}")
+    if any(part.startswith("_") for part in attr.split(".")):
+        return f"callable {path!r} is not allowed: private attributes are refused"
+    return None
+
+
+def _import(path: str, base_dir: str | None,
+            prefixes: tuple[str, ...] | None = None) -> Callable[..., Any]:
+    """``"pkg.mod:attr.sub"`` -> the object (ValueError with the reason).
+
+    With ``prefixes`` (checked by the caller before any import), the attribute path may not go
+    through a module and the object must be defined in an allowed module."""
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -386,8 +463,18 @@ def _import(path: str, base_dir: str | None) -> Callable[..., Any]:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+        if prefixes is not None and isinstance(obj, ModuleType):
+            raise ValueError(f"callable {path!r} is not allowed: {part!r} is a module "
+                             "(name the module itself before the ':')")
     if not callable(obj):
-        raise ValueError(f"{path!r} is not callable: {obj!r}")
+        raise ValueError(f"{path!r} is not callable: {_short(obj)}")  # noqa: TRY004 - a reason
+    if prefixes is not None and (inspect.isroutine(obj) or isinstance(obj, type)):
+        # a function or class says where it was defined; a callable object made in the module
+        # (a functools.partial, an instance with __call__) is the module's own
+        home = getattr(obj, "__module__", None)
+        if isinstance(home, str) and not _allowed(home, prefixes):
+            raise ValueError(f"callable {path!r} is not allowed: it is defined in module "
+                             f"{home!r}, which is not in allow_modules {list(prefixes)!r}")
     return obj  # type: ignore[no-any-return]
 
 
@@ -414,10 +501,12 @@ class _SpecFanOut(FanOutNode[Any]):
 
 
 class _Builder:
-    def __init__(self, spec: FlowSpec, resolve: bool, base_dir: Any) -> None:
+    def __init__(self, spec: FlowSpec, resolve: bool, base_dir: Any,
+                 prefixes: tuple[str, ...] | None) -> None:
         self.spec = spec
         self.resolve = resolve
         self.base_dir = None if base_dir is None else str(base_dir)
+        self.prefixes = prefixes
         self.index: dict[str, int] = {}  # task name -> position
         self.nodes: dict[str, SchedulingNode[Any, Any]] = {}  # every node by name (joins too)
         self.join_of: dict[str, int] = {}  # a fork's join name -> the fork task's position
@@ -431,12 +520,31 @@ class _Builder:
         if not self.resolve:
             return _placeholder(path)
         try:
-            return _import(path, self.base_dir)
+            return _import(path, self.base_dir, self.prefixes)
         except ValueError as exc:
             raise self.error(place, str(exc)) from None
 
+    def callables(self) -> Iterator[tuple[str, str]]:
+        """(place, "module:attr") of every callable the spec names."""
+        for i, t in enumerate(self.spec.tasks):
+            if t.callable is not None:
+                yield f"tasks[{i}].callable", t.callable
+            if t.fanout is not None:
+                yield f"tasks[{i}].fanout.items", t.fanout.items
+                yield f"tasks[{i}].fanout.work", t.fanout.work
+
+    def check_allowed(self) -> None:
+        """Refuse every callable outside the allow-list at once, before any import."""
+        if self.prefixes is None:
+            return
+        refused = [(place, why) for place, path in self.callables()
+                   if (why := _refusal(path, self.prefixes)) is not None]
+        if refused:
+            raise SpecError(refused)
+
     def build(self) -> Flow:
         spec = self.spec
+        self.check_allowed()
         for i, t in enumerate(spec.tasks):
             if t.name in self.index:
                 raise self.error(f"tasks[{i}].name", f"task name {t.name!r} is already used by "
@@ -473,6 +581,10 @@ class _Builder:
         except CycleError as exc:
             first = exc.cycle[0]
             raise self.error(self.place_of(first), str(exc)) from None
+        except FlowDefinitionError as exc:  # e.g. join 'any' on a task with no fathers
+            message = str(exc)
+            named = [n for n in self.nodes if f"node {n!r}" in message]
+            raise self.error(self.place_of(named[0]) if named else "tasks", message) from None
         return Flow(spec, self.nodes)
 
     def is_optional(self, name: str) -> bool:
@@ -611,19 +723,31 @@ class Flow:
         return f"<Flow {self.name!r} nodes={len(self.nodes)}>"
 
 
-def load_spec(source: Any, *, build: bool = True, resolve: bool = True) -> Any:
+def load_spec(source: Any, *, build: bool = True, resolve: bool = True,
+              allow_modules: Iterable[str] | None = None, import_spec_dir: bool = False) -> Any:
     """Read and validate a flow spec.
+
+    A spec names code (``module:function``) and building it imports those modules: treat a
+    spec like code, or limit it with ``allow_modules`` (``docs/security.md``).
 
     Args:
         source: a dict, JSON text (a str starting with ``{``), or a path to a ``.json``,
             ``.yaml`` or ``.yml`` file (YAML needs PyYAML: ``pip install taskflow-juc[yaml]``).
         build: return the built :class:`Flow` (True) or the :class:`FlowSpec` (False).
         resolve: import the callables (see :meth:`FlowSpec.build`).
+        allow_modules: None trusts the spec; a sequence of module-name prefixes refuses every
+            other callable, naming it and its place, before anything is imported (see
+            :meth:`FlowSpec.build`). Checked with ``build=False`` and ``resolve=False`` too.
+        import_spec_dir: when ``source`` is a file, also import task modules that are not on
+            ``sys.path`` from the file's folder (put on ``sys.path`` for that import only).
+            Off by default: ``sys.path`` is never changed unless asked.
 
     Raises:
         SpecError: the document is invalid (each error names its place); it cannot be read or
-            parsed; YAML without PyYAML.
+            parsed; YAML without PyYAML; a callable outside ``allow_modules``.
+        TypeError: ``source`` or ``allow_modules`` of the wrong type.
     """
+    prefixes = _allow_list(allow_modules)
     text: str | None = None
     origin: str | None = None
     base_dir: str | None = None
@@ -635,11 +759,13 @@ def load_spec(source: Any, *, build: bool = True, resolve: bool = True) -> Any:
             data = _parse_json(text, None)
         else:
             path = Path(source)
-            origin, base_dir = str(path), str(path.resolve().parent)
+            origin = str(path)
             try:
                 text = path.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise SpecError([("", f"cannot read {str(path)!r}: {exc}")]) from exc
+                if import_spec_dir:
+                    base_dir = str(path.resolve().parent)
+            except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, not UTF-8
+                raise SpecError([("", f"cannot read {_short(str(path))}: {exc}")]) from None
             if path.suffix.lower() in (".yaml", ".yml"):
                 data = _parse_yaml(text, origin)
             else:
@@ -647,15 +773,22 @@ def load_spec(source: Any, *, build: bool = True, resolve: bool = True) -> Any:
     else:
         raise TypeError(f"source must be a mapping, JSON text or a path, got {type(source).__name__}")
     spec = FlowSpec.parse(data, source=origin, text=text)
-    if not build:
-        return spec
     try:
-        return spec.build(resolve=resolve, base_dir=base_dir)
+        if not build:
+            if prefixes is not None:
+                _Builder(spec, False, None, prefixes).check_allowed()
+            return spec
+        return spec.build(resolve=resolve, base_dir=base_dir, allow_modules=prefixes)
     except SpecError as exc:
         if origin is None:
             raise
         finder = _line_finder(text)
         errors = exc.errors
+        if not import_spec_dir:
+            hint = (" (the spec's folder is searched only with import_spec_dir=True, "
+                    "on the command line --import-file-dir)")
+            errors = [(place, msg + hint if msg.startswith("cannot import module") else msg)
+                      for place, msg in errors]
         if finder is not None:
             errors = [(_with_line(place, finder), msg) for place, msg in errors]
         raise SpecError(errors, origin) from None
@@ -666,7 +799,8 @@ def _with_line(place: str, finder: Callable[[tuple[Any, ...]], int | None]) -> s
     for part in place.replace("[", ".[").split("."):
         if not part:
             continue
-        if part.startswith("[") and part.endswith("]") and part[1:-1].isdigit():
+        if part.startswith("[") and part.endswith("]") and part[1:-1].isascii() \
+                and part[1:-1].isdigit():
             loc.append(int(part[1:-1]))
         elif part.startswith("["):
             break  # a case key: stop at its block
@@ -682,6 +816,10 @@ def _parse_json(text: str, origin: str | None) -> Any:
     except json.JSONDecodeError as exc:
         raise SpecError([(f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}")],
                         origin) from None
+    except RecursionError:
+        raise SpecError([("", "invalid JSON: nested too deeply")], origin) from None
+    except ValueError as exc:  # an integer too long to convert (sys.set_int_max_str_digits)
+        raise SpecError([("", f"invalid JSON: {exc}")], origin) from None
 
 
 def _parse_yaml(text: str, origin: str | None) -> Any:
@@ -698,4 +836,8 @@ def _parse_yaml(text: str, origin: str | None) -> Any:
         place = f"line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError([(place, f"invalid YAML: {problem}")], origin) from None
+    except RecursionError:
+        raise SpecError([("", "invalid YAML: nested too deeply")], origin) from None
+    except ValueError as exc:  # an integer too long to convert (sys.set_int_max_str_digits)
+        raise SpecError([("", f"invalid YAML: {exc}")], origin) from None
 

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +21,109 @@ if TYPE_CHECKING:
 
 __all__ = ["definition_to_mermaid", "run_to_mermaid", "to_dot"]
 
-def run_to_mermaid(result: FlowResult) -> str:
-    """A Mermaid ``gantt`` of one run (kept here for callers; drawn by ``taskflow.report``)."""
-    from taskflow.report import run_gantt
+# Mermaid gantt task tags: done (grey), active (light), crit (red)
+_TAGS = {
+    ResultState.SUCCESS: "done",
+    ResultState.DEGRADED: "done",
+    ResultState.EXCEPTION: "crit",
+    ResultState.TIMEOUT: "crit",
+    ResultState.CANCELLED: "active",
+    ResultState.SKIPPED: "active",
+    ResultState.DEFAULT: "active",
+}
 
-    return run_gantt(result)
+
+# -- escaping: every name, title and case value comes from user data -------------------------
+
+# Mermaid entity codes (``#quot;``) for the characters that could end or change a label; every
+# other character outside _MERMAID_PLAIN is written as its decimal code (``#37;``), so a label can
+# never hold a quote, a newline, ``%%`` (a comment or an ``%%{init}%%`` directive), ``:``/``;``
+# (end of a gantt task), brackets, ``|`` (end of an edge label), a backtick (markdown) or HTML.
+# (Mermaid turns entity codes into placeholders before it parses any diagram, gantt included.)
+_MERMAID_NAMED = {'"': "#quot;", "&": "#amp;", "<": "#lt;", ">": "#gt;"}
+_MERMAID_PLAIN = frozenset(" _-.,/()+=@!?'*")
+# a gantt line that starts with one of these is a statement, not a task (Mermaid's gantt lexer)
+_GANTT_KEYWORD = re.compile(
+    r"(?i)(acc|call|click|href|gantt|dateformat|inclusiveenddates|topaxis|axisformat|"
+    r"tickinterval|includes|excludes|todaymarker|title|section|weekday|weekend|\d{4}-)")
+
+
+def _mermaid_text(text: str) -> str:
+    """``text`` as the inside of a Mermaid label: letters, digits, a few plain punctuation
+    marks and entity codes (``#quot;``, ``#10;``), nothing else."""
+    out = []
+    for ch in str(text):
+        if ch in _MERMAID_PLAIN or (ch.isalnum() and ch.isprintable()):
+            out.append(ch)
+        else:
+            out.append(_MERMAID_NAMED.get(ch) or f"#{ord(ch)};")
+    return "".join(out)
+
+
+def _gantt_task(text: str) -> str:
+    """A gantt task name: :func:`_mermaid_text`, and never a gantt keyword at the line's start."""
+    escaped = _mermaid_text(text)
+    if _GANTT_KEYWORD.match(escaped):
+        escaped = f"#{ord(escaped[0])};{escaped[1:]}"
+    return escaped
+
+
+_PLAIN_TITLE = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]*[A-Za-z0-9_.-]|[A-Za-z_]")
+
+
+def _front_matter_title(title: str) -> str:
+    """A YAML scalar for Mermaid's front matter: plain when it is a simple name, else a JSON string
+    (valid YAML) with every non-ASCII and markup character as a ``\\uXXXX`` escape."""
+    if _PLAIN_TITLE.fullmatch(title):
+        return title
+    quoted = json.dumps(title, ensure_ascii=True)
+    return "".join(f"\\u{ord(ch):04x}" if ch in "%<>&'`#" else ch for ch in quoted)
+
+
+def _dot_text(text: str) -> str:
+    """``text`` as the inside of a DOT double-quoted string: backslashes doubled (so the user's
+    ``\\N`` or ``\\l`` stays text), quotes escaped, line breaks as ``\\n``, other control
+    characters as visible ``\\uXXXX`` text."""
+    out = []
+    for ch in str(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch in "\n\r":
+            out.append("\\n")
+        elif not ch.isprintable() and ch != " ":
+            out.append(f"\\\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def run_to_mermaid(result: FlowResult) -> str:
+    """A Mermaid ``gantt`` of one run: a bar per node from start to end, in milliseconds since
+    the run started; nodes that never started are listed as zero-length milestones."""
+    t0 = result.started_at
+    end_of_run = t0 + result.elapsed
+    lines = [
+        "gantt",
+        (f"    title flow {_mermaid_text(str(result.flow_id))} "
+         f"({'ok' if result.ok else 'failed'}, {result.elapsed * 1000:.1f} ms)"),
+        "    dateFormat x",
+        "    axisFormat %S.%L s",
+    ]
+    for name in result:
+        wr = result.result_of(name)
+        tag = _TAGS[wr.state]
+        label = f"{_gantt_task(name)} {wr.state.name}"
+        if wr.started_at is None:
+            at = round(((wr.finished_at or end_of_run) - t0) * 1000)
+            lines.append(f"    {label} : milestone, {tag}, {at}, 0ms")
+            continue
+        start = round((wr.started_at - t0) * 1000)
+        finish = wr.finished_at if wr.finished_at is not None else end_of_run
+        length = max(1, round((finish - wr.started_at) * 1000))
+        lines.append(f"    {label} : {tag}, {start}, {length}ms")
+    return "\n".join(lines) + "\n"
 
 
 # -- flowcharts of a graph's wiring --------------------------------------------------------------
@@ -121,12 +221,6 @@ def _states(plan: Plan, result: FlowResult | None) -> list[ResultState | None]:
     return [result.result_of(name).state if name in result else None for name in plan.names]
 
 
-def _mermaid_text(text: str) -> str:
-    # inside a quoted Mermaid label: entity codes for what would end or confuse it
-    return (text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;")
-            .replace(">", "#gt;").replace("|", "#124;"))
-
-
 def definition_to_mermaid(nodes: Any, *, result: FlowResult | None = None,
                           title: str | None = None, direction: str = "TD") -> str:
     """A Mermaid ``flowchart`` of the graph connected to ``nodes``.
@@ -151,7 +245,7 @@ def definition_to_mermaid(nodes: Any, *, result: FlowResult | None = None,
     states = _states(plan, result)
     lines = []
     if title:
-        lines += ["---", f"title: {title}", "---"]
+        lines += ["---", f"title: {_front_matter_title(title)}", "---"]
     lines.append(f"flowchart {direction}")
     for i, node in enumerate(plan.nodes):
         open_, close = _MERMAID_SHAPES[_kind(node)]
@@ -174,10 +268,6 @@ def definition_to_mermaid(nodes: Any, *, result: FlowResult | None = None,
             lines.append(f"    classDef {st.name} fill:{fill},stroke:{stroke},color:{colour}{dash}")
             lines.append(f"    class {','.join(ids)} {st.name}")
     return "\n".join(lines) + "\n"
-
-
-def _dot_text(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def to_dot(nodes: Any, *, result: FlowResult | None = None, title: str | None = None,

@@ -1,6 +1,6 @@
 """Regression tests for the twelve engine defects of issue 9 ("Why", items 1-12).
 
-Each test reproduces one defect through the public API only and states the behaviour that API.md
+Each test reproduces one defect through the public API only and states the behaviour that the docs
 and issue 9 require. Every test failed on main before the engine rewrite (they were written as
 ``xfail(strict=True)`` there, each naming its defect; the markers went when the defects were
 fixed).

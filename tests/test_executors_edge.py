@@ -1,4 +1,4 @@
-"""Executor edge cases (RELIABILITY §1 group D; API.md §4).
+"""Executor edge cases (RELIABILITY §1 group D; docs/concepts/failures.md).
 
 A rejected submission or a shut-down executor becomes that node's EXCEPTION, never a hang; no
 worker ever waits for another node, so any DAG completes on a 1-worker pool; only the public

@@ -1,6 +1,6 @@
-"""Exceptions, fail-fast, hooks and cancellation (RELIABILITY §1 groups B and C; API.md §2–§5).
+"""Exceptions, fail-fast, hooks and cancellation (RELIABILITY §1 groups B and C; docs/concepts).
 
-API.md wins over the catalogue: a hook that raises is logged and changes nothing; ``start``
+The docs win over the catalogue: a hook that raises is logged and changes nothing; ``start``
 returns a FlowResult and ``raise_for_failure()`` raises.
 """
 

@@ -1,5 +1,5 @@
 """FanOutNode: bounded lazy fan-out, dedupe by item id, item timeouts, all / quorum / best-effort
-fan-in (API.md §5; seed 002: its partial-failure table and its 100-file exercise).
+fan-in (docs/concepts/joins.md; seed 002: its partial-failure table and its 100-file exercise).
 
 Semantics pinned here (taskflow/fanout.py's module docstring):
 

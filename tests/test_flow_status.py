@@ -1,4 +1,4 @@
-"""FlowResult.status and ok (API.md section 4): tolerated failures are ok, still listed."""
+"""FlowResult.status and ok (the FlowResult reference in docs/): tolerated failures are ok, still listed."""
 
 from __future__ import annotations
 

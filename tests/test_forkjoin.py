@@ -1,4 +1,4 @@
-"""Conductor-style fork_join (API.md §5, seed 000): serial branches in parallel, a join that waits
+"""Conductor-style fork_join (docs/concepts/joins.md, seed 000): serial branches in parallel, a join that waits
 only for ``join_on``, and a JoinOutput that reports what succeeded, failed and is missing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Join policies (API.md §5, RELIABILITY E8, seed 002's join table and partial-failure table).
+"""Join policies (docs/concepts/joins.md, RELIABILITY E8, seed 002's join table and partial-failure table).
 
 ALL / ANY / quorum(k) / BEST_EFFORT, optional edges, cancellation of fathers a join no longer
 needs (queued ones never run, running ones see ``ctx.cancelled``), late results that never change

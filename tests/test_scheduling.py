@@ -1,4 +1,4 @@
-"""Core scheduling contract (API.md §1–4, §7): runs, discovery, wiring, results, context, isolation."""
+"""Core scheduling contract (docs/concepts/run.md): runs, discovery, wiring, results, context, isolation."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ node timeouts, retries) whose nodes succeed, raise, run slowly, hang until the t
 them, or call ``ctx.cancel``; the runs start at once from their own caller threads on one shared
 ``ThreadPoolExecutor`` (some through ``start``, some through ``submit``), each with its own
 budget. After every run returned, the hung tasks are released and the pool drained, so late
-results and late hooks have had every chance to show up. Invariants (API.md sections 1-4):
+results and late hooks have had every chance to show up. Invariants (the documented contract, docs/concepts):
 
 * ``start`` returns (``submit``'s future resolves) by its budget plus a generous slack;
 * every node is in a terminal state when the run returns;
@@ -63,7 +63,7 @@ class NodeSpec:
     timeout: float | None
     retries: int
     delay: float  # how long a "slow" node sleeps (lateness, never ordering)
-    hook_delay: float  # how long its hooks take (API.md: hooks should be quick)
+    hook_delay: float  # how long its hooks take (hooks should be quick)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def states(result: Any) -> dict[str, str]:
 
 @needs_yaml
 def test_the_yaml_example_builds_and_runs(pool: ThreadPoolExecutor) -> None:
-    flow = load_spec(EXAMPLE)
+    flow = load_spec(EXAMPLE, import_spec_dir=True)  # flow_spec_tasks.py is beside it
     assert isinstance(flow, Flow) and flow.name == "checkout" and flow.timeout == 2.0
     result = flow.start(executor=pool)
     assert result.ok, result.failed
@@ -304,7 +304,7 @@ def test_cli_graph_of_a_spec_imports_nothing(tmp_path: Path, capsys: pytest.Capt
 
 @needs_yaml
 def test_cli_run_of_the_yaml_example_prints_the_report(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["run", str(EXAMPLE), "--mermaid"]) == 0
+    assert cli_main(["run", str(EXAMPLE), "--import-file-dir", "--mermaid"]) == 0
     captured = capsys.readouterr()
     report_text, _, chart = captured.out.partition("\n---\n")
     assert json.loads(report_text)["ok"] is True

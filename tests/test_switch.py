@@ -1,4 +1,4 @@
-"""SwitchNode (API.md §5, seed 002's switch questions): the chosen branch runs, the others and
+"""SwitchNode (docs/concepts/joins.md, seed 002's switch questions): the chosen branch runs, the others and
 everything only they feed are SKIPPED, merges run on the branch that ran, unknown values fail
 the switch naming the value and the known cases."""
 

@@ -1,4 +1,4 @@
-"""Timeouts and deadlines (RELIABILITY §1 group A; API.md §1, §3, §4, §5 retries).
+"""Timeouts and deadlines (RELIABILITY §1 group A; docs/concepts/budgets.md).
 
 ``start`` returns a FlowResult whose unfinished nodes are TIMEOUT by the budget, always; threads
 cannot be killed, so a timed-out task keeps running and its late result is dropped.
@@ -268,7 +268,7 @@ def test_zero_budget_expires_at_once_without_submitting_or_starting_anything(mak
 
     assert elapsed < EPS
     assert submits == []
-    # nothing began; on_fail of a node ending TIMEOUT runs once (API.md §3), in the caller
+    # nothing began; on_fail of a node ending TIMEOUT runs once (docs: budgets), in the caller
     assert sorted(log.calls) == [("a", "fail"), ("b", "fail")]
     assert not result.ok
     assert {n: result[n].work_result.state for n in result} == {
@@ -563,7 +563,7 @@ def test_each_run_at_the_deadline_boundary_has_exactly_one_outcome(make_executor
 
 
 def test_no_hook_starts_after_start_returned_at_the_deadline(make_executor):
-    """Wide flows whose budget expires while workers are between nodes: API.md §3 says no hook
+    """Wide flows whose budget expires while workers are between nodes: docs (budgets): no hook
     starts after ``start`` has returned (the race is between a worker deciding to call a hook
     and the caller closing the run)."""
     pool = make_executor(2)

@@ -1,4 +1,4 @@
-"""Bad input (RELIABILITY §1 group F; API.md §1, §4): invalid graphs and options raise before
+"""Bad input (RELIABILITY §1 group F; docs/concepts/run.md): invalid graphs and options raise before
 anything runs — a spy executor proves that not one task was submitted.
 """
 

@@ -1,0 +1,340 @@
+"""The request path: many caller threads starting one shared graph on one shared pool.
+
+This is how taskflow is used inside Flask/Django handlers: the graph is defined once at import
+time and every request thread starts it, all on one process-wide ``ThreadPoolExecutor``. Each
+measurement starts ``callers`` threads (16, 32, 64) behind a barrier; each thread runs flows back
+to back until the measurement's flows are done. The same workload runs through taskflow
+(``TaskScheduling.start`` with a budget, as a handler would) and through the hand-written
+``graphlib`` + ``add_done_callback`` runner of ``benchmarks/overhead.py`` (imported, not copied),
+in the same process on the same pool, alternating which goes first in each round.
+
+Graphs (both defined once and shared by every caller):
+
+* ``product-detail``: 9 nodes after ``examples/product_detail.py`` (its seven calls plus
+  ``user`` and ``shipping``); each backend node sleeps 1-20 ms (seeded random per node, the same
+  for both runners), ``aggregate`` does no I/O.
+* ``no-op 20``: 20 no-op nodes in 4 layers of 5 (each with 1-2 fathers in the layer above).
+
+Per measurement: flows/s (flows over wall time), p50 and p99 latency of one flow as seen by its
+caller, and gc collections per 1,000 flows (``gc.get_stats()`` deltas, all generations). Each
+figure is reported as the taskflow/hand-written ratio of the same round, then the median over
+rounds (flows/s above 1 and latencies below 1 favour taskflow).
+
+    python benchmarks/concurrency.py               # 5 rounds (a few minutes)
+    python benchmarks/concurrency.py --quick       # a short smoke run (3 rounds, fewer flows)
+    python benchmarks/concurrency.py --json        # the same figures as JSON on stdout
+    python benchmarks/concurrency.py --gc-objects  # what 200 runs leave for the cycle collector
+
+``--gc-objects``: with ``gc`` disabled, run a 4-node diamond 200 times through each runner and
+count the objects the next ``gc.collect()`` finds unreachable, i.e. what finished runs leave
+for the cycle collector instead of being freed by reference counting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from overhead import Graph, build, handwritten, layers  # the hand-written runner, by import
+
+from taskflow import FunctionNode, SchedulingNode, TaskScheduling
+
+CALLERS = (16, 32, 64)
+WORKERS = 64  # the shared pool, fixed across caller counts (as in benchmarks/web_latency.py)
+BUDGET = 2.0  # taskflow's per-request budget; generous: a timed-out flow is counted as failed
+
+# the product-detail page: node -> fathers
+PRODUCT_DETAIL: Graph = {
+    "product_info": [],
+    "category": [],
+    "user": [],
+    "price": ["product_info", "user"],
+    "stock": ["product_info"],
+    "shipping": ["stock", "user"],
+    "reviews": ["category"],
+    "recommendations": ["category", "user"],
+    "aggregate": ["price", "stock", "shipping", "reviews", "recommendations"],
+}
+
+
+def backend_sleeps(graph: Graph, seed: int = 9) -> dict[str, float]:
+    """Seconds each node sleeps: 1-20 ms per backend node, seeded; ``aggregate`` none."""
+    rnd = random.Random(seed)
+    return {name: 0.0 if name == "aggregate" else rnd.uniform(0.001, 0.020) for name in graph}
+
+
+def sleep_task(ctx: Any, seconds: float) -> None:
+    if seconds:
+        time.sleep(seconds)
+
+
+class Workload:
+    """One shared graph, ready for both runners."""
+
+    def __init__(self, label: str, graph: Graph, sleeps: dict[str, float] | None) -> None:
+        self.label = label
+        self.graph = graph
+        self.sleeps = sleeps
+        if sleeps is None:
+            self.tops = build(graph)
+            self.work: dict[str, Callable[[], Any]] | None = None
+        else:
+            nodes = {name: FunctionNode(sleep_task, sleeps[name], name=name) for name in graph}
+            for name, fathers in graph.items():
+                for f in fathers:
+                    nodes[f] >> nodes[name]
+            self.tops = [nodes[n] for n, fathers in graph.items() if not fathers]
+            self.work = {name: partial(time.sleep, s) if s else _nothing
+                         for name, s in sleeps.items()}
+
+    def runner(self, which: str, pool: Executor, budget: float | None) -> Callable[[], bool]:
+        """A zero-argument function running one flow; True when it succeeded."""
+        if which == "taskflow":
+            tops: list[SchedulingNode[Any, Any]] = self.tops
+
+            def run_tf() -> bool:
+                return TaskScheduling.start(tops, executor=pool, timeout=budget).ok
+
+            return run_tf
+        graph, work = self.graph, self.work
+
+        def run_hw() -> bool:
+            handwritten(graph, pool, work)
+            return True
+
+        return run_hw
+
+
+def _nothing() -> None:
+    return None
+
+
+def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]:
+    """Run ``flows`` flows from ``callers`` threads at once; throughput, latencies, gc."""
+    per_caller = [flows // callers + (1 if k < flows % callers else 0) for k in range(callers)]
+    latencies: list[list[float]] = [[] for _ in range(callers)]
+    failures = [0] * callers
+    barrier = threading.Barrier(callers + 1)
+
+    def caller(k: int) -> None:
+        mine = latencies[k]
+        barrier.wait()
+        for _ in range(per_caller[k]):
+            t0 = time.perf_counter()
+            ok = run()
+            mine.append(time.perf_counter() - t0)
+            if not ok:
+                failures[k] += 1
+
+    threads = [threading.Thread(target=caller, args=(k,), name=f"bench-caller-{k}")
+               for k in range(callers)]
+    for t in threads:
+        t.start()
+    gc.collect()
+    before = gc.get_stats()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    after = gc.get_stats()
+    samples = sorted(x for lat in latencies for x in lat)
+    collections = [a["collections"] - b["collections"] for a, b in zip(after, before)]
+    return {
+        "flows": len(samples),
+        "failed": sum(failures),
+        "flows_per_s": len(samples) / wall,
+        "p50_ms": _pct(samples, 0.50) * 1e3,
+        "p99_ms": _pct(samples, 0.99) * 1e3,
+        "gc_per_1000": [c * 1000 / len(samples) for c in collections],
+    }
+
+
+def _pct(sorted_samples: Sequence[float], q: float) -> float:
+    n = len(sorted_samples)
+    return sorted_samples[min(n - 1, max(0, int(q * n + 0.999999) - 1))]
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
+              budget: float | None, callers_list: Sequence[int],
+              progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    workloads = [Workload("product-detail 9", PRODUCT_DETAIL, backend_sleeps(PRODUCT_DETAIL)),
+                 Workload("no-op 20", layers(depth=4, width=5, max_fathers=2, seed=20), None)]
+    rows = []
+    with ThreadPoolExecutor(workers, thread_name_prefix="bench-pool") as pool:
+        for w in workloads:
+            runners = {which: w.runner(which, pool, budget) for which in ("taskflow", "hand")}
+            for callers in callers_list:
+                flows = callers * flows_per_caller[w.label]
+                for run in runners.values():  # warm-up: pool threads, compiled plan, allocator
+                    measure(run, callers, max(callers, flows // 4))
+                per_round: list[dict[str, dict[str, Any]]] = []
+                for r in range(rounds):
+                    order = ("taskflow", "hand") if r % 2 == 0 else ("hand", "taskflow")
+                    figures = {which: measure(runners[which], callers, flows) for which in order}
+                    per_round.append(figures)
+                    progress(f"{w.label} callers={callers} round {r + 1}/{rounds}: "
+                             f"taskflow {figures['taskflow']['flows_per_s']:.0f} flows/s "
+                             f"p99 {figures['taskflow']['p99_ms']:.1f} ms, hand-written "
+                             f"{figures['hand']['flows_per_s']:.0f} flows/s "
+                             f"p99 {figures['hand']['p99_ms']:.1f} ms")
+                rows.append(_summarise(w.label, callers, flows, per_round))
+    return rows
+
+
+def _summarise(label: str, callers: int, flows: int,
+               per_round: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    def med(which: str, key: str) -> float:
+        return statistics.median(f[which][key] for f in per_round)
+
+    def gc_total(f: dict[str, Any]) -> float:
+        return float(sum(f["gc_per_1000"]))
+
+    ratios = {
+        "flows_per_s": _median([_ratio(f["taskflow"]["flows_per_s"], f["hand"]["flows_per_s"])
+                                for f in per_round]),
+        "p50": _median([_ratio(f["taskflow"]["p50_ms"], f["hand"]["p50_ms"]) for f in per_round]),
+        "p99": _median([_ratio(f["taskflow"]["p99_ms"], f["hand"]["p99_ms"]) for f in per_round]),
+        "gc_per_1000": _median([_ratio(gc_total(f["taskflow"]), gc_total(f["hand"]))
+                                for f in per_round]),
+    }
+    out: dict[str, Any] = {"graph": label, "callers": callers, "flows_per_round": flows,
+                           "ratio": ratios}
+    for which in ("taskflow", "hand"):
+        out[which] = {
+            "flows_per_s": med(which, "flows_per_s"),
+            "p50_ms": med(which, "p50_ms"),
+            "p99_ms": med(which, "p99_ms"),
+            "gc_per_1000": [statistics.median(f[which]["gc_per_1000"][g] for f in per_round)
+                            for g in range(3)],
+            "failed": sum(f[which]["failed"] for f in per_round),
+        }
+    out["meets_targets"] = (ratios["flows_per_s"] is not None and ratios["flows_per_s"] >= 1.1
+                            and ratios["p99"] is not None and ratios["p99"] <= 0.8)
+    return out
+
+
+# -- what finished runs leave for the cycle collector ------------------------------------------
+
+DIAMOND: Graph = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
+
+
+def gc_objects(runs: int = 200, workers: int = 4) -> dict[str, int]:
+    """Objects found unreachable by ``gc.collect()`` after ``runs`` finished runs, gc disabled."""
+    tops = build(DIAMOND)
+    out = {}
+    with ThreadPoolExecutor(workers, thread_name_prefix="bench-gc") as pool:
+        runners: dict[str, Callable[[], Any]] = {
+            "taskflow": lambda: TaskScheduling.start(tops, executor=pool, timeout=BUDGET),
+            "hand": lambda: handwritten(DIAMOND, pool),
+        }
+        for which, run in runners.items():
+            for _ in range(20):  # warm-up: pool threads, compiled plan, timer thread
+                run()
+            was_enabled = gc.isenabled()
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(runs):
+                    run()
+                time.sleep(0.05)  # let the pool finish its done-callbacks of the last run
+                out[which] = gc.collect()
+            finally:
+                if was_enabled:
+                    gc.enable()
+    return out
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _fmt(x: float | None, spec: str = ".2f", suffix: str = "x") -> str:
+    return "n/a" if x is None else f"{x:{spec}}{suffix}"
+
+
+def print_table(rows: list[dict[str, Any]], header: str) -> None:
+    print(header)
+    print("| graph | callers | flows/s | p50 | p99 | gc/1k flows | taskflow flows/s, p99 "
+          "| hand-written flows/s, p99 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        r, tf, hw = row["ratio"], row["taskflow"], row["hand"]
+        print(f"| {row['graph']} | {row['callers']} | {_fmt(r['flows_per_s'])} | "
+              f"{_fmt(r['p50'])} | {_fmt(r['p99'])} | {_fmt(r['gc_per_1000'])} | "
+              f"{tf['flows_per_s']:.0f}, {tf['p99_ms']:.1f} ms | "
+              f"{hw['flows_per_s']:.0f}, {hw['p99_ms']:.1f} ms |")
+    failed = sum(row["taskflow"]["failed"] + row["hand"]["failed"] for row in rows)
+    met = sum(row["meets_targets"] for row in rows)
+    print(f"targets (flows/s >= 1.1x and p99 <= 0.8x): met in {met} of {len(rows)} rows; "
+          f"failed flows: {failed}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="a short smoke run: 3 rounds, fewer flows (not for the README)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (at least 5)")
+    ap.add_argument("--workers", type=int, default=WORKERS,
+                    help="threads of the shared pool (default: %(default)s)")
+    ap.add_argument("--callers", type=int, nargs="+", default=list(CALLERS),
+                    help="caller thread counts (default: 16 32 64)")
+    ap.add_argument("--budget", type=float, default=BUDGET,
+                    help="taskflow's per-flow budget in seconds, 0 for none (default: %(default)s)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--gc-objects", action="store_true",
+                    help="only count what 200 runs of a 4-node flow leave for the cycle collector")
+    args = ap.parse_args(argv)
+
+    if args.gc_objects:
+        left = gc_objects()
+        if args.json:
+            print(json.dumps({"runs": 200, "graph": "diamond 4", "unreachable": left}))
+        else:
+            print("gc disabled, 200 finished runs of a 4-node diamond; objects the next "
+                  "gc.collect() finds unreachable:")
+            print(f"  taskflow {left['taskflow']:,}, hand-written {left['hand']:,}")
+        return 0
+
+    rounds = 3 if args.quick else max(5, args.rounds)
+    flows_per_caller = ({"product-detail 9": 3, "no-op 20": 15} if args.quick
+                        else {"product-detail 9": 25, "no-op 20": 60})
+    budget = args.budget or None
+    header = (f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs (shared machine), "
+              f"shared ThreadPoolExecutor({args.workers}), taskflow budget "
+              f"{budget if budget else 'none'} s, {rounds} rounds alternating runner order; "
+              f"ratios are taskflow/hand-written, median over rounds")
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows = benchmark(rounds, flows_per_caller, args.workers, budget, args.callers, progress)
+    if args.json:
+        print(json.dumps({"header": header, "rounds": rounds, "workers": args.workers,
+                          "budget": budget, "rows": rows}, indent=2))
+    else:
+        print_table(rows, header)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

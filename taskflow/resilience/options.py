@@ -1,0 +1,96 @@
+"""Validation of the primitives' constructor options: bad input raises before anything runs.
+
+Every error is a ``FlowDefinitionError`` (a ``ValueError``) that names the object and the option,
+e.g. ``bulkhead 'inventory': max_concurrent must be an integer >= 1, got -1``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+from taskflow.errors import FlowDefinitionError
+
+__all__ = [
+    "check_callable",
+    "check_int",
+    "check_name",
+    "check_ratio",
+    "check_seconds",
+    "rebuild",
+]
+
+
+def check_name(kind: str, name: object) -> str:
+    """Return ``name`` when it is a non-empty string."""
+    if not isinstance(name, str) or not name:
+        raise FlowDefinitionError(f"{kind} name must be a non-empty string, got {name!r}")
+    return name
+
+
+def check_int(owner: str, option: str, value: object, *, minimum: int) -> int:
+    """Return ``value`` when it is an int (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FlowDefinitionError(
+            f"{owner}: {option} must be an integer >= {minimum}, got {value!r}"
+        )
+    return value
+
+
+def check_seconds(owner: str, option: str, value: object, *, allow_zero: bool) -> float:
+    """Return ``value`` as a float when it is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise FlowDefinitionError(
+            f"{owner}: {option} must be a finite number of seconds {bound}, got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_ratio(owner: str, option: str, value: object) -> float:
+    """Return ``value`` as a float when it lies in (0, 1]."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0.0 < value <= 1.0
+    )
+    if not ok:
+        raise FlowDefinitionError(f"{owner}: {option} must be in (0, 1], got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_callable(owner: str, option: str, fn: object, params: str) -> None:
+    """Raise unless ``fn`` is callable with two positional arguments (named in ``params``).
+
+    Callables whose signature Python cannot read (some builtins) are accepted.
+    """
+    if not callable(fn):
+        raise FlowDefinitionError(f"{owner}: {option} must be callable as {option}{params}, "
+                                  f"got {fn!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise FlowDefinitionError(
+            f"{owner}: {option} {fn!r} cannot be called as {option}{params}: {exc}"
+        ) from None
+
+
+def rebuild(cls: type[Any], name: str, options: dict[str, Any]) -> Any:
+    """Unpickle a primitive as a fresh object with the same options.
+
+    A node sent to another process (process pools, loky, dask) carries its bulkhead or breaker
+    along; the engine keeps all their bookkeeping in the caller's process, so the copy only
+    needs to exist, not to share state (and a lock cannot be pickled).
+    """
+    return cls(name, **options)

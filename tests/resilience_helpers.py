@@ -1,0 +1,53 @@
+"""Helpers shared by the tests of taskflow.resilience: a fake clock and a thread runner."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+
+
+class FakeClock:
+    """A monotonic clock that moves only when the test says so."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def run_threads(n: int, body: Callable[[int], None], *, name: str = "resilience-test") -> None:
+    """Start ``n`` named threads that wait on one Barrier, run ``body(i)`` and are joined.
+
+    The interpreter switches threads every microsecond meanwhile, to make races likely
+    (CPython's own ``test_pending_calls_race`` does the same).
+    """
+    barrier = threading.Barrier(n)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _start_and_join(n, body, barrier, name)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _start_and_join(n: int, body: Callable[[int], None], barrier: threading.Barrier,
+                    name: str) -> None:
+
+    def target(i: int) -> None:
+        barrier.wait()
+        body(i)
+
+    threads = [threading.Thread(target=target, args=(i,), name=f"{name}-{i}") for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a test thread did not finish"
