@@ -4,8 +4,9 @@ How a run works
 ===============
 A run (:class:`Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
 node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
-same way: ``code`` (where each node is in its lifecycle, moved only by :meth:`Run.move` along
-``LEGAL_MOVES``), the join counters (``left``, ``nsucc``, ``nskip``), ``results`` (one
+same way: ``code`` (where each node is in its lifecycle, moved along ``LEGAL_MOVES`` by
+:meth:`Run.move`; the hot path writes the four moves whose old state it has just tested
+directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``), ``results`` (one
 :class:`WorkResult` per node) and per-run node copies made on demand.
 
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
@@ -31,8 +32,8 @@ that settles without running is handled in the same critical section with an exp
 The owner and the threads that may do what
 ==========================================
 Every run has an *owner*: ``start``'s caller, which waits in :meth:`Run.wait` on the run's
-``inbox``, or, for ``submit``, the shared ``taskflow-coordinator`` thread. ``post`` hands work to
-the owner. Three kinds of thread never call user code or ``executor.submit``; they move state
+``inbox``, or, for ``submit``, the shared ``taskflow-coordinator`` threads (one when idle, more
+while one is busy in a slow hook). ``post`` hands work to the owner. Three kinds of thread never call user code or ``executor.submit``; they move state
 under the lock and ``post`` the rest:
 
 * a future's done-callback (it may run under the executor's shutdown lock);
@@ -73,7 +74,8 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
 ``nslow``, ``slowq[i]``: how many ready entries were expected to be slow when queued, and
   whether node ``i``'s entry was counted (``reserve_loops`` starts one loop per slow ready node
   and shares loops among fast ones, after ``plan.est``, the nodes' typical task times).
-``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed while ready
+``starting``: loops reserved and not started yet (each will pop a node, so they count against
+  new ones). ``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed while ready
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
