@@ -25,19 +25,25 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from contextvars import Context
+from functools import partial
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
 
 from taskflow.context import TaskContext, attach_view
-from taskflow.errors import RemoteTaskError, ResultNotAvailableError
+from taskflow.engine import executors
+from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
+from taskflow.result import ResultState, WorkResult
 
 __all__ = [
     "Coordinator",
+    "RemoteHost",
     "RemoteRunView",
     "coordinator",
+    "dispatch",
     "preflight_pickle",
     "remote_call",
     "remote_work",
@@ -61,6 +67,134 @@ def preflight_pickle(pickler: Any, executor_name: str, name: str,
             err.__cause__ = exc
             return err
     return None
+
+
+class RemoteHost(Protocol):
+    """What running nodes on a remote executor needs from the run (``run.Run`` satisfies it)."""
+
+    executor: Executor
+    caps: executors.Capabilities
+    ctx: TaskContext
+    deadline: float
+    flow_id: str
+    plan: Any
+    results: list[WorkResult[Any]]
+    lock: threading.Lock
+    remote_futs: dict[int, Future[Any]]
+
+    @property
+    def log(self) -> Any:
+        """The run's logger."""
+
+    def take_queued(self) -> list[int]:
+        """The ready QUEUED nodes, moved to RUNNING."""
+
+    def node(self, i: int) -> Any:
+        """The run's copy of node ``i``."""
+
+    def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
+        """Stamp an attempt of node ``i`` and run its ``on_begin``."""
+
+    def fan_out_here(self, i: int, thread: str) -> None:
+        """Start fan-out node ``i`` on this thread."""
+
+    def complete_remote(self, i: int, value: Any, error: BaseException | None) -> None:
+        """Record node ``i``'s outcome."""
+
+    def route(self, i: int, node: Any, value: Any) -> None:
+        """A switch's value: record the sons it chose."""
+
+    def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
+        """0: retry now, > 0: after that back-off, < 0: no retry."""
+
+    def retry_remote(self, i: int, delay: float) -> bool:
+        """Queue another attempt; True: dispatch it now."""
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the run's owner thread."""
+
+
+def dispatch(host: RemoteHost) -> None:
+    """The owner's thread: submit every queued node as its own task."""
+    for i in host.take_queued():
+        _submit(host, i)
+
+
+def _submit(host: RemoteHost, i: int) -> None:
+    """Submit one attempt of node ``i``; a refusal is its outcome."""
+    plan = host.plan
+    tname = type(host.executor).__name__
+    if plan.fanout[i]:
+        host.fan_out_here(i, tname)
+        return
+    wr = host.results[i]
+    host.begin_attempt(i, wr, tname, host.node(i))
+    now = time.monotonic()
+    defn = plan.nodes[i]
+    results = host.results
+    fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
+               if results[f].state in (ResultState.SUCCESS, ResultState.DEGRADED)}
+    limit = host.deadline  # the task's own deadline: its node's timeout counts too
+    t = plan.timeout[i]
+    if t is not None:
+        limit = min(limit, (wr.started_at or now) + t)
+    args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id)
+    error = preflight_pickle(executors.pickler(host.caps), tname, plan.names[i], args)
+    fut: Any = None
+    if error is None:
+        try:
+            fut = host.executor.submit(remote_call, *args)
+            if not isinstance(fut, Future):
+                raise TypeError(
+                    f"{tname}.submit returned {type(fut).__name__}, not a Future")
+        except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
+            error = exc
+    if error is not None:
+        host.complete_remote(i, None, error)
+        return
+    with host.lock:
+        host.remote_futs[i] = fut
+    fut.add_done_callback(partial(_post_outcome, host, i))
+
+
+def _post_outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
+    """Done-callback of a remote attempt (the executor's thread): hand it to the owner."""
+    host.post(_process, host, i, fut)
+
+
+def _process(host: RemoteHost, i: int, fut: Future[Any]) -> None:
+    """The owner's thread: one remote attempt ended; retry it or complete the node."""
+    try:
+        _outcome(host, i, fut)
+    except BaseException as exc:  # noqa: BLE001 - a bug here must end the node, not hang it
+        host.log.opt(exception=True).error("taskflow failed processing node {}",
+                                           host.plan.names[i])
+        host.complete_remote(i, None, exc)
+
+
+def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
+    with host.lock:
+        if host.remote_futs.get(i) is fut:
+            del host.remote_futs[i]
+    value: Any = None
+    if fut.cancelled():
+        error: BaseException | None = NodeCancelledError(host.plan.names[i],
+                                                         "the executor cancelled it")
+    else:
+        error = fut.exception()
+        value = fut.result() if error is None else None
+    if error is None and host.plan.routes[i]:
+        try:
+            host.route(i, host.plan.nodes[i], value)
+        except BaseException as exc:  # noqa: BLE001
+            error = exc
+    if error is not None:
+        delay = host.retry_delay(i, host.results[i], error)
+        if delay >= 0.0:
+            if host.retry_remote(i, delay):
+                dispatch(host)
+            return
+    host.complete_remote(i, value, error)
 
 
 class Coordinator:

@@ -123,7 +123,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any
 
@@ -517,7 +516,7 @@ class Run:
             assert self.inbox is not None
             self.inbox.put((_wake, ()))
         else:
-            self.dispatch_remote()
+            remote.dispatch(self)
 
     def loop_refused(self, exc: BaseException) -> None:
         """A loop was refused (owner thread): with no loop left to drain the queue, the queued
@@ -1279,10 +1278,10 @@ class Run:
         """Inline mode: the caller runs the ready nodes itself (``inline.py``)."""
         inline.drain(self)
 
-    # -- remote executors (process pools, loky, dask) ---------------------------------------------
+    # -- remote executors (process pools, loky, dask): what remote.py asks of a run -------------
 
-    def dispatch_remote(self) -> None:
-        """Submit every queued node as its own task (outside the lock)."""
+    def take_queued(self) -> list[int]:
+        """The ready nodes still QUEUED, moved to RUNNING (each becomes its own submission)."""
         with self.lock:
             batch = []
             code = self.code
@@ -1292,91 +1291,30 @@ class Run:
                 if code[i] == QUEUED:
                     self.move(i, RUNNING)
                     batch.append(i)
-        for i in batch:
-            self.submit_remote(i)
+            self.nslow = 0
+        return batch
 
-    def submit_remote(self, i: int) -> None:
-        """Submit one attempt of node ``i`` to the remote executor."""
-        plan = self.plan
-        tname = type(self.executor).__name__
-        if plan.fanout[i]:
-            self.start_fanout(i, NO_LOOP, self.node(i), tname)
-            return
-        wr = self.results[i]
-        self.begin_attempt(i, wr, tname, self.node(i))
-        now = _monotonic()
-        defn = plan.nodes[i]
-        results = self.results
-        fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
-                   if results[f].state is _SUCCESS or results[f].state is _DEGRADED}
-        limit = self.deadline  # the task's own deadline: its node's timeout counts too
-        t = plan.timeout[i]
-        if t is not None:
-            limit = min(limit, (wr.started_at or now) + t)
-        args = (defn, defn.param, self.ctx.snapshot(), fathers, limit - now, self.flow_id)
-        error = remote.preflight_pickle(executors.pickler(self.caps), tname, plan.names[i], args)
-        fut: Any = None
-        if error is None:
-            try:
-                fut = self.executor.submit(remote.remote_call, *args)
-                if not isinstance(fut, Future):
-                    raise TypeError(
-                        f"{tname}.submit returned {type(fut).__name__}, not a Future")
-            except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
-                error = exc
-        if error is not None:
-            self.complete(i, NO_LOOP, None, error)
-            return
-        with self.lock:
-            self.remote_futs[i] = fut
-        fut.add_done_callback(partial(self.post_outcome, i))
+    def fan_out_here(self, i: int, thread: str) -> None:
+        """Start fan-out node ``i`` on this (the owner's) thread."""
+        self.start_fanout(i, NO_LOOP, self.node(i), thread)
 
-    def post_outcome(self, i: int, fut: Future[Any]) -> None:
-        """Done-callback of a remote attempt (the executor's thread): hand it to the owner."""
-        self.post(self.process_remote, i, fut)
-
-    def process_remote(self, i: int, fut: Future[Any]) -> None:
-        """Owner thread: one remote attempt ended; retry it or complete the node."""
-        try:
-            self._process_remote(i, fut)
-        except BaseException as exc:  # noqa: BLE001 - a bug here must end the node, not hang it
-            self.log.opt(exception=True).error("taskflow failed processing node {}",
-                                               self.names[i])
-            self.complete(i, NO_LOOP, None, exc)
-
-    def _process_remote(self, i: int, fut: Future[Any]) -> None:
-        with self.lock:
-            if self.remote_futs.get(i) is fut:
-                del self.remote_futs[i]
-        value: Any = None
-        if fut.cancelled():
-            error: BaseException | None = NodeCancelledError(self.names[i],
-                                                             "the executor cancelled it")
-        else:
-            error = fut.exception()
-            value = fut.result() if error is None else None
-        if error is None and self.plan.routes[i]:
-            try:
-                self.route(i, self.plan.nodes[i], value)
-            except BaseException as exc:  # noqa: BLE001
-                error = exc
-        if error is not None:
-            wr = self.results[i]
-            delay = self.retry_delay(i, wr, error)
-            if delay >= 0.0:
-                with self.lock:
-                    if self.code[i] != RUNNING or wr.state is not _DEFAULT:
-                        return
-                    if delay == 0.0:
-                        self.move(i, QUEUED)
-                        self.enqueue(i)
-                    else:
-                        self.move(i, BACKOFF)
-                        timer.schedule(_monotonic() + delay, self.requeue, i)
-                if delay == 0.0:
-                    self.dispatch_remote()
-                return
+    def complete_remote(self, i: int, value: Any, error: BaseException | None) -> None:
+        """A remote attempt of node ``i`` ended for good (or could not be submitted)."""
         self.complete(i, NO_LOOP, value, error)
+
+    def retry_remote(self, i: int, delay: float) -> bool:
+        """Queue another attempt of node ``i`` now (``delay`` 0: True, dispatch it) or after
+        ``delay`` seconds; False if the node was settled meanwhile."""
+        with self.lock:
+            if self.code[i] != RUNNING or self.results[i].state is not _DEFAULT:
+                return False
+            if delay == 0.0:
+                self.move(i, QUEUED)
+                self.enqueue(i)
+                return True
+            self.move(i, BACKOFF)
+            timer.schedule(_monotonic() + delay, self.requeue, i)
+            return False
 
 
 class FinishedRun:
