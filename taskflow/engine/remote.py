@@ -303,10 +303,14 @@ def _round_trip(value: Any) -> None:
     """Raise if ``value`` does not survive pickling (the way back to the caller's process)."""
     try:
         pickle.loads(pickle.dumps(value))
-    except Exception:  # noqa: BLE001 - maybe only cloudpickle can carry it (loky, dask)
+        return
+    except Exception as exc:  # noqa: BLE001 - maybe only cloudpickle can carry it (loky, dask)
+        first = exc
+    try:
         import cloudpickle  # type: ignore[import-untyped]
-
-        pickle.loads(cloudpickle.dumps(value))
+    except ImportError:  # plain process pools: pickle's error stands
+        raise first from None
+    pickle.loads(cloudpickle.dumps(value))
 
 
 def _portable(exc: BaseException) -> BaseException:
