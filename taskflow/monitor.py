@@ -14,24 +14,27 @@ the task path.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field
 
-from taskflow.pool import Percentiles, PoolMetrics
+from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
+from taskflow.pool import ThreadPool
 
 __all__ = [
     "Alarm",
+    "MonitoredExecutor",
     "PoolMonitor",
     "PoolSnapshot",
     "ProcessMetrics",
@@ -40,6 +43,428 @@ __all__ = [
 ]
 
 _R = TypeVar("_R")
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_RING: Final = SAMPLES_KEPT
+_MASK: Final = _RING - 1
+
+# states of a task submitted through a MonitoredExecutor (see _Tracked)
+_QUEUED: Final = 0  # handed to the inner executor, not started
+_RUNNING: Final = 1  # started
+_DONE: Final = 2  # finished
+_CLAIMED: Final = 3  # cancelled before it started, and counted so
+
+_monitor_seq = itertools.count()
+
+
+# ---------------------------------------------------------------------- MonitoredExecutor
+class _Tracked:
+    """One task submitted through a ``MonitoredExecutor``; the callable the inner pool runs.
+
+    ``state`` is written by the thread that moves the task on (submitter, worker or the
+    monitor's cancel scan); ``abandoned`` and ``counted`` are guarded by the monitor's lock.
+    The rest is written once before the task is handed to the inner executor.
+    """
+
+    __slots__ = ("abandoned", "args", "counted", "fn", "kwargs", "mon", "state", "submitted_at")
+
+    def __init__(
+        self, mon: MonitoredExecutor, fn: Callable[..., Any] | None, args: tuple[Any, ...],
+        kwargs: dict[str, Any], submitted_at: float,
+    ) -> None:
+        self.mon = mon
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.state = _QUEUED
+        self.submitted_at = submitted_at
+        self.abandoned = False
+        self.counted = False  # abandoned and already added to abandoned_total
+
+    def __call__(self) -> Any:
+        """Run the task in the inner executor's thread; counts go to this thread's stats."""
+        mon = self.mon
+        fn = self.fn
+        self.fn = None
+        assert fn is not None
+        try:
+            st: _ThreadStats = mon._tls.stats
+        except AttributeError:
+            st = mon._register_thread()
+        mon._waiting.pop(self, None)
+        self.state = _RUNNING
+        started, completed, failures = st.counts
+        st.counts = (started + 1, completed, failures)
+        mono = time.monotonic
+        start = mono()
+        failed = True
+        try:
+            result = fn(*self.args, **self.kwargs)
+            failed = False
+            return result
+        finally:
+            run = mono() - start
+            wait = start - self.submitted_at
+            i = st.samples & _MASK
+            st.samples += 1
+            st.waits[i] = wait
+            st.runs[i] = run
+            st.wait_total += wait
+            st.run_total += run
+            self.state = _DONE  # before completed: whoever counts it done sees it finished
+            started, completed, failures = st.counts
+            st.counts = (started, completed + 1, failures + failed)
+
+    def done(self, future: Future[Any]) -> None:
+        """Done-callback on the inner future, used when tasks run out of process."""
+        mon = self.mon
+        cancelled = future.cancelled()
+        failed = not cancelled and future.exception() is not None
+        with mon._lock:
+            if self.state == _DONE:
+                return
+            self.state = _DONE
+            if cancelled:
+                mon._cancelled += 1
+            else:
+                mon._completed += 1
+                if failed:
+                    mon._failed += 1
+            mon._pending.pop(id(self), None)
+
+
+class _ThreadStats:
+    """Counters of the tasks one thread ran for a ``MonitoredExecutor``.
+
+    Only the owning thread writes them, so workers never take the monitor's lock. ``counts``
+    (started, completed, failed) is replaced as one tuple, so a snapshot reads a consistent
+    triple for each thread: a thread's started - completed is the task it runs now.
+    """
+
+    __slots__ = ("counts", "run_total", "runs", "samples", "thread", "wait_total", "waits")
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+        self.counts = (0, 0, 0)
+        self.samples = 0
+        self.waits = [0.0] * _RING
+        self.runs = [0.0] * _RING
+        self.wait_total = 0.0
+        self.run_total = 0.0
+
+
+def _items_of(shared: dict[_Tracked, Future[Any]]) -> list[tuple[_Tracked, Future[Any]]]:
+    """A copy of a dict that other threads change without a lock (single operations only).
+
+    Copying can let another thread run (an allocation may start the garbage collector, which
+    may run Python code), and a change in between makes the copy raise: copy again.
+    """
+    while True:
+        try:
+            return list(shared.items())
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+
+
+class MonitoredExecutor(Executor):
+    """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
+
+    Args:
+        executor: The executor to wrap (stdlib thread or process pools, loky, dask's
+            ``ClientExecutor``, a :class:`ThreadPool`, ...). ``submit`` and ``shutdown`` are
+            passed through; the wrapper is itself an Executor, so flows run on it.
+        name: The pool's name in metrics; defaults to the inner type's name and a number.
+        in_process: Whether tasks run in threads of this process. Then each task is wrapped to
+            time it and to count it active while it runs, with per-thread counters so worker
+            threads never contend on a lock. Otherwise (process pools, remote executors) the
+            callable is passed through untouched, so it pickles as before, and outcomes are
+            counted by a done-callback (run by whichever thread completes the Future): the
+            timings are ``None`` and ``active_count`` comes from ``Future.running()`` where
+            the executor reports it. Default: True for ``ThreadPoolExecutor`` and ``ThreadPool``.
+
+    Figures the wrapper cannot know are ``None`` in ``metrics()``. Tasks cancelled before they
+    started are found when a snapshot is taken (and now and then on submit), not when they are
+    cancelled.
+    """
+
+    def __init__(
+        self, executor: Executor, *, name: str | None = None, in_process: bool | None = None,
+    ) -> None:
+        self._inner = executor
+        if in_process is None:
+            in_process = isinstance(executor, (ThreadPoolExecutor, ThreadPool)) or (
+                isinstance(executor, MonitoredExecutor) and executor._in_process
+            )
+        self._in_process: bool = in_process
+        self._name = name if name is not None else f"{type(executor).__name__}-{next(_monitor_seq)}"
+        module = type(executor).__module__
+        # dask futures never report running(); process pools mark queued calls running early
+        self._running_known = not in_process and not module.startswith("distributed")
+        self._tls = threading.local()  # .stats: the _ThreadStats of the current thread
+        # in_process: tasks handed to the inner executor and not started, with their futures;
+        # single dict operations only (atomic), scanned for cancellations under _lock
+        self._waiting: dict[_Tracked, Future[Any]] = {}
+        self._scan_at = 1 << 16
+        # _lock guards every field below, and each _Tracked's abandoned/counted
+        self._lock = threading.Lock()
+        self._shutdown = False
+        self._task_count = 0
+        self._cancelled = 0
+        self._rejected = 0
+        self._completed = 0  # not in_process (done-callbacks); in_process: retired threads
+        self._failed = 0
+        self._retired_started = 0
+        self._retired_wait_total = 0.0
+        self._retired_run_total = 0.0
+        self._stats: list[_ThreadStats] = []
+        self._abandoned: dict[_Tracked, None] = {}  # abandoned tasks not seen finished yet
+        self._abandoned_total = 0
+        self._largest_seen = 0
+        # not in_process: the inner futures not done yet, to ask them running()
+        self._pending: dict[int, Future[Any]] = {}
+
+    @property
+    def executor(self) -> Executor:
+        """The wrapped executor."""
+        return self._inner
+
+    @property
+    def name(self) -> str:
+        """The pool's name in metrics."""
+        return self._name
+
+    @property
+    def max_size(self) -> int | None:
+        """The inner executor's worker count, when it can be read."""
+        return _max_workers_of(self._inner)
+
+    @property
+    def _max_workers(self) -> int | None:  # read by the engine to guess parallelism
+        return _max_workers_of(self._inner)
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
+        """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
+
+        Raises:
+            Whatever the inner executor's ``submit`` raises (counted as a rejection).
+        """
+        in_process = self._in_process
+        item = _Tracked(self, fn if in_process else None, args, kwargs, time.monotonic())
+        with self._lock:
+            self._task_count += 1
+        try:
+            if in_process:
+                future: Future[Any] = self._inner.submit(item)
+            else:
+                future = self._inner.submit(fn, *args, **kwargs)
+        except BaseException:
+            with self._lock:
+                item.state = _DONE
+                self._rejected += 1
+            raise
+        try:
+            future._taskflow_task = item  # type: ignore[attr-defined]
+        except AttributeError:  # a future class with __slots__: mark_abandoned ignores it
+            pass
+        if in_process:
+            if item.state == _QUEUED:
+                self._waiting[item] = future
+                if len(self._waiting) > self._scan_at:
+                    self._scan_cancelled()
+        else:
+            with self._lock:
+                if item.state != _DONE:
+                    self._pending[id(item)] = future
+            future.add_done_callback(item.done)
+        return future
+
+    def _scan_cancelled(self) -> None:
+        """Count tasks cancelled before they started; drop entries of finished tasks."""
+        waiting = self._waiting
+        with self._lock:
+            for item, future in _items_of(waiting):
+                if future.done():
+                    waiting.pop(item, None)
+                    if item.state == _QUEUED and future.cancelled():
+                        item.state = _CLAIMED
+                        self._cancelled += 1
+            self._scan_at = max(1 << 16, 2 * len(waiting))
+
+    def _register_thread(self) -> _ThreadStats:
+        st = _ThreadStats(threading.current_thread())
+        self._tls.stats = st
+        with self._lock:
+            # fold the counts of threads that have exited, so the list stays short
+            for old in [s for s in self._stats if not s.thread.is_alive()]:
+                self._stats.remove(old)
+                started, completed, failed = old.counts
+                self._retired_started += started
+                self._completed += completed
+                self._failed += failed
+                self._retired_wait_total += old.wait_total
+                self._retired_run_total += old.run_total
+            self._stats.append(st)
+        return st
+
+    def mark_abandoned(self, future: Future[Any]) -> None:
+        """Count ``future``'s task as abandoned while it still runs (see ``ThreadPool``).
+
+        Out of process, a task not done yet counts as running.
+        """
+        item = getattr(future, "_taskflow_task", None)
+        if not isinstance(item, _Tracked) or item.mon is not self:
+            return
+        with self._lock:
+            if item.abandoned or item.state == _DONE or item.state == _CLAIMED:
+                return
+            item.abandoned = True
+            self._abandoned[item] = None
+            if item.state == _RUNNING or not self._in_process:
+                item.counted = True
+                self._abandoned_total += 1
+        inner_mark = getattr(self._inner, "mark_abandoned", None)
+        if inner_mark is not None:
+            inner_mark(future)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the inner executor down (see ``concurrent.futures.Executor.shutdown``)."""
+        with self._lock:
+            self._shutdown = True
+        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def worker_native_ids(self) -> list[int]:
+        """OS thread ids of the inner pool's threads, when they can be read."""
+        ids = getattr(self._inner, "worker_native_ids", None)
+        if callable(ids):
+            return list(ids())
+        threads: Iterable[threading.Thread] = getattr(self._inner, "_threads", ()) or ()
+        return [t.native_id for t in list(threads) if t.native_id is not None]
+
+    def metrics(self) -> PoolMetrics:
+        """A snapshot of the counts; figures this executor cannot give are ``None``."""
+        inner = self._inner
+        base = inner.metrics() if isinstance(inner, (ThreadPool, MonitoredExecutor)) else None
+        size = base.pool_size if base is not None else _pool_size_of(inner)
+        if self._in_process:
+            self._scan_cancelled()
+        waits: list[float] = []
+        runs: list[float] = []
+        with self._lock:
+            # task_count is read after the threads' counts: a task is counted submitted before
+            # it can start, so queued = task_count - started - ... is never negative
+            failed, completed = self._failed, self._completed
+            started = self._retired_started
+            wait_total, run_total = self._retired_wait_total, self._retired_run_total
+            stats = list(self._stats)
+            for st in stats:
+                s_, c_, f_ = st.counts
+                started += s_
+                completed += c_
+                failed += f_
+                wait_total += st.wait_total
+                run_total += st.run_total
+            for st in stats:
+                n = st.samples
+                waits += st.waits if n >= _RING else st.waits[:n]
+                runs += st.runs if n >= _RING else st.runs[:n]
+            pending = list(self._pending.values())
+            ab_running = 0
+            for item in list(self._abandoned):
+                state = item.state
+                if state != _QUEUED and state != _CLAIMED and not item.counted:
+                    item.counted = True  # it started after it was marked
+                    self._abandoned_total += 1
+                if state == _RUNNING or (state == _QUEUED and not self._in_process):
+                    ab_running += 1
+                elif state != _QUEUED:
+                    del self._abandoned[item]
+            tasks, cancelled, rejected = self._task_count, self._cancelled, self._rejected
+            ab_total = self._abandoned_total
+            shut = self._shutdown
+            if size is not None and size > self._largest_seen:
+                self._largest_seen = size
+            largest = self._largest_seen if size is not None else None
+        active_count: int | None
+        queue_size: int | None
+        if self._in_process:
+            active_count = max(0, started - completed)
+            queue_size = max(0, tasks - started - cancelled - rejected)
+        else:
+            not_done = tasks - completed - cancelled - rejected
+            # out of process, "queued" would be every task not done: split it where running()
+            # means something
+            if self._running_known:
+                active_count = sum(1 for f in pending if f.running())
+                queue_size = max(0, not_done - active_count)
+            else:
+                active_count = queue_size = None
+            waits = runs = []
+        max_size = base.max_size if base is not None else _max_workers_of(inner)
+        capacity = base.queue_capacity if base is not None else None
+        shut = shut or getattr(inner, "_shutdown", False) is True or (
+            getattr(inner, "_shutdown_thread", False) is True
+        )
+        if base is not None:
+            largest = base.largest_pool_size
+        elif isinstance(inner, ThreadPoolExecutor):
+            largest = size  # its threads never exit
+        return PoolMetrics(
+            pool_name=self._name,
+            executor_type=type(inner).__name__,
+            core_size=base.core_size if base is not None else None,
+            max_size=max_size,
+            queue_capacity=capacity,
+            keep_alive_s=base.keep_alive_s if base is not None else None,
+            rejection_policy=base.rejection_policy if base is not None else None,
+            pool_size=size,
+            largest_pool_size=largest,
+            active_count=active_count,
+            queue_size=queue_size,
+            queue_remaining_capacity=(
+                None if capacity is None or queue_size is None else max(0, capacity - queue_size)
+            ),
+            abandoned_running=ab_running,
+            is_shutdown=shut,
+            is_terminated=base.is_terminated if base is not None else None,
+            task_count=tasks,
+            completed_task_count=completed,
+            failed_task_count=failed,
+            cancelled_task_count=cancelled,
+            rejected_count=rejected,
+            abandoned_total=ab_total,
+            liveness_pct=pct(active_count, max_size),
+            peak_load_pct=pct(largest, max_size),
+            queue_usage_pct=pct(queue_size, capacity),
+            queue_wait_s=Percentiles.of(waits),
+            run_time_s=Percentiles.of(runs),
+            queue_wait_total_s=wait_total if self._in_process else None,
+            run_time_total_s=run_total if self._in_process else None,
+            timestamp=time.time(),
+            monotonic=time.monotonic(),
+        )
+
+    def __repr__(self) -> str:
+        return f"<MonitoredExecutor {self._name!r} of {self._inner!r}>"
+
+
+def _max_workers_of(executor: Executor) -> int | None:
+    size = getattr(executor, "max_size", None)
+    if not isinstance(size, int):
+        size = getattr(executor, "_max_workers", None)
+    return size if isinstance(size, int) else None
+
+
+def _pool_size_of(executor: Executor) -> int | None:
+    """Live workers of a stdlib (or look-alike) pool, read from its private fields."""
+    if isinstance(executor, ProcessPoolExecutor) or hasattr(executor, "_processes"):
+        procs = getattr(executor, "_processes", None)
+        return len(procs) if isinstance(procs, dict) else None
+    threads = getattr(executor, "_threads", None)
+    return len(threads) if isinstance(threads, (set, list)) else None
+
+
+# ---------------------------------------------------------------------- PoolMonitor
 
 AlarmKind = Literal["liveness", "queue_usage", "rejected", "abandoned"]
 
