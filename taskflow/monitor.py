@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
+from taskflow.prometheus import render_prometheus
 
 __all__ = [
     "Alarm",
@@ -601,7 +602,7 @@ def _pool_size_of(executor: Executor) -> int | None:
 
 # ---------------------------------------------------------------------- PoolMonitor
 
-AlarmKind = Literal["liveness", "queue_usage", "rejected", "abandoned"]
+AlarmKind = Literal["liveness", "queue_usage", "rejected", "abandoned", "queue_wait"]
 
 
 class Thresholds(BaseModel):
@@ -623,6 +624,13 @@ class Thresholds(BaseModel):
     """Alarm when this many tasks were rejected since the previous sample."""
     abandoned_running: int | None = Field(default=1, ge=1)
     """Alarm when this many abandoned tasks are still running."""
+    queue_wait_ratio: float | None = Field(default=1.0, gt=0)
+    """Alarm when, over the tasks completed since the previous sample, time spent waiting in
+    the queue reaches this multiple of time spent running: requests wait for the pool, which
+    is too small for the load (see "Sizing the pool" in the README)."""
+    queue_wait_min_s: float = Field(default=0.005, ge=0)
+    """...and the average queue wait over those tasks is at least this long (so a pool of
+    microsecond tasks does not alarm on microsecond waits)."""
     silence_s: float = Field(default=120.0, ge=0)
     """After an alarm fires, the same alarm is not raised again for this many seconds."""
 
@@ -744,6 +752,13 @@ class PoolMonitor:
         self._history: deque[PoolSnapshot] = deque(maxlen=history_size)
         self._last: PoolSnapshot | None = None
         self._fired_at: dict[str, float] = {}
+        # worker CPU, guarded by _lock: the last reading per live thread id, the CPU of the
+        # threads seen to vanish (when the pool does not report it), and the highest total
+        # reported, so the counter never goes down
+        self._thread_cpu: dict[int, float] = {}
+        self._vanished_cpu = 0.0
+        self._cpu_high = 0.0
+        _all_monitors.add(self)
 
     @property
     def thresholds(self) -> Thresholds:
@@ -788,6 +803,28 @@ class PoolMonitor:
     ) -> None:
         self.stop()
 
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the same monitor, for this process, its thread running again.
+
+        The parent's history and alarm silences describe the parent; they are dropped. If the
+        monitor was running, a new sampling thread starts here (the parent's does not exist in
+        the child).
+        """
+        self._lock = threading.Lock()
+        self._process = psutil.Process(os.getpid())
+        _safe(lambda: self._process.cpu_percent(None))
+        self._history = deque(maxlen=self._history.maxlen)
+        self._last = None
+        self._fired_at = {}
+        self._thread_cpu = {}
+        self._vanished_cpu = self._cpu_high = 0.0
+        if self._thread is not None and not self._stop.is_set():
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+            self._thread.start()
+        else:
+            self._thread = None
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
@@ -796,31 +833,37 @@ class PoolMonitor:
                 logger.exception("pool monitor {!r}: sampling failed", self._name)
 
     # ------------------------------------------------------------------ sampling
-    def sample(self) -> PoolSnapshot:
+    def sample(self, *, record: bool = True) -> PoolSnapshot:
         """Take a snapshot now, record it and evaluate the alarms.
+
+        Args:
+            record: ``False`` takes a snapshot for a scrape (``to_prometheus``, the Prometheus
+                collector): it is not kept in the history, raises no alarm, and ``tps`` is
+                measured since the last recorded sample.
 
         Runs in the calling thread; ``on_alarm`` is called from it for the alarms that fire.
         """
         pool = self._metrics() if self._metrics is not None else None
         process = self._read_process()
-        worker_cpu = self._worker_cpu()
+        worker_cpu = self._worker_cpu(pool)
         now, mono = time.time(), time.monotonic()
         with self._lock:
             last = self._last
             tps: float | None = None
-            rejected_delta = pool.rejected_count if pool is not None else 0
             if pool is not None and last is not None and last.pool is not None:
                 elapsed = mono - last.monotonic
                 done = pool.completed_task_count - last.pool.completed_task_count
                 tps = done / elapsed if elapsed > 0 else None
-                rejected_delta = pool.rejected_count - last.pool.rejected_count
-            alarms = self._evaluate(pool, rejected_delta, now, mono) if pool is not None else ()
+            alarms: tuple[Alarm, ...] = ()
+            if record and pool is not None:
+                alarms = self._evaluate(pool, last.pool if last is not None else None, now, mono)
             snap = PoolSnapshot(
                 pool_name=self._name, timestamp=now, monotonic=mono, pool=pool, process=process,
                 tps=tps, worker_cpu_s=worker_cpu, alarms=alarms,
             )
-            self._history.append(snap)
-            self._last = snap
+            if record:
+                self._history.append(snap)
+                self._last = snap
         for alarm in alarms:
             logger.warning(
                 "pool {!r} alarm {}: {} (value {:g}, threshold {:g})",
@@ -834,9 +877,10 @@ class PoolMonitor:
         return snap
 
     def _evaluate(
-        self, pool: PoolMetrics, rejected_delta: int, now: float, mono: float
+        self, pool: PoolMetrics, last: PoolMetrics | None, now: float, mono: float
     ) -> tuple[Alarm, ...]:
         t = self._thresholds
+        rejected_delta = pool.rejected_count - (last.rejected_count if last is not None else 0)
         checks: list[tuple[AlarmKind, float | None, float | None, str]] = [
             ("liveness", pool.liveness_pct, t.liveness_pct,
              f"{pool.active_count} of {pool.max_size} threads busy"),
@@ -847,6 +891,7 @@ class PoolMonitor:
             ("abandoned", float(pool.abandoned_running),
              None if t.abandoned_running is None else float(t.abandoned_running),
              f"{pool.abandoned_running} abandoned task(s) still hold a thread"),
+            _queue_wait_check(pool, last, t),
         ]
         fired: list[Alarm] = []
         for kind, value, threshold, message in checks:
@@ -854,8 +899,8 @@ class PoolMonitor:
                 continue
             if kind == "queue_usage" and not pool.queue_size:
                 continue  # dynamic-tp skips the capacity alarm on an empty queue
-            last = self._fired_at.get(kind)
-            if last is not None and mono - last < t.silence_s:
+            fired_at = self._fired_at.get(kind)
+            if fired_at is not None and mono - fired_at < t.silence_s:
                 continue
             self._fired_at[kind] = mono
             fired.append(Alarm(
@@ -886,7 +931,13 @@ class PoolMonitor:
             num_fds=fds,
         )
 
-    def _worker_cpu(self) -> float | None:
+    def _worker_cpu(self, pool: PoolMetrics | None) -> float | None:
+        """CPU seconds of the pool's threads so far, retired ones included; never decreases.
+
+        Live threads are read with psutil; threads that have exited count with the CPU the
+        pool recorded as they retired (``retired_worker_cpu_s``) or, for executors that do not
+        record it, with their last reading here.
+        """
         ids_of = getattr(self._executor, "worker_native_ids", None)
         if not callable(ids_of):
             return None
@@ -894,7 +945,19 @@ class PoolMonitor:
         threads = _safe(self._process.threads)
         if threads is None:
             return None
-        total: float = sum(t.user_time + t.system_time for t in threads if t.id in ids)
+        live = {t.id: t.user_time + t.system_time for t in threads if t.id in ids}
+        retired = pool.retired_worker_cpu_s if pool is not None else None
+        with self._lock:
+            if retired is None:
+                for tid, cpu in self._thread_cpu.items():
+                    if tid not in live:
+                        self._vanished_cpu += cpu
+                self._thread_cpu = live
+                retired = self._vanished_cpu
+            # psutil's tick-rounded readings and the exact CPU of a retiring thread can differ
+            # by a tick: a counter must never go down, so report the highest total seen
+            total = max(self._cpu_high, retired + sum(live.values()))
+            self._cpu_high = total
         return total
 
     # ------------------------------------------------------------------ reading
@@ -909,15 +972,50 @@ class PoolMonitor:
             return list(self._history)
 
     def to_prometheus(self) -> str:
-        """The latest sample in the Prometheus text exposition format (version 0.0.4).
+        """A snapshot taken now, in the Prometheus text exposition format (version 0.0.4).
 
-        Takes a sample first if there is none yet. Serve it with the content type
-        ``text/plain; version=0.0.4; charset=utf-8``.
+        The snapshot is taken at call time (``sample(record=False)``), so a scrape is never
+        ``interval`` seconds old. Serve it with the content type
+        ``text/plain; version=0.0.4; charset=utf-8``. Applications that already have a
+        ``prometheus_client`` registry register a :class:`~taskflow.prometheus.PoolCollector`
+        instead.
         """
-        snap = self.latest()
-        if snap is None:
-            snap = self.sample()
-        return render_prometheus([snap])
+        return render_prometheus([self.sample(record=False)])
+
+
+def _queue_wait_check(
+    pool: PoolMetrics, last: PoolMetrics | None, t: Thresholds
+) -> tuple[AlarmKind, float | None, float | None, str]:
+    """The queue-wait alarm: tasks completed since ``last`` waited longer than they ran."""
+    kind: AlarmKind = "queue_wait"
+    if (
+        t.queue_wait_ratio is None or last is None or pool.queue_wait_total_s is None
+        or pool.run_time_total_s is None or last.queue_wait_total_s is None
+        or last.run_time_total_s is None
+    ):
+        return kind, None, None, ""
+    done = pool.completed_task_count - last.completed_task_count
+    wait = pool.queue_wait_total_s - last.queue_wait_total_s
+    run = pool.run_time_total_s - last.run_time_total_s
+    if done <= 0 or wait / done < t.queue_wait_min_s:
+        return kind, None, None, ""
+    ratio = wait / run if run > 0 else math.inf
+    if pool.queue_capacity is None and pool.core_size is not None:
+        change = (
+            f"raise core_size (now {pool.core_size}; with an unbounded queue the pool never "
+            "grows past core)"
+        )
+    elif pool.max_size is not None:
+        change = f"raise max_size (now {pool.max_size})"
+    else:
+        change = "give the executor more workers"
+    message = (
+        f"tasks waited {wait / done * 1000:.1f} ms in the queue for {run / done * 1000:.1f} ms "
+        f"of run time ({done} tasks since the previous sample): the pool is the bottleneck. "
+        f"{change[0].upper()}{change[1:]}, to about the number of threads that submit to it "
+        "times the nodes each request runs at once; or lower the load"
+    )
+    return kind, ratio, t.queue_wait_ratio, message
 
 
 def _safe(read: Callable[[], _R]) -> _R | None:
@@ -928,136 +1026,35 @@ def _safe(read: Callable[[], _R]) -> _R | None:
         return None
 
 
-# ---------------------------------------------------------------------- Prometheus rendering
-# (name, type, help, value of the snapshot's PoolMetrics)
-_POOL_FAMILIES: list[tuple[str, str, str, Callable[[PoolMetrics], float | int | None]]] = [
-    ("pool_core_size", "gauge", "Core number of threads.", lambda m: m.core_size),
-    ("pool_max_size", "gauge", "Maximum number of threads.", lambda m: m.max_size),
-    ("pool_size", "gauge", "Threads in the pool now.", lambda m: m.pool_size),
-    ("pool_largest_size", "gauge", "Most threads ever in the pool at once.",
-     lambda m: m.largest_pool_size),
-    ("pool_active", "gauge", "Threads running a task now.", lambda m: m.active_count),
-    ("pool_queue_size", "gauge", "Tasks waiting in the queue.", lambda m: m.queue_size),
-    ("pool_queue_capacity", "gauge", "Bound of the queue (absent when unbounded).",
-     lambda m: m.queue_capacity),
-    ("pool_queue_remaining", "gauge", "Free places in the queue.",
-     lambda m: m.queue_remaining_capacity),
-    ("pool_liveness_percent", "gauge", "Active threads as a percentage of the maximum.",
-     lambda m: m.liveness_pct),
-    ("pool_queue_usage_percent", "gauge", "Queue use as a percentage of its capacity.",
-     lambda m: m.queue_usage_pct),
-    ("pool_abandoned_running", "gauge",
-     "Tasks still running after the flow that submitted them gave up.",
-     lambda m: m.abandoned_running),
-    ("pool_tasks_total", "counter", "Tasks submitted.", lambda m: m.task_count),
-    ("pool_completed_total", "counter", "Tasks that ran to the end.",
-     lambda m: m.completed_task_count),
-    ("pool_failed_total", "counter", "Completed tasks that raised.",
-     lambda m: m.failed_task_count),
-    ("pool_cancelled_total", "counter", "Tasks cancelled before they started.",
-     lambda m: m.cancelled_task_count),
-    ("pool_rejected_total", "counter", "Tasks the pool refused.", lambda m: m.rejected_count),
-    ("pool_abandoned_total", "counter", "Tasks abandoned while running.",
-     lambda m: m.abandoned_total),
-]
+# ---------------------------------------------------------------------- fork
+# Like taskflow.pool: each monitor's lock is held across os.fork(), so the child never inherits
+# it locked by a thread that does not exist there; in the child, MonitoredExecutors start their
+# counts over and PoolMonitors read the child's process and restart their sampling thread.
+_forking: list[MonitoredExecutor | PoolMonitor] = []
 
 
-def render_prometheus(snapshots: Iterable[PoolSnapshot], *, prefix: str = "taskflow") -> str:
-    """Render snapshots of one or more pools in the Prometheus text exposition format.
-
-    Each metric family appears once, with one series per pool (label ``pool``); the process
-    figures are taken from the first snapshot. Unknown figures are left out.
-
-    Args:
-        snapshots: Samples of distinct pools (e.g. each monitor's ``latest()``).
-        prefix: Prepended to every metric name.
-    """
-    snaps = list(snapshots)
-    out: list[str] = []
-
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-        if not samples:
-            return
-        out.append(f"# HELP {prefix}_{name} {help_text}")
-        out.append(f"# TYPE {prefix}_{name} {kind}")
-        for suffix_labels, value in samples:
-            out.append(f"{prefix}_{suffix_labels} {_num(value)}")
-
-    pooled = [(s, s.pool) for s in snaps if s.pool is not None]
-    for name, kind, help_text, read in _POOL_FAMILIES:
-        rows = []
-        for s, m in pooled:
-            value = read(m)
-            if value is not None:
-                rows.append((f"{name}{{pool={_label(s.pool_name)}}}", float(value)))
-        family(name, kind, help_text, rows)
-    rows = [(f"pool_tps{{pool={_label(s.pool_name)}}}", s.tps) for s in snaps if s.tps is not None]
-    family("pool_tps", "gauge", "Tasks completed per second over the last sample interval.", rows)
-    rows = [
-        (f"pool_worker_cpu_seconds_total{{pool={_label(s.pool_name)}}}", s.worker_cpu_s)
-        for s in snaps if s.worker_cpu_s is not None
-    ]
-    family("pool_worker_cpu_seconds_total", "counter",
-           "CPU seconds used by the pool's live threads.", rows)
-    summaries: list[tuple[str, str, Callable[[PoolMetrics], Percentiles | None],
-                          Callable[[PoolMetrics], float | None]]] = [
-        ("pool_queue_wait_seconds", "Time tasks waited in the queue (recent tasks).",
-         lambda m: m.queue_wait_s, lambda m: m.queue_wait_total_s),
-        ("pool_run_seconds", "Time tasks ran (recent tasks).",
-         lambda m: m.run_time_s, lambda m: m.run_time_total_s),
-    ]
-    for metric, help_text, pct_of, total_of in summaries:
-        rows = []
-        for s, m in pooled:
-            pct, total = pct_of(m), total_of(m)
-            if pct is None or total is None:
-                continue
-            label = _label(s.pool_name)
-            for q, v in (("0.5", pct.p50), ("0.9", pct.p90), ("0.99", pct.p99)):
-                rows.append((f'{metric}{{pool={label},quantile="{q}"}}', v))
-            rows.append((f"{metric}_sum{{pool={label}}}", total))
-            rows.append((f"{metric}_count{{pool={label}}}", float(m.completed_task_count)))
-        family(metric, "summary", help_text, rows)
-
-    if snaps:
-        p = snaps[0].process
-        family("process_cpu_percent", "gauge", "CPU use of the process since the previous sample.",
-               [("process_cpu_percent", p.cpu_percent)] if p.cpu_percent is not None else [])
-        cpu_rows = []
-        if p.cpu_user_s is not None:
-            cpu_rows.append(('process_cpu_seconds_total{mode="user"}', p.cpu_user_s))
-        if p.cpu_system_s is not None:
-            cpu_rows.append(('process_cpu_seconds_total{mode="system"}', p.cpu_system_s))
-        family("process_cpu_seconds_total", "counter", "CPU time of the process.", cpu_rows)
-        for name, help_text, value in (
-            ("process_resident_memory_bytes", "Resident set size.", p.rss_bytes),
-            ("process_virtual_memory_bytes", "Virtual memory size.", p.vms_bytes),
-            ("process_threads", "OS threads of the process.", p.num_threads),
-            ("process_open_fds", "Open file descriptors.", p.num_fds),
-        ):
-            family(name, "gauge", help_text, [(name, float(value))] if value is not None else [])
-        ctx_rows = []
-        if p.ctx_switches_voluntary is not None:
-            ctx_rows.append(('process_context_switches_total{kind="voluntary"}',
-                             float(p.ctx_switches_voluntary)))
-        if p.ctx_switches_involuntary is not None:
-            ctx_rows.append(('process_context_switches_total{kind="involuntary"}',
-                             float(p.ctx_switches_involuntary)))
-        family("process_context_switches_total", "counter", "Context switches of the process.",
-               ctx_rows)
-    return "\n".join(out) + "\n" if out else ""
+def _before_fork() -> None:
+    held: list[MonitoredExecutor | PoolMonitor] = [*_all_monitored, *_all_monitors]
+    for obj in held:
+        obj._lock.acquire()
+    _forking[:] = held
 
 
-def _label(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return f'"{escaped}"'
+def _after_fork_in_parent() -> None:
+    for obj in _forking:
+        obj._lock.release()
+    _forking.clear()
 
 
-def _num(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
+def _after_fork_in_child() -> None:
+    for obj in _forking:
+        obj._after_fork_in_child()
+    _forking.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

@@ -280,7 +280,7 @@ def test_to_prometheus_renders_the_text_exposition_format(pool: ThreadPool) -> N
     for f in [pool.submit(int) for _ in range(3)]:
         f.result(timeout=LONG)
     monitor = PoolMonitor(pool)
-    text = monitor.to_prometheus()  # samples once when nothing was sampled yet
+    text = monitor.to_prometheus()  # samples at call time
     types = parse_exposition(text)
     assert types["taskflow_pool_tasks_total"] == "counter"
     assert types["taskflow_pool_active"] == "gauge"
@@ -291,7 +291,16 @@ def test_to_prometheus_renders_the_text_exposition_format(pool: ThreadPool) -> N
     assert 'taskflow_pool_run_seconds_count{pool="orders"} 3\n' in text
     assert "taskflow_process_resident_memory_bytes " in text
     assert 'taskflow_process_context_switches_total{kind="voluntary"} ' in text
-    assert monitor.latest() is not None
+    assert monitor.latest() is None  # a scrape is not recorded in the history
+
+
+def test_a_scrape_is_fresh_even_when_the_last_sample_is_old(pool: ThreadPool) -> None:
+    monitor = PoolMonitor(pool, interval=3600)
+    monitor.sample()
+    for f in [pool.submit(int) for _ in range(2)]:
+        f.result(timeout=LONG)
+    assert 'taskflow_pool_completed_total{pool="orders"} 2\n' in monitor.to_prometheus()
+    assert len(monitor.history()) == 1
 
 
 def test_prometheus_of_several_pools_names_each_family_once() -> None:
