@@ -80,7 +80,7 @@ class Family:
         self.help = help_text
         self.samples: list[tuple[str, dict[str, str], float]] = []
 
-    def add(self, name: str, labels: dict[str, str], value: float | int | None) -> None:
+    def add(self, name: str, labels: dict[str, str], value: float | None) -> None:
         """Add a sample; an unknown (``None``) value is left out."""
         if value is not None:
             self.samples.append((name, labels, float(value)))
@@ -205,7 +205,9 @@ class PoolCollector:
         """Sample every monitor now and yield ``prometheus_client`` metric families."""
         snaps = [monitor.sample(record=False) for monitor in self._monitors]
         for fam in families(snaps, prefix=self._prefix):
-            metric = self._metric(fam.name, fam.help, fam.kind)
+            # prometheus_client names a counter family without its _total suffix
+            name = fam.name.removesuffix("_total") if fam.kind == "counter" else fam.name
+            metric = self._metric(name, fam.help, fam.kind)
             for name, labels, value in fam.samples:
                 metric.add_sample(name, labels, value)
             yield metric
