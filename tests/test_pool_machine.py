@@ -216,6 +216,10 @@ class PoolMachine(RuleBasedStateMachine):
         self.done.append(task)
         self.thread_freed()
 
+    # Not for a hand-off pool: a hand-off needs a thread already waiting, and a thread just
+    # started is not waiting until it has run (JUC's SynchronousQueue is the same), which the
+    # model cannot observe.
+    @precondition(lambda self: self.capacity != 0)
     @rule()
     def prestart_core_threads(self) -> None:
         assert self.pool is not None
