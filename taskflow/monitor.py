@@ -1,15 +1,24 @@
-"""Pool monitoring: periodic snapshots of a pool and of the process, alarms, Prometheus text.
+"""Pool monitoring: counts for any executor, periodic snapshots, alarms, Prometheus export.
+
+``MonitoredExecutor`` wraps any executor and counts its tasks (submitted, queued, active,
+completed, failed, cancelled, rejected, abandoned) with queue-wait and run times. In process it
+keeps per-thread counters that only their thread writes, so workers never take a lock; a plain
+stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, so monitoring adds no
+call frame per task.
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
-pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or
-:class:`~taskflow.pool.MonitoredExecutor`; any other executor gives ``None`` pool figures)
-and psutil figures of the process read inside one ``Process.oneshot()``. It keeps a bounded
-history, evaluates the alarm thresholds (defaults from dynamic-tp: liveness >= 70 %, queue
-usage >= 70 %, any new rejection, abandoned tasks present), silences each alarm for a period
-after it fired, logs alarms with loguru and hands them to ``on_alarm``.
+pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or a ``MonitoredExecutor``; any
+other executor gives ``None`` pool figures) and psutil figures of the process read inside one
+``Process.oneshot()``. It keeps a bounded history, evaluates the alarm thresholds (defaults from
+dynamic-tp: liveness >= 70 %, queue usage >= 70 %, any new rejection, abandoned tasks present;
+plus queue wait dominating run time, which says the pool is too small), silences each alarm for
+a period after it fired, logs alarms with loguru and hands them to ``on_alarm``. Scrapes
+(``to_prometheus``, :class:`~taskflow.prometheus.PoolCollector`) take their own snapshot at
+scrape time.
 
 Sampling reads the pool's counters under its lock for a few microseconds; nothing is added to
-the task path.
+the task path. After ``os.fork`` (``gunicorn --preload``) the child's monitors read the child's
+process and restart their sampling thread, and ``MonitoredExecutor`` counts start over.
 """
 
 from __future__ import annotations

@@ -763,3 +763,18 @@ def test_monitored_executor_invariants_under_load(monitored: Callable[..., Monit
     m = mon.metrics()
     assert m.task_count == 1600 == m.completed_task_count + m.cancelled_task_count
     assert (m.active_count, m.queue_size) == (0, 0)
+
+
+def test_the_pool_module_still_exports_the_moved_names() -> None:
+    import taskflow
+    import taskflow.metrics
+    import taskflow.monitor
+    import taskflow.pool
+
+    assert taskflow.pool.MonitoredExecutor is taskflow.monitor.MonitoredExecutor
+    assert taskflow.MonitoredExecutor is taskflow.monitor.MonitoredExecutor
+    assert taskflow.pool.PoolMetrics is taskflow.metrics.PoolMetrics is taskflow.PoolMetrics
+    assert taskflow.pool.Percentiles is taskflow.metrics.Percentiles
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        taskflow.pool.Nope  # noqa: B018
+
