@@ -7,14 +7,16 @@ measured in the same round (so a burst of load from other processes hits both al
 the median over ``--rounds`` rounds (at least 7):
 
 * **round trip**: ``ThreadPool`` / stdlib, the median time of ``submit(noop).result()`` one at
-  a time; the two executors take turns every 50 calls. Goal <= 1.10.
+  a time, on a separate pair of executors that only ever see this tight loop (so the stdlib
+  pool keeps one thread, while ``ThreadPool`` starts all its core threads, as JUC does); the
+  two take turns every 50 calls. Goal <= 1.10.
 * **throughput**: ``ThreadPool`` / stdlib, the wall time of 100,000 no-op tasks submitted from
   one thread and then waited for. Goal <= 1.05.
 * **monitoring overhead**: ``MonitoredExecutor(ThreadPoolExecutor)`` / stdlib on the same
   no-op throughput run. Goal <= 1.05.
 
 Within a round the throughput runs take turns in a rotating order, and a full garbage
-collection runs before each. The absolute figures (µs, tasks/s, process CPU µs per task) are
+collection runs before each; the round-trip rounds follow the throughput rounds. The absolute figures (µs, tasks/s, process CPU µs per task) are
 printed too; on a shared machine only the ratios mean something.
 """
 
@@ -26,6 +28,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
@@ -55,6 +58,28 @@ def round_trips_us(executors: list[Executor], n: int, block: int = 50) -> list[f
     return [statistics.median(s) * 1e6 for s in samples]
 
 
+def pin_to_one_cpu(executors: dict[str, Executor]) -> Callable[[], None] | None:
+    """Pin this thread and the executors' threads to one CPU; return what undoes it."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    ids = {threading.get_native_id()}
+    for ex in executors.values():
+        ids |= {t.native_id for t in getattr(ex, "_threads", ()) if t.native_id is not None}
+    before = {tid: os.sched_getaffinity(tid) for tid in ids}
+    cpu = min(before[threading.get_native_id()])
+    for tid in ids:
+        os.sched_setaffinity(tid, {cpu})
+
+    def restore() -> None:
+        for tid, mask in before.items():
+            try:
+                os.sched_setaffinity(tid, mask)
+            except OSError:  # the thread has exited
+                pass
+
+    return restore
+
+
 def throughput(executor: Executor, n: int) -> tuple[float, float]:
     """Wall seconds, and process CPU µs per task, for ``n`` no-op tasks submitted from this
     thread and all waited for."""
@@ -74,6 +99,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--round-trips", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false",
+        help="do not pin the round-trip threads to one CPU (Linux only anyway)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -88,6 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "MonitoredExecutor(TPE)": lambda: MonitoredExecutor(ThreadPoolExecutor(w)),
     }
     executors = {name: make() for name, make in factories.items()}
+    tight = {base: ThreadPoolExecutor(w), "ThreadPool": ThreadPool(w)}  # round trips only
     names = list(executors)
     secs: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -96,21 +126,29 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     try:
         for ex in executors.values():  # warm up: start the threads
             throughput(ex, 2_000)
-        round_trips_us([executors[base], executors["ThreadPool"]], 200)
+        round_trips_us(list(tight.values()), 200)
         for r in range(args.rounds):
             order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
                 elapsed, per_task = throughput(executors[name], args.tasks)
                 secs[name].append(elapsed)
                 cpu[name].append(per_task)
-            pair = [base, "ThreadPool"] if r % 2 == 0 else ["ThreadPool", base]
-            for name, us in zip(pair, round_trips_us([executors[n] for n in pair], args.round_trips)):
-                rt[name].append(us)
-            ratios["round trip"].append(rt["ThreadPool"][-1] / rt[base][-1])
             ratios["throughput"].append(secs["ThreadPool"][-1] / secs[base][-1])
             ratios["monitoring overhead"].append(secs["MonitoredExecutor(TPE)"][-1] / secs[base][-1])
+        # The round trips in a phase of their own, every thread involved pinned to one CPU: a
+        # round trip is two thread wake-ups, and where the OS places a woken thread is sticky
+        # and arbitrary (on this 2-vCPU VM a wake-up on the idle vCPU costs ~65 µs more, so a
+        # round trip is ~11 or ~75 µs whatever the pool). One CPU measures the pools' own cost.
+        restore = pin_to_one_cpu(tight) if args.pin else None
+        for r in range(args.rounds):
+            pair = [base, "ThreadPool"] if r % 2 == 0 else ["ThreadPool", base]
+            for name, us in zip(pair, round_trips_us([tight[n] for n in pair], args.round_trips)):
+                rt[name].append(us)
+            ratios["round trip"].append(rt["ThreadPool"][-1] / rt[base][-1])
+        if restore is not None:
+            restore()
     finally:
-        for ex in executors.values():
+        for ex in [*executors.values(), *tight.values()]:
             ex.shutdown()
 
     med = statistics.median

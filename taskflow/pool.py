@@ -12,16 +12,18 @@
 Threads above core (and every thread once ``max_size`` was lowered below the pool size) exit
 after ``keep_alive`` seconds without work. ``set_core_size``/``set_max_size`` resize at run time.
 
-How the pool works inside. The queue is a ``deque`` of futures guarded by the pool's one lock;
-for every task appended a token is put on a ``queue.SimpleQueue``, which is only the doorbell idle
-workers sleep on (a C-level blocking get, cheaper than a ``Condition``). The rule that keeps
-"no worker idles while a task waits": every queued task is covered by a token still on the
-doorbell or by a worker that took a token and has not looked at the queue yet. So a worker woken
-by a token that finds a task takes no other token; a worker that finishes a task takes the next
-queued one in the same lock section that counts the finished one, and then that task's token
-without blocking (if an idle worker has it already, that worker just finds nothing and waits
-again). A task thus costs one lock section in ``submit`` and one in the worker. A worker woken
-for nothing (its token's task was taken, cancelled or evicted; a resize wake-up) waits again. A
+How the pool works inside. The queue is a ``deque`` of futures guarded by the pool's one lock.
+An idle worker *parks*: it pushes its own lock (held by itself) on the ``_parked`` stack, in the
+same lock section that found the queue empty, and waits to acquire it again. ``submit`` appends
+a task and, if a worker is parked, pops the last one parked and releases its lock: each queued
+task wakes its own worker, so no worker idles while a task waits. Parked workers form a stack,
+not a queue: the most recently idle thread (warm in the CPU's caches, often on the submitter's
+CPU) runs the next task, and threads above core that stay at the bottom time out after
+``keep_alive``, as in JUC. A worker that finishes a task takes the next queued one in the same
+lock section that counts the finished one, so a task costs one lock section in ``submit`` and
+one in the worker; a woken worker that finds the queue empty (a finishing worker took the task
+first) parks again. Shutdown wakes every parked worker, lowering ``max_size`` the surplus ones;
+a core thread's park times out now and then so that it notices a lowered ``core_size``. A
 cancelled queued task leaves the counts at once and is dropped from the deque when a worker
 reaches it. Every counter changes in the same lock section as the state it counts, so a snapshot
 taken under the lock satisfies ``task_count == completed + cancelled + rejected + active +
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import threading
 import time
 import weakref
@@ -82,7 +83,7 @@ _QUEUED: Final = 0  # in the deque, not started
 _RUNNING: Final = 1  # taken by (or handed to) a worker thread
 _DONE: Final = 2  # finished, or cancelled after a worker took it
 _CLAIMED: Final = 3  # cancelled or evicted while queued; the deque entry is garbage
-_RETIRE: Final = -1.0  # a worker's wait timeout meaning "this worker has exited"
+_RETIRE: Final = -2.0  # in place of a park timeout: "this worker has exited"
 
 _pool_seq = itertools.count()
 _live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # not shut down yet
@@ -245,8 +246,6 @@ class ThreadPool(Executor):
         self._bounded = queue_capacity is not None
         self._capacity: int = queue_capacity if queue_capacity is not None else 1 << 62
         self._keep_alive = float(keep_alive)
-        # doorbell for idle workers: one token per queued task, plus wake-ups (see module doc)
-        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._thread_ids = itertools.count()
 
         # _lock guards every field below: sizes, the deque and its counts, the thread set, the
@@ -257,7 +256,9 @@ class ThreadPool(Executor):
         self._queue: deque[_PoolFuture] = deque()
         self._queued = 0  # live (not cancelled) entries in _queue
         self._garbage = 0  # cancelled entries still in _queue
-        self._idle = 0  # workers waiting for a token
+        # idle workers, each parked on its own lock (held: acquiring it waits); the last one
+        # parked is woken first (see the module docstring)
+        self._parked: list[threading.Lock] = []
         self._pool_size = 0
         self._largest_pool_size = 0
         self._threads: set[threading.Thread] = set()
@@ -317,8 +318,8 @@ class ThreadPool(Executor):
 
         Growing starts threads at once for tasks waiting in the queue (at most one per queued
         task, up to the new core); shrinking lets idle threads above the new core exit after
-        ``keep_alive`` without work (an idle core thread notices the change within
-        ``keep_alive``, or 1 s when it is 0).
+        ``keep_alive`` without work (an idle thread notices the change when its park times
+        out: within ``keep_alive``, or 1 s when that is 0).
 
         Raises:
             ValueError: ``core_size < 0`` or ``core_size > max_size``.
@@ -327,15 +328,12 @@ class ThreadPool(Executor):
             _check_sizes(core_size, self._max_size)
             delta = core_size - self._core_size
             self._core_size = core_size
-            wake = 0
-            if self._pool_size > core_size:
-                wake = self._idle  # idle core waiters re-evaluate: they now time out
-            elif delta > 0:
+            # shrinking: idle threads stay parked (ready for a hand-off) until their park
+            # times out, then see they are above core and exit (JUC: keepAlive after the change)
+            if delta > 0 and self._pool_size < core_size:
                 # like JUC: at most one new core thread per queued task, up to the new core
                 for _ in range(min(delta, self._queued, core_size - self._pool_size)):
                     self._add_worker_locked(None)
-        for _ in range(wake):
-            self._tokens.put(None)
         logger.debug("pool {} core size {} -> {}", self._name, core_size - delta, core_size)
 
     def set_max_size(self, max_size: int) -> None:
@@ -352,9 +350,12 @@ class ThreadPool(Executor):
             old = self._max_size
             self._max_size = max_size
             self._max_workers = max_size
-            wake = self._idle if self._pool_size > max_size else 0
-        for _ in range(wake):
-            self._tokens.put(None)
+            # wake as many idle threads as are above the new maximum (the longest idle): they
+            # exit; the others stay parked, ready for a hand-off
+            surplus = min(len(self._parked), max(0, self._pool_size - max_size))
+            wake, self._parked[:surplus] = self._parked[:surplus], []
+        for parker in wake:
+            parker.release()
         logger.debug("pool {} max size {} -> {}", self._name, old, max_size)
 
     def prestart_core_threads(self) -> int:
@@ -386,6 +387,7 @@ class ThreadPool(Executor):
         f._kwargs = kwargs
         f._pool = self
         evicted: _PoolFuture | None = None
+        wake: threading.Lock | None = None
         queued = False
         busy = waiting = 0
         with self._lock:
@@ -401,12 +403,15 @@ class ThreadPool(Executor):
                 self._start_with_locked(f)
                 return f
             # capacity 0 is a hand-off: accepted while an idle worker is free to take it
-            if self._queued < (self._capacity or self._idle):
+            cap = self._capacity
+            if (self._queued < cap) if cap else self._parked:
                 f._tstate = _QUEUED
                 self._queue.append(f)
                 self._queued += 1
                 queued = True
-                if self._pool_size == 0:  # core_size 0: keep one thread for queued work
+                if self._parked:  # no thread idles while a task waits: wake the last parked
+                    wake = self._parked.pop()
+                elif self._pool_size == 0:  # core_size 0: keep one thread for queued work
                     self._add_worker_locked(None)
             elif self._pool_size < self._max_size:
                 self._start_with_locked(f)
@@ -425,9 +430,9 @@ class ThreadPool(Executor):
                     self._queued += 1
                     queued = True
         if queued:
-            if evicted is None:
-                self._tokens.put(None)
-            else:  # the new task reuses the evicted task's token
+            if wake is not None:
+                wake.release()
+            if evicted is not None:  # the new task took the evicted one's place in the queue
                 _cancel_and_notify(evicted)
                 logger.debug("pool {} saturated: evicted the oldest queued task", self._name)
             return f
@@ -512,27 +517,20 @@ class ThreadPool(Executor):
         """A worker thread: run the first task, then queued ones until it retires.
 
         After a task it takes the next queued one in the same lock section that counts the
-        finished one; it waits for a token only when the queue is empty. The token rule (see
-        the module docstring): a worker woken by a token has used that task's wake-up, so when
-        it finds a task it takes no other token; a worker that takes a queued task without
-        having been woken for it (after a task, as a new thread, after a timed-out wait) takes
-        one token without blocking, so no idle worker is woken for a task that is gone.
-        Taking a token in both cases swallowed another task's wake-up and left that task
-        queued while threads slept (the lost wake-up of issue 10).
-
-        The worker drops its last task (and that task's Future, result and callable) as soon as
-        the task is done: an idle worker references nothing of the work it ran.
+        finished one; it parks (waits on its own lock, see the module docstring) only when the
+        queue is empty. The worker drops its last task (and that task's Future, result and
+        callable) as soon as the task is done: an idle worker references nothing of the work
+        it ran.
         """
         lock = self._lock
-        get_token = self._tokens.get
-        get_token_nowait = self._tokens.get_nowait
         mono = time.monotonic
+        parker = threading.Lock()
+        parker.acquire()  # held while not parked: acquiring it again is the wait
         f = first_task.pop()
-        woken = False
         nxt: _PoolFuture | float
         if f is None:
             with lock:
-                nxt = self._next_locked(False)
+                nxt = self._next_locked(False, parker)
         while True:
             if f is not None:
                 fn, args, kwargs = f._fn, f._args, f._kwargs
@@ -545,11 +543,11 @@ class ThreadPool(Executor):
                     try:
                         result = fn(*args, **kwargs)
                     except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
-                        nxt = self._finish(f, start, mono(), True)
+                        nxt = self._finish(f, start, mono(), True, parker)
                         f.set_exception(exc)
                         del exc
                     else:
-                        nxt = self._finish(f, start, mono(), False)
+                        nxt = self._finish(f, start, mono(), False, parker)
                         f.set_result(result)
                         del result
                 else:
@@ -559,31 +557,35 @@ class ThreadPool(Executor):
                         self._cancelled += 1
                         if f._abandoned:
                             self._abandoned_running -= 1
-                        nxt = self._next_locked(False)
+                        nxt = self._next_locked(False, parker)
                 del fn, args, kwargs
                 f = None
-                woken = False
             if isinstance(nxt, _PoolFuture):
-                if not woken:
-                    try:  # this task's token: an idle worker woken by it would find nothing
-                        get_token_nowait()
-                    except queue.Empty:
-                        pass  # an idle worker has it already and will find the queue empty
                 f = nxt
                 continue
             if nxt == _RETIRE:
                 return
-            try:
-                get_token(True, nxt)
-            except queue.Empty:
-                timed_out, woken = True, False
-            else:
-                timed_out, woken = False, True
+            # parked: woken by a submit (a task is queued), a resize or shutdown
+            if parker.acquire(True, nxt):
+                with lock:
+                    nxt = self._next_locked(False, parker)
+                continue
             with lock:
-                self._idle -= 1
-                nxt = self._next_locked(timed_out)
+                try:
+                    self._parked.remove(parker)
+                except ValueError:  # popped by a waker that releases it after its lock section
+                    popped = True
+                else:
+                    popped = False
+                    nxt = self._next_locked(True, parker)
+            if popped:
+                parker.acquire()  # take the wake-up that is on its way
+                with lock:
+                    nxt = self._next_locked(False, parker)
 
-    def _finish(self, f: _PoolFuture, start: float, end: float, failed: bool) -> _PoolFuture | float:
+    def _finish(
+        self, f: _PoolFuture, start: float, end: float, failed: bool, parker: threading.Lock
+    ) -> _PoolFuture | float:
         """Count a task that ran, then take the next one (see ``_next_locked``)."""
         with self._lock:
             f._tstate = _DONE
@@ -601,17 +603,18 @@ class ThreadPool(Executor):
             self._runs[i] = run
             self._wait_total += wait
             self._run_total += run
-            return self._next_locked(False)
+            return self._next_locked(False, parker)
 
-    def _next_locked(self, timed_out: bool) -> _PoolFuture | float:
-        """What an idle worker does next: a queued task to run, or retire, or wait.
+    def _next_locked(self, timed_out: bool, parker: threading.Lock) -> _PoolFuture | float:
+        """What a worker without a task does next: a queued task to run, or retire, or park.
 
         Args:
-            timed_out: The worker's last wait for a token timed out.
+            timed_out: The worker's last park timed out.
+            parker: The worker's own lock, pushed on ``_parked`` if it parks.
 
         Returns:
             The task to run (already counted active), ``_RETIRE`` if the worker has retired,
-            or the timeout of its wait for a token (it is counted idle).
+            or how long to park (``-1``: until woken); it is on ``_parked`` then.
         """
         size = self._pool_size
         if size > self._max_size and (size > 1 or not self._queued):
@@ -628,12 +631,10 @@ class ThreadPool(Executor):
         if self._shutdown or (timed_out and size > self._core_size):
             self._retire_locked()
             return _RETIRE
-        self._idle += 1
+        self._parked.append(parker)
         if size > self._core_size:
             return self._keep_alive
-        # A core thread waits for a token, but not forever: the wake-up tokens that resizing
-        # puts are anonymous, and one thread may take several, so every idle thread re-reads
-        # the sizes at least this often (JUC interrupts its idle workers instead).
+        # a core thread re-reads the sizes now and then, to notice a lowered core_size
         return self._keep_alive or 1.0
 
     def _retire_locked(self) -> None:
@@ -642,10 +643,9 @@ class ThreadPool(Executor):
         self._threads.discard(threading.current_thread())
         # its CPU time stays in the counters once the thread is gone
         self._retired_cpu += time.thread_time()
-        if self._shutdown or self._pool_size > self._max_size or self._queued:
-            # pass the wake-up on: to the next surplus thread, or to a thread that takes the
-            # queued task this one may have been woken for
-            self._tokens.put(None)
+        if self._queued and self._parked:
+            # it may have been woken for a task it leaves queued: another thread takes it
+            self._parked.pop().release()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child: the same pool, with no threads, no tasks and fresh counters.
@@ -659,9 +659,9 @@ class ThreadPool(Executor):
             f._pool = None
             f._tstate = _CLAIMED
         self._lock = threading.Lock()
-        self._tokens = queue.SimpleQueue()
+        self._parked = []
         self._queue = deque()
-        self._queued = self._garbage = self._idle = self._active = 0
+        self._queued = self._garbage = self._active = 0
         self._pool_size = self._largest_pool_size = 0
         self._threads = set()
         self._task_count = self._completed = self._failed = self._cancelled = 0
@@ -683,6 +683,7 @@ class ThreadPool(Executor):
         cancelled: list[_PoolFuture] = []
         with self._lock:
             self._shutdown = True
+            wake, self._parked = self._parked, []  # idle threads exit once the queue is empty
             if cancel_futures:
                 while (f := self._poll_locked()) is not None:
                     f._tstate = _CLAIMED
@@ -690,7 +691,8 @@ class ThreadPool(Executor):
                     cancelled.append(f)
                 self._queue.clear()
                 self._garbage = 0
-        self._tokens.put(None)
+        for parker in wake:
+            parker.release()
         for f in cancelled:
             _cancel_and_notify(f)
         _live_pools.discard(self)

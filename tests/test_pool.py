@@ -201,7 +201,7 @@ def test_zero_capacity_is_a_direct_hand_off(
     gates.gate.set()
     wait(futures, timeout=LONG)
     # both threads now wait idle (keep_alive 60 s): a hand-off reuses one instead of growing
-    wait_until(lambda: pool._idle == 2)
+    wait_until(lambda: len(pool._parked) == 2)  # both threads parked, ready for a hand-off
     assert pool.submit(lambda: "reused").result(timeout=LONG) == "reused"
     assert pool.metrics().largest_pool_size == 2
 
