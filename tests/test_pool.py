@@ -687,6 +687,35 @@ def test_monitored_executor_counts_inner_rejections(monitored: Callable[..., Mon
     assert (m.task_count, m.rejected_count, m.is_shutdown) == (1, 1, True)
 
 
+def test_a_monitored_broken_stdlib_pool_fails_tasks_and_refuses_new_ones(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    from concurrent.futures.thread import BrokenThreadPool
+
+    def bad_initializer() -> None:
+        raise OSError("no database")
+
+    mon = monitored(ThreadPoolExecutor(1, initializer=bad_initializer))
+    first = mon.submit(int, "7")
+    assert isinstance(first.exception(timeout=LONG), BrokenThreadPool)
+    with pytest.raises(BrokenThreadPool):
+        mon.submit(int)
+    m = mon.metrics()
+    assert (m.task_count, m.rejected_count, m.completed_task_count) == (2, 1, 0)
+
+
+def test_a_monitored_stdlib_pool_passes_arguments_and_errors_through(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    mon = monitored(ThreadPoolExecutor(2))
+    assert mon.submit(int, "ff", base=16).result(timeout=LONG) == 255
+    error = mon.submit(int, "zz").exception(timeout=LONG)
+    assert isinstance(error, ValueError) and error.__traceback__ is not None
+    m = mon.metrics()
+    assert (m.completed_task_count, m.failed_task_count) == (2, 1)
+    assert m.run_time_s is not None and m.run_time_s.count == 2
+
+
 def test_monitored_thread_pool_reports_its_configuration(
     monitored: Callable[..., MonitoredExecutor], make_pool: Callable[..., ThreadPool]
 ) -> None:
