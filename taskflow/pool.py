@@ -246,6 +246,10 @@ class ThreadPool(Executor):
         self._bounded = queue_capacity is not None
         self._capacity: int = queue_capacity if queue_capacity is not None else 1 << 62
         self._keep_alive = float(keep_alive)
+        # how long an idle thread parks: above core keep_alive (-1: no limit, for a keep_alive
+        # longer than a lock wait can be), a core thread at most that or 1 s (see _next_locked)
+        self._park_s = self._keep_alive if self._keep_alive < threading.TIMEOUT_MAX else -1.0
+        self._core_park_s = self._park_s or 1.0
         self._thread_ids = itertools.count()
 
         # _lock guards every field below: sizes, the deque and its counts, the thread set, the
@@ -633,9 +637,9 @@ class ThreadPool(Executor):
             return _RETIRE
         self._parked.append(parker)
         if size > self._core_size:
-            return self._keep_alive
+            return self._park_s
         # a core thread re-reads the sizes now and then, to notice a lowered core_size
-        return self._keep_alive or 1.0
+        return self._core_park_s
 
     def _retire_locked(self) -> None:
         """The calling worker leaves the pool (it returns right after)."""

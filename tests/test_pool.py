@@ -807,3 +807,14 @@ def test_the_pool_module_still_exports_the_moved_names() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         taskflow.pool.Nope  # noqa: B018
 
+
+
+@pytest.mark.parametrize("keep_alive", [0.0, 1e12, float("inf")])
+def test_any_keep_alive_parks_idle_threads_safely(
+    make_pool: Callable[..., ThreadPool], keep_alive: float
+) -> None:
+    """A keep-alive longer than a lock wait can be (``threading.TIMEOUT_MAX``) means no limit."""
+    pool = make_pool(1, 2, queue_capacity=0, keep_alive=keep_alive)
+    for n in range(3):  # each task after the first finds the thread parked
+        assert pool.submit(int, str(n)).result(timeout=LONG) == n
+    assert pool.metrics().pool_size == 1

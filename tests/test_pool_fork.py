@@ -61,8 +61,8 @@ def test_a_pool_and_a_monitor_work_in_a_forked_child() -> None:
     pool.prestart_core_threads()
     for f in [pool.submit(int) for _ in range(8)]:
         f.result(timeout=LONG)
-    stdlib_backed = MonitoredExecutor(ThreadPool(2), name="monitored")
-    stdlib_backed.submit(int).result(timeout=LONG)
+    monitored = MonitoredExecutor(ThreadPool(2), name="monitored")
+    monitored.submit(int).result(timeout=LONG)
     monitor = PoolMonitor(pool, interval=0.02).start()
     parent_pid = os.getpid()
 
@@ -74,8 +74,8 @@ def test_a_pool_and_a_monitor_work_in_a_forked_child() -> None:
             f.result(timeout=LONG)
         m = pool.metrics()
         assert (m.task_count, m.completed_task_count, m.pool_size) == (4, 4, 4), m
-        assert stdlib_backed.submit(lambda: 7).result(timeout=LONG) == 7
-        assert stdlib_backed.metrics().completed_task_count == 1
+        assert monitored.submit(lambda: 7).result(timeout=LONG) == 7
+        assert monitored.metrics().completed_task_count == 1
         # the sampling thread runs again, and samples this process and its fresh counts
         deadline = time.monotonic() + LONG
         while True:
@@ -91,7 +91,7 @@ def test_a_pool_and_a_monitor_work_in_a_forked_child() -> None:
         assert 'taskflow_pool_completed_total{pool="preloaded"} 4' in monitor.to_prometheus()
         monitor.stop()
         pool.shutdown()
-        stdlib_backed.shutdown()
+        monitored.shutdown()
 
     try:
         run_in_child(child)
@@ -106,7 +106,7 @@ def test_a_pool_and_a_monitor_work_in_a_forked_child() -> None:
     finally:
         monitor.stop()
         pool.shutdown()
-        stdlib_backed.shutdown()
+        monitored.shutdown()
 
 
 def test_a_fork_while_tasks_run_leaves_them_to_the_parent() -> None:
