@@ -3,8 +3,8 @@
 ``MonitoredExecutor`` wraps any executor and counts its tasks (submitted, queued, active,
 completed, failed, cancelled, rejected, abandoned) with queue-wait and run times. In process it
 keeps per-thread counters that only their thread writes, so workers never take a lock; a plain
-stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, so monitoring adds no
-call frame per task.
+stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, and Futures that count
+their own cancellation, so monitoring adds no call frame and no bookkeeping list per task.
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
 pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or a ``MonitoredExecutor``; any
@@ -23,6 +23,7 @@ process and restart their sampling thread, and ``MonitoredExecutor`` counts star
 
 from __future__ import annotations
 
+import concurrent.futures._base as _cfb
 import concurrent.futures.thread as _cft
 import inspect
 import itertools
@@ -116,7 +117,7 @@ def _stdlib_work_item_fits() -> bool:
         return False
     return params == ["self", "future", "fn", "args", "kwargs"] and all(
         hasattr(_cft, name) for name in ("_global_shutdown_lock", "_shutdown", "BrokenThreadPool")
-    ) and all(
+    ) and hasattr(_cfb, "PENDING") and all(
         hasattr(ThreadPoolExecutor, name) for name in ("_adjust_thread_count", "submit")
     )
 
@@ -170,6 +171,29 @@ class _TimedWorkItem(_cft._WorkItem[Any]):
             st.run_total += run
             st.completed += 1
             self.future.set_result(result)
+
+
+class _MonitoredFuture(Future[Any]):
+    """The Future of a task a ``MonitoredExecutor`` put on a stdlib pool's queue itself.
+
+    It counts its own cancellation before the task started (by its holder, or by the pool's
+    ``shutdown(cancel_futures=True)``), so the monitor keeps no list of pending futures.
+    """
+
+    __slots__ = ("_taskflow_monitor",)
+
+    _taskflow_monitor: MonitoredExecutor
+
+    def cancel(self) -> bool:
+        """Cancel the task if it has not started; counted once, as cancelled before start."""
+        with self._condition:  # an RLock: Future.cancel takes it again
+            pending = self._state == _cfb.PENDING
+            cancelled = super().cancel()
+        if pending and cancelled:
+            mon = self._taskflow_monitor
+            with mon._lock:
+                mon._cancelled += 1
+        return cancelled
 
 
 class _ThreadStats:
@@ -353,14 +377,10 @@ class MonitoredExecutor(Executor):
                     "cannot schedule new futures after shutdown" if inner._shutdown
                     else "cannot schedule new futures after interpreter shutdown"
                 )
-            future: Future[Any] = Future()
-            future._taskflow_monitor = self  # type: ignore[attr-defined]
+            future = _MonitoredFuture()
+            future._taskflow_monitor = self
             inner._work_queue.put(_TimedWorkItem(future, fn, args, kwargs, self, _monotonic()))
             inner._adjust_thread_count()
-        waiting = self._waiting
-        waiting.append(future)
-        if len(waiting) > self._scan_at:
-            self._scan_cancelled()
         return future
 
     def _count_rejected(self) -> None:
