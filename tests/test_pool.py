@@ -818,3 +818,23 @@ def test_any_keep_alive_parks_idle_threads_safely(
     for n in range(3):  # each task after the first finds the thread parked
         assert pool.submit(int, str(n)).result(timeout=LONG) == n
     assert pool.metrics().pool_size == 1
+
+
+def test_a_monitored_stdlib_pool_counts_each_cancellation_once(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates
+) -> None:
+    mon = monitored(ThreadPoolExecutor(1))
+    running = mon.submit(gates.blocker)
+    gates.await_started(1)
+    queued = [mon.submit(gates.blocker) for _ in range(4)]
+    assert queued[0].cancel() and queued[0].cancel()  # the second cancel is not a new one
+    assert not running.cancel()
+    m = mon.metrics()
+    assert (m.cancelled_task_count, m.queue_size, m.active_count) == (1, 3, 1)
+    mon.shutdown(wait=False, cancel_futures=True)  # the pool cancels the three still queued
+    m = mon.metrics()
+    assert (m.cancelled_task_count, m.queue_size) == (4, 0)
+    gates.gate.set()
+    running.result(timeout=LONG)
+    m = mon.metrics()
+    assert conserved(m) and (m.completed_task_count, m.active_count) == (1, 0)
