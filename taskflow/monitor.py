@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Final, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
@@ -45,6 +45,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
 from taskflow.prometheus import render_prometheus
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "Alarm",
@@ -800,7 +803,7 @@ class PoolMonitor:
         return self._name
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> PoolMonitor:
+    def start(self) -> Self:
         """Take a first sample and start the sampling thread; returns ``self``.
 
         Raises:
@@ -821,7 +824,7 @@ class PoolMonitor:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def __enter__(self) -> PoolMonitor:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
