@@ -12,16 +12,22 @@
 Threads above core (and every thread once ``max_size`` was lowered below the pool size) exit
 after ``keep_alive`` seconds without work. ``set_core_size``/``set_max_size`` resize at run time.
 
-How the pool works inside. The queue is a ``deque`` of futures guarded by the pool's one lock;
-for every task appended a token is put on a ``queue.SimpleQueue``, which is only the doorbell idle
-workers sleep on (a C-level blocking get, cheaper than a ``Condition``). A worker that finishes a
-task counts it and takes the next queued one in the same lock section, then takes that task's
-token without blocking; so a task costs one lock section in ``submit`` and one in the worker. A
-worker woken for nothing (its token's task was taken, cancelled or evicted; a resize wake-up)
-just waits again. A cancelled queued task leaves the counts at once and is dropped from the deque
-when a worker reaches it. Every counter changes in the same lock section as the state it counts,
-so a snapshot taken under the lock satisfies ``task_count == completed + cancelled + rejected +
-active + queued`` at every instant. Counters are updated before a task's Future resolves: once
+How the pool works inside. The queue is a ``deque`` of futures guarded by the pool's one lock.
+An idle worker *parks*: it pushes its own lock (held by itself) on the ``_parked`` stack, in the
+same lock section that found the queue empty, and waits to acquire it again. ``submit`` appends
+a task and, if a worker is parked, pops the last one parked and releases its lock: each queued
+task wakes its own worker, so no worker idles while a task waits. Parked workers form a stack,
+not a queue: the most recently idle thread (warm in the CPU's caches, often on the submitter's
+CPU) runs the next task, and threads above core that stay at the bottom time out after
+``keep_alive``, as in JUC. A worker that finishes a task takes the next queued one in the same
+lock section that counts the finished one, so a task costs one lock section in ``submit`` and
+one in the worker; a woken worker that finds the queue empty (a finishing worker took the task
+first) parks again. Shutdown wakes every parked worker, lowering ``max_size`` the surplus ones;
+a core thread's park times out now and then so that it notices a lowered ``core_size``. A
+cancelled queued task leaves the counts at once and is dropped from the deque when a worker
+reaches it. Every counter changes in the same lock section as the state it counts, so a snapshot
+taken under the lock satisfies ``task_count == completed + cancelled + rejected + active +
+queued`` at every instant. Counters are updated before a task's Future resolves: once
 ``future.result()`` returns, ``metrics()`` already counts that task. Queue-wait and run times go
 into fixed-size ring buffers; percentiles are computed when a snapshot is taken, never per task.
 
@@ -29,27 +35,34 @@ A thread cannot be killed: a task still running after the flow that submitted it
 *abandoned* (``mark_abandoned``), keeps its thread until it returns, and is counted in
 ``abandoned_running`` meanwhile.
 
-``MonitoredExecutor`` wraps any executor (stdlib pools, loky, dask) and keeps the same counters;
-figures it cannot know are ``None``.
+Fork (``os.fork``, ``gunicorn --preload``, ``multiprocessing`` with the fork start method): the
+child gets every pool back empty, with its configuration, no threads and fresh counters, and
+starts threads on demand; tasks queued or running in the parent stay the parent's.
+
+The pool's metrics models are in :mod:`taskflow.metrics`; ``MonitoredExecutor`` (counts for any
+executor) is in :mod:`taskflow.monitor` and still importable from here.
 """
 
 from __future__ import annotations
 
 import itertools
-import queue
+import os
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from enum import Enum
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from loguru import logger
-from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import RejectedExecutionError
+from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
+
+if TYPE_CHECKING:
+    from taskflow.monitor import MonitoredExecutor
 
 __all__ = [
     "MonitoredExecutor",
@@ -62,8 +75,7 @@ __all__ = [
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-# ring buffer size for queue-wait/run-time samples; a power of two so the index is a mask
-_RING: Final = 1024
+_RING: Final = SAMPLES_KEPT
 _MASK: Final = _RING - 1
 
 # task states, guarded by the owning pool's lock
@@ -71,11 +83,21 @@ _QUEUED: Final = 0  # in the deque, not started
 _RUNNING: Final = 1  # taken by (or handed to) a worker thread
 _DONE: Final = 2  # finished, or cancelled after a worker took it
 _CLAIMED: Final = 3  # cancelled or evicted while queued; the deque entry is garbage
-_RETIRE: Final = -1.0  # a worker's wait timeout meaning "this worker has exited"
+_RETIRE: Final = -2.0  # in place of a park timeout: "this worker has exited"
 
 _pool_seq = itertools.count()
-_live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
+_live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # not shut down yet
+_all_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # for fork handling
 _interpreter_exiting = False
+
+
+def __getattr__(name: str) -> Any:
+    """``taskflow.pool.MonitoredExecutor`` still works: it now lives in ``taskflow.monitor``."""
+    if name == "MonitoredExecutor":
+        from taskflow.monitor import MonitoredExecutor
+
+        return MonitoredExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _python_exit() -> None:
@@ -98,6 +120,38 @@ else:  # pragma: no cover - CPython always has it since 3.9
 
     atexit.register(_python_exit)
 
+# Fork: the child has only the thread that forked. Each pool's lock is held across the fork, so
+# the child never inherits it locked by a thread that does not exist there; the child's pools
+# then start over with no threads (see ThreadPool._after_fork_in_child).
+_forking: list[ThreadPool] = []
+
+
+def _before_fork() -> None:
+    pools = list(_all_pools)
+    for pool in pools:
+        pool._lock.acquire()
+    _forking[:] = pools
+
+
+def _after_fork_in_parent() -> None:
+    for pool in _forking:
+        pool._lock.release()
+    _forking.clear()
+
+
+def _after_fork_in_child() -> None:
+    for pool in _forking:
+        pool._after_fork_in_child()
+    _forking.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
 
 class RejectionPolicy(str, Enum):
     """What ``ThreadPool.submit`` does when every thread is busy and the queue is full.
@@ -113,122 +167,6 @@ class RejectionPolicy(str, Enum):
     """Drop the task: its Future is returned already cancelled."""
     DISCARD_OLDEST = "discard_oldest"
     """Cancel the oldest queued task and queue this one (drop this one if nothing is queued)."""
-
-
-class Percentiles(BaseModel):
-    """Distribution of the most recent samples (up to 1024), all figures in seconds."""
-
-    model_config = ConfigDict(frozen=True)
-
-    count: int
-    min: float
-    max: float
-    avg: float
-    p50: float
-    p90: float
-    p99: float
-
-    @classmethod
-    def of(cls, samples: list[float]) -> Percentiles | None:
-        """Nearest-rank percentiles of ``samples``; ``None`` when there are none."""
-        if not samples:
-            return None
-        s = sorted(samples)
-        n = len(s)
-
-        def rank(q: float) -> float:
-            return s[min(n - 1, max(0, int(q * n + 0.999999) - 1))]
-
-        return cls(
-            count=n, min=s[0], max=s[-1], avg=sum(s) / n, p50=rank(0.50), p90=rank(0.90),
-            p99=rank(0.99),
-        )
-
-
-class PoolMetrics(BaseModel):
-    """An immutable snapshot of a pool: configuration, gauges, counters and recent timings.
-
-    Counters (``*_count``, ``*_total``) never decrease. Each task submitted while the pool was
-    open ends in exactly one of completed, cancelled or rejected, so at every snapshot
-    ``task_count == completed_task_count + cancelled_task_count + rejected_count + active_count
-    + queue_size`` (when the gauges are known). ``None`` means the figure cannot be known for
-    this executor. ``active_count <= pool_size <= max_size`` holds except right after
-    ``set_max_size`` lowered the maximum: busy threads above it exit when their task ends.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    # identity and configuration
-    pool_name: str
-    executor_type: str
-    core_size: int | None
-    max_size: int | None
-    queue_capacity: int | None
-    """``None``: unbounded (or unknown); ``0``: direct hand-off."""
-    keep_alive_s: float | None
-    rejection_policy: str | None
-    # gauges
-    pool_size: int | None
-    largest_pool_size: int | None
-    active_count: int | None
-    queue_size: int | None
-    queue_remaining_capacity: int | None
-    abandoned_running: int
-    """Tasks still running after the flow that submitted them gave up on them."""
-    is_shutdown: bool
-    is_terminated: bool | None
-    # counters
-    task_count: int
-    """Tasks submitted while the pool was open, rejected ones included."""
-    completed_task_count: int
-    """Tasks that ran to the end on a pool thread, successfully or not."""
-    failed_task_count: int
-    """Completed tasks whose callable raised."""
-    cancelled_task_count: int
-    """Tasks cancelled before they started (by their Future, shutdown or ``DISCARD_OLDEST``)."""
-    rejected_count: int
-    """Tasks refused because the pool was saturated: raised (``ABORT``), run by the caller,
-    dropped, or evicted by ``DISCARD_OLDEST``. ``ThreadPool`` does not count a submit after
-    shutdown (it raises before the task is taken in); ``MonitoredExecutor`` counts every
-    exception the inner ``submit`` raised."""
-    abandoned_total: int
-    # derived, percent; None when the denominator is unknown or unbounded
-    liveness_pct: float | None
-    """``active_count / max_size * 100`` (dynamic-tp liveness, hippo4j current load)."""
-    peak_load_pct: float | None
-    """``largest_pool_size / max_size * 100`` (hippo4j peak load)."""
-    queue_usage_pct: float | None
-    """``queue_size / queue_capacity * 100``; ``None`` for an unbounded queue."""
-    # timings of the most recent tasks (seconds), plus cumulative sums over completed tasks
-    queue_wait_s: Percentiles | None
-    run_time_s: Percentiles | None
-    queue_wait_total_s: float | None
-    run_time_total_s: float | None
-    # when
-    timestamp: float
-    """``time.time()`` of the snapshot."""
-    monotonic: float
-    """``time.monotonic()`` of the snapshot."""
-
-    def __str__(self) -> str:
-        state = "Terminated" if self.is_terminated else "Shutting down" if self.is_shutdown else "Running"
-        return (
-            f"{self.pool_name} [{state}, pool size = {_fmt(self.pool_size)}, "
-            f"active threads = {_fmt(self.active_count)}, queued tasks = {_fmt(self.queue_size)}, "
-            f"completed tasks = {self.completed_task_count}, failed = {self.failed_task_count}, "
-            f"cancelled = {self.cancelled_task_count}, rejected = {self.rejected_count}, "
-            f"abandoned running = {self.abandoned_running}]"
-        )
-
-
-def _fmt(value: int | None) -> str:
-    return "?" if value is None else str(value)
-
-
-def _pct(part: int | None, whole: int | None) -> float | None:
-    if part is None or not whole:
-        return None
-    return part * 100.0 / whole
 
 
 class _PoolFuture(Future[Any]):
@@ -308,8 +246,10 @@ class ThreadPool(Executor):
         self._bounded = queue_capacity is not None
         self._capacity: int = queue_capacity if queue_capacity is not None else 1 << 62
         self._keep_alive = float(keep_alive)
-        # doorbell for idle workers: one token per queued task, plus wake-ups (see module doc)
-        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # how long an idle thread parks: above core keep_alive (-1: no limit, for a keep_alive
+        # longer than a lock wait can be), a core thread at most that or 1 s (see _next_locked)
+        self._park_s = self._keep_alive if self._keep_alive < threading.TIMEOUT_MAX else -1.0
+        self._core_park_s = self._park_s or 1.0
         self._thread_ids = itertools.count()
 
         # _lock guards every field below: sizes, the deque and its counts, the thread set, the
@@ -320,7 +260,9 @@ class ThreadPool(Executor):
         self._queue: deque[_PoolFuture] = deque()
         self._queued = 0  # live (not cancelled) entries in _queue
         self._garbage = 0  # cancelled entries still in _queue
-        self._idle = 0  # workers waiting for a token
+        # idle workers, each parked on its own lock (held: acquiring it waits); the last one
+        # parked is woken first (see the module docstring)
+        self._parked: list[threading.Lock] = []
         self._pool_size = 0
         self._largest_pool_size = 0
         self._threads: set[threading.Thread] = set()
@@ -338,9 +280,11 @@ class ThreadPool(Executor):
         self._runs = [0.0] * _RING
         self._wait_total = 0.0
         self._run_total = 0.0
+        self._retired_cpu = 0.0  # CPU seconds of the threads that have exited
 
         self._max_workers = max_size  # read by the engine to guess parallelism
         _live_pools.add(self)
+        _all_pools.add(self)
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -378,8 +322,8 @@ class ThreadPool(Executor):
 
         Growing starts threads at once for tasks waiting in the queue (at most one per queued
         task, up to the new core); shrinking lets idle threads above the new core exit after
-        ``keep_alive`` without work (an idle core thread notices the change within
-        ``keep_alive``, or 1 s when it is 0).
+        ``keep_alive`` without work (an idle thread notices the change when its park times
+        out: within ``keep_alive``, or 1 s when that is 0).
 
         Raises:
             ValueError: ``core_size < 0`` or ``core_size > max_size``.
@@ -388,15 +332,12 @@ class ThreadPool(Executor):
             _check_sizes(core_size, self._max_size)
             delta = core_size - self._core_size
             self._core_size = core_size
-            wake = 0
-            if self._pool_size > core_size:
-                wake = self._idle  # idle core waiters re-evaluate: they now time out
-            elif delta > 0:
+            # shrinking: idle threads stay parked (ready for a hand-off) until their park
+            # times out, then see they are above core and exit (JUC: keepAlive after the change)
+            if delta > 0 and self._pool_size < core_size:
                 # like JUC: at most one new core thread per queued task, up to the new core
                 for _ in range(min(delta, self._queued, core_size - self._pool_size)):
                     self._add_worker_locked(None)
-        for _ in range(wake):
-            self._tokens.put(None)
         logger.debug("pool {} core size {} -> {}", self._name, core_size - delta, core_size)
 
     def set_max_size(self, max_size: int) -> None:
@@ -413,9 +354,12 @@ class ThreadPool(Executor):
             old = self._max_size
             self._max_size = max_size
             self._max_workers = max_size
-            wake = self._idle if self._pool_size > max_size else 0
-        for _ in range(wake):
-            self._tokens.put(None)
+            # wake as many idle threads as are above the new maximum (the longest idle): they
+            # exit; the others stay parked, ready for a hand-off
+            surplus = min(len(self._parked), max(0, self._pool_size - max_size))
+            wake, self._parked[:surplus] = self._parked[:surplus], []
+        for parker in wake:
+            parker.release()
         logger.debug("pool {} max size {} -> {}", self._name, old, max_size)
 
     def prestart_core_threads(self) -> int:
@@ -447,6 +391,7 @@ class ThreadPool(Executor):
         f._kwargs = kwargs
         f._pool = self
         evicted: _PoolFuture | None = None
+        wake: threading.Lock | None = None
         queued = False
         busy = waiting = 0
         with self._lock:
@@ -462,12 +407,15 @@ class ThreadPool(Executor):
                 self._start_with_locked(f)
                 return f
             # capacity 0 is a hand-off: accepted while an idle worker is free to take it
-            if self._queued < (self._capacity or self._idle):
+            cap = self._capacity
+            if (self._queued < cap) if cap else self._parked:
                 f._tstate = _QUEUED
                 self._queue.append(f)
                 self._queued += 1
                 queued = True
-                if self._pool_size == 0:  # core_size 0: keep one thread for queued work
+                if self._parked:  # no thread idles while a task waits: wake the last parked
+                    wake = self._parked.pop()
+                elif self._pool_size == 0:  # core_size 0: keep one thread for queued work
                     self._add_worker_locked(None)
             elif self._pool_size < self._max_size:
                 self._start_with_locked(f)
@@ -486,9 +434,9 @@ class ThreadPool(Executor):
                     self._queued += 1
                     queued = True
         if queued:
-            if evicted is None:
-                self._tokens.put(None)
-            else:  # the new task reuses the evicted task's token
+            if wake is not None:
+                wake.release()
+            if evicted is not None:  # the new task took the evicted one's place in the queue
                 _cancel_and_notify(evicted)
                 logger.debug("pool {} saturated: evicted the oldest queued task", self._name)
             return f
@@ -524,9 +472,10 @@ class ThreadPool(Executor):
             raise RejectedExecutionError(f"pool {self._name!r} cannot start a thread") from exc
 
     def _add_worker_locked(self, first: _PoolFuture | None) -> None:
+        # in a list the thread empties: Thread keeps its args until the target returns
         t = threading.Thread(
             target=self._work,
-            args=(first,),
+            args=([first],),
             name=f"{self._thread_prefix}_{next(self._thread_ids)}",
         )
         self._threads.add(t)
@@ -568,21 +517,24 @@ class ThreadPool(Executor):
         f.set_running_or_notify_cancel()  # only the claimer notifies wait()/as_completed()
 
     # ------------------------------------------------------------------ workers
-    def _work(self, first: _PoolFuture | None) -> None:
+    def _work(self, first_task: list[_PoolFuture | None]) -> None:
         """A worker thread: run the first task, then queued ones until it retires.
 
         After a task it takes the next queued one in the same lock section that counts the
-        finished one (and then the token of that task, if no other worker holds it); it waits
-        for a token only when the queue is empty.
+        finished one; it parks (waits on its own lock, see the module docstring) only when the
+        queue is empty. The worker drops its last task (and that task's Future, result and
+        callable) as soon as the task is done: an idle worker references nothing of the work
+        it ran.
         """
         lock = self._lock
-        tokens = self._tokens
         mono = time.monotonic
-        f = first
+        parker = threading.Lock()
+        parker.acquire()  # held while not parked: acquiring it again is the wait
+        f = first_task.pop()
         nxt: _PoolFuture | float
         if f is None:
             with lock:
-                nxt = self._next_locked(False)
+                nxt = self._next_locked(False, parker)
         while True:
             if f is not None:
                 fn, args, kwargs = f._fn, f._args, f._kwargs
@@ -595,11 +547,11 @@ class ThreadPool(Executor):
                     try:
                         result = fn(*args, **kwargs)
                     except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
-                        nxt = self._finish(f, start, mono(), True)
+                        nxt = self._finish(f, start, mono(), True, parker)
                         f.set_exception(exc)
                         del exc
                     else:
-                        nxt = self._finish(f, start, mono(), False)
+                        nxt = self._finish(f, start, mono(), False, parker)
                         f.set_result(result)
                         del result
                 else:
@@ -609,29 +561,35 @@ class ThreadPool(Executor):
                         self._cancelled += 1
                         if f._abandoned:
                             self._abandoned_running -= 1
-                        nxt = self._next_locked(False)
+                        nxt = self._next_locked(False, parker)
                 del fn, args, kwargs
+                f = None
             if isinstance(nxt, _PoolFuture):
                 f = nxt
-                try:  # its token: a worker woken by it would find nothing to do
-                    tokens.get_nowait()
-                except queue.Empty:
-                    pass
                 continue
             if nxt == _RETIRE:
                 return
-            try:
-                tokens.get(True, nxt)
-            except queue.Empty:
-                timed_out = True
-            else:
-                timed_out = False
+            # parked: woken by a submit (a task is queued), a resize or shutdown
+            if parker.acquire(True, nxt):
+                with lock:
+                    nxt = self._next_locked(False, parker)
+                continue
             with lock:
-                self._idle -= 1
-                nxt = self._next_locked(timed_out)
-            f = None
+                try:
+                    self._parked.remove(parker)
+                except ValueError:  # popped by a waker that releases it after its lock section
+                    popped = True
+                else:
+                    popped = False
+                    nxt = self._next_locked(True, parker)
+            if popped:
+                parker.acquire()  # take the wake-up that is on its way
+                with lock:
+                    nxt = self._next_locked(False, parker)
 
-    def _finish(self, f: _PoolFuture, start: float, end: float, failed: bool) -> _PoolFuture | float:
+    def _finish(
+        self, f: _PoolFuture, start: float, end: float, failed: bool, parker: threading.Lock
+    ) -> _PoolFuture | float:
         """Count a task that ran, then take the next one (see ``_next_locked``)."""
         with self._lock:
             f._tstate = _DONE
@@ -649,17 +607,18 @@ class ThreadPool(Executor):
             self._runs[i] = run
             self._wait_total += wait
             self._run_total += run
-            return self._next_locked(False)
+            return self._next_locked(False, parker)
 
-    def _next_locked(self, timed_out: bool) -> _PoolFuture | float:
-        """What an idle worker does next: a queued task to run, or retire, or wait.
+    def _next_locked(self, timed_out: bool, parker: threading.Lock) -> _PoolFuture | float:
+        """What a worker without a task does next: a queued task to run, or retire, or park.
 
         Args:
-            timed_out: The worker's last wait for a token timed out.
+            timed_out: The worker's last park timed out.
+            parker: The worker's own lock, pushed on ``_parked`` if it parks.
 
         Returns:
             The task to run (already counted active), ``_RETIRE`` if the worker has retired,
-            or the timeout of its wait for a token (it is counted idle).
+            or how long to park (``-1``: until woken); it is on ``_parked`` then.
         """
         size = self._pool_size
         if size > self._max_size and (size > 1 or not self._queued):
@@ -676,19 +635,45 @@ class ThreadPool(Executor):
         if self._shutdown or (timed_out and size > self._core_size):
             self._retire_locked()
             return _RETIRE
-        self._idle += 1
+        self._parked.append(parker)
         if size > self._core_size:
-            return self._keep_alive
-        # A core thread waits for a token, but not forever: the wake-up tokens that resizing
-        # puts are anonymous, and one thread may take several, so every idle thread re-reads
-        # the sizes at least this often (JUC interrupts its idle workers instead).
-        return self._keep_alive or 1.0
+            return self._park_s
+        # a core thread re-reads the sizes now and then, to notice a lowered core_size
+        return self._core_park_s
 
     def _retire_locked(self) -> None:
+        """The calling worker leaves the pool (it returns right after)."""
         self._pool_size -= 1
         self._threads.discard(threading.current_thread())
-        if self._shutdown or self._pool_size > self._max_size:
-            self._tokens.put(None)  # pass the wake-up on to the next idle worker
+        # its CPU time stays in the counters once the thread is gone
+        self._retired_cpu += time.thread_time()
+        if self._queued and self._parked:
+            # it may have been woken for a task it leaves queued: another thread takes it
+            self._parked.pop().release()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the same pool, with no threads, no tasks and fresh counters.
+
+        The parent's threads do not exist in the child, and the tasks it had queued or running
+        stay the parent's (running them here would run them twice): their Futures in the child
+        are detached from the pool and never complete. Threads start again on demand, like in
+        a new pool; a pool shut down before the fork stays shut down.
+        """
+        for f in self._queue:
+            f._pool = None
+            f._tstate = _CLAIMED
+        self._lock = threading.Lock()
+        self._parked = []
+        self._queue = deque()
+        self._queued = self._garbage = self._active = 0
+        self._pool_size = self._largest_pool_size = 0
+        self._threads = set()
+        self._task_count = self._completed = self._failed = self._cancelled = 0
+        self._rejected = self._abandoned_running = self._abandoned_total = 0
+        self._samples = 0
+        self._waits = [0.0] * _RING
+        self._runs = [0.0] * _RING
+        self._wait_total = self._run_total = self._retired_cpu = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -702,6 +687,7 @@ class ThreadPool(Executor):
         cancelled: list[_PoolFuture] = []
         with self._lock:
             self._shutdown = True
+            wake, self._parked = self._parked, []  # idle threads exit once the queue is empty
             if cancel_futures:
                 while (f := self._poll_locked()) is not None:
                     f._tstate = _CLAIMED
@@ -709,7 +695,8 @@ class ThreadPool(Executor):
                     cancelled.append(f)
                 self._queue.clear()
                 self._garbage = 0
-        self._tokens.put(None)
+        for parker in wake:
+            parker.release()
         for f in cancelled:
             _cancel_and_notify(f)
         _live_pools.discard(self)
@@ -800,6 +787,7 @@ class ThreadPool(Executor):
                 self._rejected, self._abandoned_running, self._abandoned_total,
             )
             wait_total, run_total = self._wait_total, self._run_total
+            retired_cpu = self._retired_cpu
         tasks, completed, failed, cancelled, rejected, ab_running, ab_total = counts
         capacity = self.queue_capacity
         return PoolMetrics(
@@ -824,13 +812,14 @@ class ThreadPool(Executor):
             cancelled_task_count=cancelled,
             rejected_count=rejected,
             abandoned_total=ab_total,
-            liveness_pct=_pct(active, max_size),
-            peak_load_pct=_pct(largest, max_size),
-            queue_usage_pct=_pct(queued, capacity),
+            liveness_pct=pct(active, max_size),
+            peak_load_pct=pct(largest, max_size),
+            queue_usage_pct=pct(queued, capacity),
             queue_wait_s=Percentiles.of(waits),
             run_time_s=Percentiles.of(runs),
             queue_wait_total_s=wait_total,
             run_time_total_s=run_total,
+            retired_worker_cpu_s=retired_cpu,
             timestamp=time.time(),
             monotonic=time.monotonic(),
         )
@@ -884,408 +873,3 @@ def _run_inline(f: _PoolFuture) -> None:
         f.set_exception(exc)
     else:
         f.set_result(result)
-
-
-class _Tracked:
-    """One task submitted through a ``MonitoredExecutor``; the callable the inner pool runs.
-
-    ``state`` is written by the thread that moves the task on (submitter, worker or the
-    monitor's cancel scan); ``abandoned`` and ``counted`` are guarded by the monitor's lock.
-    The rest is written once before the task is handed to the inner executor.
-    """
-
-    __slots__ = ("abandoned", "args", "counted", "fn", "kwargs", "mon", "state", "submitted_at")
-
-    def __init__(
-        self, mon: MonitoredExecutor, fn: Callable[..., Any] | None, args: tuple[Any, ...],
-        kwargs: dict[str, Any], submitted_at: float,
-    ) -> None:
-        self.mon = mon
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.state = _QUEUED
-        self.submitted_at = submitted_at
-        self.abandoned = False
-        self.counted = False  # abandoned and already added to abandoned_total
-
-    def __call__(self) -> Any:
-        """Run the task in the inner executor's thread; counts go to this thread's stats."""
-        mon = self.mon
-        fn = self.fn
-        self.fn = None
-        assert fn is not None
-        try:
-            st: _ThreadStats = mon._tls.stats
-        except AttributeError:
-            st = mon._register_thread()
-        mon._waiting.pop(self, None)
-        self.state = _RUNNING
-        started, completed, failures = st.counts
-        st.counts = (started + 1, completed, failures)
-        mono = time.monotonic
-        start = mono()
-        failed = True
-        try:
-            result = fn(*self.args, **self.kwargs)
-            failed = False
-            return result
-        finally:
-            run = mono() - start
-            wait = start - self.submitted_at
-            i = st.samples & _MASK
-            st.samples += 1
-            st.waits[i] = wait
-            st.runs[i] = run
-            st.wait_total += wait
-            st.run_total += run
-            self.state = _DONE  # before completed: whoever counts it done sees it finished
-            started, completed, failures = st.counts
-            st.counts = (started, completed + 1, failures + failed)
-
-    def done(self, future: Future[Any]) -> None:
-        """Done-callback on the inner future, used when tasks run out of process."""
-        mon = self.mon
-        cancelled = future.cancelled()
-        failed = not cancelled and future.exception() is not None
-        with mon._lock:
-            if self.state == _DONE:
-                return
-            self.state = _DONE
-            if cancelled:
-                mon._cancelled += 1
-            else:
-                mon._completed += 1
-                if failed:
-                    mon._failed += 1
-            mon._pending.pop(id(self), None)
-
-
-class _ThreadStats:
-    """Counters of the tasks one thread ran for a ``MonitoredExecutor``.
-
-    Only the owning thread writes them, so workers never take the monitor's lock. ``counts``
-    (started, completed, failed) is replaced as one tuple, so a snapshot reads a consistent
-    triple for each thread: a thread's started - completed is the task it runs now.
-    """
-
-    __slots__ = ("counts", "run_total", "runs", "samples", "thread", "wait_total", "waits")
-
-    def __init__(self, thread: threading.Thread) -> None:
-        self.thread = thread
-        self.counts = (0, 0, 0)
-        self.samples = 0
-        self.waits = [0.0] * _RING
-        self.runs = [0.0] * _RING
-        self.wait_total = 0.0
-        self.run_total = 0.0
-
-
-def _items_of(shared: dict[_Tracked, Future[Any]]) -> list[tuple[_Tracked, Future[Any]]]:
-    """A copy of a dict that other threads change without a lock (single operations only).
-
-    Copying can let another thread run (an allocation may start the garbage collector, which
-    may run Python code), and a change in between makes the copy raise: copy again.
-    """
-    while True:
-        try:
-            return list(shared.items())
-        except RuntimeError:  # "dictionary changed size during iteration"
-            continue
-
-
-class MonitoredExecutor(Executor):
-    """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
-
-    Args:
-        executor: The executor to wrap (stdlib thread or process pools, loky, dask's
-            ``ClientExecutor``, a :class:`ThreadPool`, ...). ``submit`` and ``shutdown`` are
-            passed through; the wrapper is itself an Executor, so flows run on it.
-        name: The pool's name in metrics; defaults to the inner type's name and a number.
-        in_process: Whether tasks run in threads of this process. Then each task is wrapped to
-            time it and to count it active while it runs, with per-thread counters so worker
-            threads never contend on a lock. Otherwise (process pools, remote executors) the
-            callable is passed through untouched, so it pickles as before, and outcomes are
-            counted by a done-callback (run by whichever thread completes the Future): the
-            timings are ``None`` and ``active_count`` comes from ``Future.running()`` where
-            the executor reports it. Default: True for ``ThreadPoolExecutor`` and ``ThreadPool``.
-
-    Figures the wrapper cannot know are ``None`` in ``metrics()``. Tasks cancelled before they
-    started are found when a snapshot is taken (and now and then on submit), not when they are
-    cancelled.
-    """
-
-    def __init__(
-        self, executor: Executor, *, name: str | None = None, in_process: bool | None = None,
-    ) -> None:
-        self._inner = executor
-        if in_process is None:
-            in_process = isinstance(executor, (ThreadPoolExecutor, ThreadPool)) or (
-                isinstance(executor, MonitoredExecutor) and executor._in_process
-            )
-        self._in_process: bool = in_process
-        self._name = name if name is not None else f"{type(executor).__name__}-{next(_pool_seq)}"
-        module = type(executor).__module__
-        # dask futures never report running(); process pools mark queued calls running early
-        self._running_known = not in_process and not module.startswith("distributed")
-        self._tls = threading.local()  # .stats: the _ThreadStats of the current thread
-        # in_process: tasks handed to the inner executor and not started, with their futures;
-        # single dict operations only (atomic), scanned for cancellations under _lock
-        self._waiting: dict[_Tracked, Future[Any]] = {}
-        self._scan_at = 1 << 16
-        # _lock guards every field below, and each _Tracked's abandoned/counted
-        self._lock = threading.Lock()
-        self._shutdown = False
-        self._task_count = 0
-        self._cancelled = 0
-        self._rejected = 0
-        self._completed = 0  # not in_process (done-callbacks); in_process: retired threads
-        self._failed = 0
-        self._retired_started = 0
-        self._retired_wait_total = 0.0
-        self._retired_run_total = 0.0
-        self._stats: list[_ThreadStats] = []
-        self._abandoned: dict[_Tracked, None] = {}  # abandoned tasks not seen finished yet
-        self._abandoned_total = 0
-        self._largest_seen = 0
-        # not in_process: the inner futures not done yet, to ask them running()
-        self._pending: dict[int, Future[Any]] = {}
-
-    @property
-    def executor(self) -> Executor:
-        """The wrapped executor."""
-        return self._inner
-
-    @property
-    def name(self) -> str:
-        """The pool's name in metrics."""
-        return self._name
-
-    @property
-    def max_size(self) -> int | None:
-        """The inner executor's worker count, when it can be read."""
-        return _max_workers_of(self._inner)
-
-    @property
-    def _max_workers(self) -> int | None:  # read by the engine to guess parallelism
-        return _max_workers_of(self._inner)
-
-    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
-        """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
-
-        Raises:
-            Exception: whatever the inner executor's ``submit`` raises (counted as a rejection).
-        """
-        in_process = self._in_process
-        item = _Tracked(self, fn if in_process else None, args, kwargs, time.monotonic())
-        with self._lock:
-            self._task_count += 1
-        try:
-            if in_process:
-                future: Future[Any] = self._inner.submit(item)
-            else:
-                future = self._inner.submit(fn, *args, **kwargs)
-        except BaseException:
-            with self._lock:
-                item.state = _DONE
-                self._rejected += 1
-            raise
-        try:
-            future._taskflow_task = item  # type: ignore[attr-defined]
-        except AttributeError:  # a future class with __slots__: mark_abandoned ignores it
-            pass
-        if in_process:
-            if item.state == _QUEUED:
-                self._waiting[item] = future
-                if len(self._waiting) > self._scan_at:
-                    self._scan_cancelled()
-        else:
-            with self._lock:
-                if item.state != _DONE:
-                    self._pending[id(item)] = future
-            future.add_done_callback(item.done)
-        return future
-
-    def _scan_cancelled(self) -> None:
-        """Count tasks cancelled before they started; drop entries of finished tasks."""
-        waiting = self._waiting
-        with self._lock:
-            for item, future in _items_of(waiting):
-                if future.done():
-                    waiting.pop(item, None)
-                    if item.state == _QUEUED and future.cancelled():
-                        item.state = _CLAIMED
-                        self._cancelled += 1
-            self._scan_at = max(1 << 16, 2 * len(waiting))
-
-    def _register_thread(self) -> _ThreadStats:
-        st = _ThreadStats(threading.current_thread())
-        self._tls.stats = st
-        with self._lock:
-            # fold the counts of threads that have exited, so the list stays short
-            for old in [s for s in self._stats if not s.thread.is_alive()]:
-                self._stats.remove(old)
-                started, completed, failed = old.counts
-                self._retired_started += started
-                self._completed += completed
-                self._failed += failed
-                self._retired_wait_total += old.wait_total
-                self._retired_run_total += old.run_total
-            self._stats.append(st)
-        return st
-
-    def mark_abandoned(self, future: Future[Any]) -> None:
-        """Count ``future``'s task as abandoned while it still runs (see ``ThreadPool``).
-
-        Out of process, a task not done yet counts as running.
-        """
-        item = getattr(future, "_taskflow_task", None)
-        if not isinstance(item, _Tracked) or item.mon is not self:
-            return
-        with self._lock:
-            if item.abandoned or item.state == _DONE or item.state == _CLAIMED:
-                return
-            item.abandoned = True
-            self._abandoned[item] = None
-            if item.state == _RUNNING or not self._in_process:
-                item.counted = True
-                self._abandoned_total += 1
-        inner_mark = getattr(self._inner, "mark_abandoned", None)
-        if inner_mark is not None:
-            inner_mark(future)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Shut the inner executor down (see ``concurrent.futures.Executor.shutdown``)."""
-        with self._lock:
-            self._shutdown = True
-        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-    def worker_native_ids(self) -> list[int]:
-        """OS thread ids of the inner pool's threads, when they can be read."""
-        ids = getattr(self._inner, "worker_native_ids", None)
-        if callable(ids):
-            return list(ids())
-        threads: Iterable[threading.Thread] = getattr(self._inner, "_threads", ()) or ()
-        return [t.native_id for t in list(threads) if t.native_id is not None]
-
-    def metrics(self) -> PoolMetrics:
-        """A snapshot of the counts; figures this executor cannot give are ``None``."""
-        inner = self._inner
-        base = inner.metrics() if isinstance(inner, (ThreadPool, MonitoredExecutor)) else None
-        size = base.pool_size if base is not None else _pool_size_of(inner)
-        if self._in_process:
-            self._scan_cancelled()
-        waits: list[float] = []
-        runs: list[float] = []
-        with self._lock:
-            # task_count is read after the threads' counts: a task is counted submitted before
-            # it can start, so queued = task_count - started - ... is never negative
-            failed, completed = self._failed, self._completed
-            started = self._retired_started
-            wait_total, run_total = self._retired_wait_total, self._retired_run_total
-            stats = list(self._stats)
-            for st in stats:
-                s_, c_, f_ = st.counts
-                started += s_
-                completed += c_
-                failed += f_
-                wait_total += st.wait_total
-                run_total += st.run_total
-            for st in stats:
-                n = st.samples
-                waits += st.waits if n >= _RING else st.waits[:n]
-                runs += st.runs if n >= _RING else st.runs[:n]
-            pending = list(self._pending.values())
-            ab_running = 0
-            for item in list(self._abandoned):
-                state = item.state
-                if state != _QUEUED and state != _CLAIMED and not item.counted:
-                    item.counted = True  # it started after it was marked
-                    self._abandoned_total += 1
-                if state == _RUNNING or (state == _QUEUED and not self._in_process):
-                    ab_running += 1
-                elif state != _QUEUED:
-                    del self._abandoned[item]
-            tasks, cancelled, rejected = self._task_count, self._cancelled, self._rejected
-            ab_total = self._abandoned_total
-            shut = self._shutdown
-            if size is not None and size > self._largest_seen:
-                self._largest_seen = size
-            largest = self._largest_seen if size is not None else None
-        active_count: int | None
-        queue_size: int | None
-        if self._in_process:
-            active_count = max(0, started - completed)
-            queue_size = max(0, tasks - started - cancelled - rejected)
-        else:
-            not_done = tasks - completed - cancelled - rejected
-            # out of process, "queued" would be every task not done: split it where running()
-            # means something
-            if self._running_known:
-                active_count = sum(1 for f in pending if f.running())
-                queue_size = max(0, not_done - active_count)
-            else:
-                active_count = queue_size = None
-            waits = runs = []
-        max_size = base.max_size if base is not None else _max_workers_of(inner)
-        capacity = base.queue_capacity if base is not None else None
-        shut = shut or getattr(inner, "_shutdown", False) is True or (
-            getattr(inner, "_shutdown_thread", False) is True
-        )
-        if base is not None:
-            largest = base.largest_pool_size
-        elif isinstance(inner, ThreadPoolExecutor):
-            largest = size  # its threads never exit
-        return PoolMetrics(
-            pool_name=self._name,
-            executor_type=type(inner).__name__,
-            core_size=base.core_size if base is not None else None,
-            max_size=max_size,
-            queue_capacity=capacity,
-            keep_alive_s=base.keep_alive_s if base is not None else None,
-            rejection_policy=base.rejection_policy if base is not None else None,
-            pool_size=size,
-            largest_pool_size=largest,
-            active_count=active_count,
-            queue_size=queue_size,
-            queue_remaining_capacity=(
-                None if capacity is None or queue_size is None else max(0, capacity - queue_size)
-            ),
-            abandoned_running=ab_running,
-            is_shutdown=shut,
-            is_terminated=base.is_terminated if base is not None else None,
-            task_count=tasks,
-            completed_task_count=completed,
-            failed_task_count=failed,
-            cancelled_task_count=cancelled,
-            rejected_count=rejected,
-            abandoned_total=ab_total,
-            liveness_pct=_pct(active_count, max_size),
-            peak_load_pct=_pct(largest, max_size),
-            queue_usage_pct=_pct(queue_size, capacity),
-            queue_wait_s=Percentiles.of(waits),
-            run_time_s=Percentiles.of(runs),
-            queue_wait_total_s=wait_total if self._in_process else None,
-            run_time_total_s=run_total if self._in_process else None,
-            timestamp=time.time(),
-            monotonic=time.monotonic(),
-        )
-
-    def __repr__(self) -> str:
-        return f"<MonitoredExecutor {self._name!r} of {self._inner!r}>"
-
-
-def _max_workers_of(executor: Executor) -> int | None:
-    size = getattr(executor, "max_size", None)
-    if not isinstance(size, int):
-        size = getattr(executor, "_max_workers", None)
-    return size if isinstance(size, int) else None
-
-
-def _pool_size_of(executor: Executor) -> int | None:
-    """Live workers of a stdlib (or look-alike) pool, read from its private fields."""
-    if isinstance(executor, ProcessPoolExecutor) or hasattr(executor, "_processes"):
-        procs = getattr(executor, "_processes", None)
-        return len(procs) if isinstance(procs, dict) else None
-    threads = getattr(executor, "_threads", None)
-    return len(threads) if isinstance(threads, (set, list)) else None

@@ -7,7 +7,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,8 +15,16 @@ from conftest import LONG, SHORT
 from loguru import logger
 from pydantic import ValidationError
 
-from taskflow.monitor import Alarm, PoolMonitor, PoolSnapshot, Thresholds, render_prometheus
-from taskflow.pool import MonitoredExecutor, PoolMetrics, ThreadPool
+from taskflow.metrics import PoolMetrics
+from taskflow.monitor import (
+    Alarm,
+    MonitoredExecutor,
+    PoolMonitor,
+    PoolSnapshot,
+    Thresholds,
+    render_prometheus,
+)
+from taskflow.pool import ThreadPool
 
 
 @pytest.fixture
@@ -231,6 +239,51 @@ def test_queue_alarm_needs_a_bounded_queue(gate: threading.Event) -> None:
     assert kinds == {"liveness"}
 
 
+def queued_behind_a_slow_task(executor: Executor, n: int) -> None:
+    """One task that works 50 ms, then n quick tasks queued behind it on a 1-thread pool."""
+    started = threading.Event()
+
+    def slow() -> None:
+        started.set()
+        time.sleep(0.05)  # stands in for 50 ms of work
+
+    futures = [executor.submit(slow)]
+    assert started.wait(LONG)
+    futures += [executor.submit(int) for _ in range(n)]
+    for f in futures:
+        f.result(timeout=LONG)
+
+
+@pytest.mark.parametrize("kind", ["ThreadPool", "MonitoredExecutor"])
+def test_queue_wait_alarm_says_what_to_resize(kind: str) -> None:
+    """Tasks that wait longer than they run: the pool is too small, and the alarm says so."""
+    with ThreadPool(1, name="small") if kind == "ThreadPool" else MonitoredExecutor(
+        ThreadPoolExecutor(1), name="small"
+    ) as executor:
+        monitor = PoolMonitor(executor, thresholds={"liveness_pct": None})
+        assert monitor.sample().alarms == ()  # the first sample only sets the baseline
+        queued_behind_a_slow_task(executor, 4)
+        alarms = monitor.sample().alarms
+    assert [a.kind for a in alarms] == ["queue_wait"]
+    alarm = alarms[0]
+    assert alarm.value >= 3 and alarm.threshold == 1.0  # 4 tasks waited ~50 ms each: 200 / 50
+    assert "the pool is the bottleneck" in alarm.message
+    if kind == "ThreadPool":
+        assert "Raise core_size (now 1; with an unbounded queue" in alarm.message
+    else:
+        assert "Raise max_size (now 1)" in alarm.message
+
+
+def test_no_queue_wait_alarm_when_tasks_do_not_wait() -> None:
+    with ThreadPool(2) as pool:
+        monitor = PoolMonitor(pool)
+        monitor.sample()
+        for _ in range(20):
+            pool.submit(time.sleep, 0.001).result(timeout=LONG)  # one at a time: no queue
+        assert [a.kind for a in monitor.sample().alarms if a.kind == "queue_wait"] == []
+    assert PoolMonitor(pool, thresholds={"queue_wait_ratio": None}).thresholds.queue_wait_ratio is None
+
+
 def test_on_alarm_errors_are_logged_and_ignored(
     pool: ThreadPool, gate: threading.Event, log_lines: list[str]
 ) -> None:
@@ -280,7 +333,7 @@ def test_to_prometheus_renders_the_text_exposition_format(pool: ThreadPool) -> N
     for f in [pool.submit(int) for _ in range(3)]:
         f.result(timeout=LONG)
     monitor = PoolMonitor(pool)
-    text = monitor.to_prometheus()  # samples once when nothing was sampled yet
+    text = monitor.to_prometheus()  # samples at call time
     types = parse_exposition(text)
     assert types["taskflow_pool_tasks_total"] == "counter"
     assert types["taskflow_pool_active"] == "gauge"
@@ -291,7 +344,16 @@ def test_to_prometheus_renders_the_text_exposition_format(pool: ThreadPool) -> N
     assert 'taskflow_pool_run_seconds_count{pool="orders"} 3\n' in text
     assert "taskflow_process_resident_memory_bytes " in text
     assert 'taskflow_process_context_switches_total{kind="voluntary"} ' in text
-    assert monitor.latest() is not None
+    assert monitor.latest() is None  # a scrape is not recorded in the history
+
+
+def test_a_scrape_is_fresh_even_when_the_last_sample_is_old(pool: ThreadPool) -> None:
+    monitor = PoolMonitor(pool, interval=3600)
+    monitor.sample()
+    for f in [pool.submit(int) for _ in range(2)]:
+        f.result(timeout=LONG)
+    assert 'taskflow_pool_completed_total{pool="orders"} 2\n' in monitor.to_prometheus()
+    assert len(monitor.history()) == 1
 
 
 def test_prometheus_of_several_pools_names_each_family_once() -> None:

@@ -201,7 +201,7 @@ def test_zero_capacity_is_a_direct_hand_off(
     gates.gate.set()
     wait(futures, timeout=LONG)
     # both threads now wait idle (keep_alive 60 s): a hand-off reuses one instead of growing
-    wait_until(lambda: pool._idle == 2)
+    wait_until(lambda: len(pool._parked) == 2)  # both threads parked, ready for a hand-off
     assert pool.submit(lambda: "reused").result(timeout=LONG) == "reused"
     assert pool.metrics().largest_pool_size == 2
 
@@ -687,6 +687,35 @@ def test_monitored_executor_counts_inner_rejections(monitored: Callable[..., Mon
     assert (m.task_count, m.rejected_count, m.is_shutdown) == (1, 1, True)
 
 
+def test_a_monitored_broken_stdlib_pool_fails_tasks_and_refuses_new_ones(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    from concurrent.futures.thread import BrokenThreadPool
+
+    def bad_initializer() -> None:
+        raise OSError("no database")
+
+    mon = monitored(ThreadPoolExecutor(1, initializer=bad_initializer))
+    first = mon.submit(int, "7")
+    assert isinstance(first.exception(timeout=LONG), BrokenThreadPool)
+    with pytest.raises(BrokenThreadPool):
+        mon.submit(int)
+    m = mon.metrics()
+    assert (m.task_count, m.rejected_count, m.completed_task_count) == (2, 1, 0)
+
+
+def test_a_monitored_stdlib_pool_passes_arguments_and_errors_through(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    mon = monitored(ThreadPoolExecutor(2))
+    assert mon.submit(int, "ff", base=16).result(timeout=LONG) == 255
+    error = mon.submit(int, "zz").exception(timeout=LONG)
+    assert isinstance(error, ValueError) and error.__traceback__ is not None
+    m = mon.metrics()
+    assert (m.completed_task_count, m.failed_task_count) == (2, 1)
+    assert m.run_time_s is not None and m.run_time_s.count == 2
+
+
 def test_monitored_thread_pool_reports_its_configuration(
     monitored: Callable[..., MonitoredExecutor], make_pool: Callable[..., ThreadPool]
 ) -> None:
@@ -763,3 +792,49 @@ def test_monitored_executor_invariants_under_load(monitored: Callable[..., Monit
     m = mon.metrics()
     assert m.task_count == 1600 == m.completed_task_count + m.cancelled_task_count
     assert (m.active_count, m.queue_size) == (0, 0)
+
+
+def test_the_pool_module_still_exports_the_moved_names() -> None:
+    import taskflow
+    import taskflow.metrics
+    import taskflow.monitor
+    import taskflow.pool
+
+    assert taskflow.pool.MonitoredExecutor is taskflow.monitor.MonitoredExecutor
+    assert taskflow.MonitoredExecutor is taskflow.monitor.MonitoredExecutor
+    assert taskflow.pool.PoolMetrics is taskflow.metrics.PoolMetrics is taskflow.PoolMetrics
+    assert taskflow.pool.Percentiles is taskflow.metrics.Percentiles
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        taskflow.pool.Nope  # noqa: B018
+
+
+
+@pytest.mark.parametrize("keep_alive", [0.0, 1e12, float("inf")])
+def test_any_keep_alive_parks_idle_threads_safely(
+    make_pool: Callable[..., ThreadPool], keep_alive: float
+) -> None:
+    """A keep-alive longer than a lock wait can be (``threading.TIMEOUT_MAX``) means no limit."""
+    pool = make_pool(1, 2, queue_capacity=0, keep_alive=keep_alive)
+    for n in range(3):  # each task after the first finds the thread parked
+        assert pool.submit(int, str(n)).result(timeout=LONG) == n
+    assert pool.metrics().pool_size == 1
+
+
+def test_a_monitored_stdlib_pool_counts_each_cancellation_once(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates
+) -> None:
+    mon = monitored(ThreadPoolExecutor(1))
+    running = mon.submit(gates.blocker)
+    gates.await_started(1)
+    queued = [mon.submit(gates.blocker) for _ in range(4)]
+    assert queued[0].cancel() and queued[0].cancel()  # the second cancel is not a new one
+    assert not running.cancel()
+    m = mon.metrics()
+    assert (m.cancelled_task_count, m.queue_size, m.active_count) == (1, 3, 1)
+    mon.shutdown(wait=False, cancel_futures=True)  # the pool cancels the three still queued
+    m = mon.metrics()
+    assert (m.cancelled_task_count, m.queue_size) == (4, 0)
+    gates.gate.set()
+    running.result(timeout=LONG)
+    m = mon.metrics()
+    assert conserved(m) and (m.completed_task_count, m.active_count) == (1, 0)

@@ -1,11 +1,12 @@
 """A hypothesis state machine over ThreadPool against a model of JUC ThreadPoolExecutor (P5).
 
-Rules: submit, finish (the task returns), fail (it raises), cancel, resize (core or max), and
-shutdown. Every task blocks on its own gate, so the model knows exactly which tasks run and
-which wait; after every step the machine lets the pool settle (waits for the tasks the model
-says run to have started, by Event, and for retiring threads to exit) and then checks the
-snapshot against the model and the counter invariants: conservation, monotonic counters,
-``active <= pool_size``, and ``pool_size <= max_size`` unless the surplus threads are busy.
+Rules: submit, burst (several submits with no pause), finish (the task returns), fail (it
+raises), finish all, prestart core threads, cancel, resize (core or max), and shutdown. Every
+task blocks on its own gate, so the model knows exactly which tasks run and which wait; after
+every step the machine lets the pool settle (waits for the tasks the model says run to have
+started, by Event, and for retiring threads to exit) and then checks the snapshot against the
+model and the invariants: conservation, monotonic counters, ``active <= pool_size``, no thread
+idles while a task is queued, and ``pool_size <= max_size`` unless the surplus threads are busy.
 """
 
 from __future__ import annotations
@@ -136,6 +137,18 @@ class PoolMachine(RuleBasedStateMachine):
             # it has before the next submit
             self._settle()
 
+    @precondition(lambda self: self.capacity is None or self.capacity == 0)
+    @rule(n=st.integers(2, 6))
+    def burst(self, n: int) -> None:
+        """Submit n tasks at once, without waiting for idle threads to take them in between.
+
+        Only for an unbounded queue or a hand-off, where the pool's decisions do not depend on
+        how quickly idle threads take queued tasks (with a bound, a queue that is briefly full
+        would legitimately start a thread above core).
+        """
+        for _ in range(n):
+            self.submit_one()
+
     def submit_one(self) -> None:
         assert self.pool is not None
         task = Task(len(self.tasks), threading.current_thread())
@@ -184,13 +197,37 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.running))
     @rule(i=st.integers(0, 50), fail=st.booleans())
     def finish(self, i: int, fail: bool) -> None:
-        task = self.running.pop(i % len(self.running))
+        self.finish_task(self.running[i % len(self.running)], fail)
+
+    @precondition(lambda self: len(self.running) > 1)
+    @rule(fail=st.booleans())
+    def finish_all(self, fail: bool) -> None:
+        """Release every running task at once: several threads go idle together."""
+        for task in list(self.running):
+            self.finish_task(task, fail)
+
+    def finish_task(self, task: Task, fail: bool) -> None:
+        """Let a running task return (or raise); its thread moves on as the model says."""
+        self.running.remove(task)
         task.fail = fail
         self.counts["completed_task_count"] += 1
         self.counts["failed_task_count"] += fail
         task.gate.set()
         self.done.append(task)
         self.thread_freed()
+
+    # Not for a hand-off pool: a hand-off needs a thread already waiting, and a thread just
+    # started is not waiting until it has run (JUC's SynchronousQueue is the same), which the
+    # model cannot observe.
+    @precondition(lambda self: self.capacity != 0)
+    @rule()
+    def prestart_core_threads(self) -> None:
+        assert self.pool is not None
+        started = 0
+        while not self.shut and self.pool_size < self.core:
+            self.start_thread(self.queue.popleft() if self.queue else None)
+            started += 1
+        assert self.pool.prestart_core_threads() == started
 
     @precondition(lambda self: bool(self.queue) or bool(self.running))
     @rule(i=st.integers(0, 50), queued=st.booleans())
@@ -249,6 +286,9 @@ class PoolMachine(RuleBasedStateMachine):
             if task.future is not None:
                 assert _settled(task.future), f"task {task.tid} should be done"
         m = self._settle()
+        assert m.pool_size is not None and m.active_count is not None
+        # no worker idles while a task waits (the lost wake-up of issue 10 broke this)
+        assert not m.queue_size or m.active_count == m.pool_size, f"idle thread, queued task: {m}"
         assert (m.pool_size, m.active_count, m.queue_size) == (
             self.pool_size, len(self.running), len(self.queue)
         ), str(m)
