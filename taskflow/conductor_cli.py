@@ -247,7 +247,7 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _read_json_file(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON, a NUL
         return None
 
 
@@ -349,12 +349,14 @@ def _input(text: str | None) -> Any:
     if text.startswith("@"):
         try:
             text = Path(text[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, not UTF-8
             raise FlowDefinitionError(f"cannot read --input file {text[1:]!r}: {exc}") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FlowDefinitionError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise FlowDefinitionError("--input is nested too deeply") from None
     if not isinstance(value, dict):
         raise FlowDefinitionError(f"--input must be a JSON object, got {type(value).__name__}")
     return value

@@ -323,3 +323,28 @@ def test_host_limits_on_a_flow_spec_are_refused(tmp_path: Path,
     spec.write_text("name: s\ntasks:\n  - name: a\n    callable: json:dumps\n", encoding="utf-8")
     status, _, err = _run(["run", str(spec), "--allow-host", "127.0.0.1"], capsys, monkeypatch)
     assert status == 2 and "--allow-host and --max-response-bytes are for Conductor" in err
+
+
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01\x00\xd0\xff garbage", b"[" * 50_000],
+                         ids=["binary", "deep"])
+def test_a_binary_or_deeply_nested_file_is_a_usage_error(
+        content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "definition.json"
+    path.write_bytes(content)
+    for argv in (["graph", str(path)], ["graph", str(path), "--kind", "conductor"],
+                 ["run", str(path), "--registry", "x"]):
+        status, _, err = _run(argv, capsys, monkeypatch)
+        assert status == 2 and err.startswith(f"taskflow {argv[0]}: error: "), err
+
+
+@pytest.mark.parametrize("text", ["@no\x00such", "[" * 50_000],
+                         ids=["nul-in-path", "deep"])
+def test_a_bad_input_is_a_usage_error(text: str, registry_dir: Path,
+                                      capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(registry_dir, {"name": "w", "tasks": [_simple("a", "echo")]})
+    status, _, err = _run(["run", str(path), "--registry", "trust_cli_registry",
+                           "--import-file-dir", "--input", text], capsys, monkeypatch)
+    assert status == 2 and "--input" in err and err.startswith("taskflow run: error: "), err
+    assert printable(err, newlines=True)
