@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import TextIO
@@ -65,6 +66,9 @@ from taskflow.conductor_cli import (  # the command's shared exit codes and argu
     _positive_int,
     add_graph_parser,
     add_run_parser,
+    json_terminal_safe,
+    log_sink,
+    terminal_safe,
 )
 from taskflow.demo import NODE_NAMES, DemoRun, run_demo
 from taskflow.pool import Percentiles, PoolMetrics, ThreadPool
@@ -172,8 +176,27 @@ def _relative(at: float | None, origin: float) -> float | None:
     return None if at is None else at - origin
 
 
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: wide (East Asian) characters two, combining none."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        for ch in text
+    )
+
+
+def _pad(text: str, width: int, *, right: bool = False) -> str:
+    fill = " " * max(0, width - _width(text))
+    return fill + text if right else text + fill
+
+
 def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
     """Return the per-node table of a run: state, thread, and times relative to the run start.
+
+    Node and thread names are user data: control characters in them (an ANSI escape sequence,
+    a line break) are printed as visible escapes (:func:`~taskflow.conductor_cli.terminal_safe`),
+    so every row stays one line and cannot restyle the terminal.
 
     Args:
         result: The run.
@@ -190,21 +213,20 @@ def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
         work_result = result[name].work_result
         rows.append(
             (
-                name,
+                terminal_safe(name),
                 work_result.state.name,
-                work_result.thread or "-",
+                terminal_safe(work_result.thread or "-"),
                 _ms(_relative(work_result.queued_at, result.started_at)),
                 _ms(_relative(work_result.started_at, result.started_at)),
                 _ms(work_result.duration),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    widths = [max(_width(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for row in rows:
         # text columns left-aligned, times right-aligned
         cells = [
-            cell.ljust(width) if i < 3 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths))
+            _pad(cell, width, right=i >= 3) for i, (cell, width) in enumerate(zip(row, widths))
         ]
         lines.append("  ".join(cells).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -215,9 +237,9 @@ def _format_failures(result: FlowResult) -> str:
     lines = []
     for name, work_result in result.failed.items():
         exc = work_result.exception
-        line = f"  {name}: {work_result.state.name}: {exc!r}"
+        line = f"  {terminal_safe(name)}: {work_result.state.name}: {terminal_safe(repr(exc))}"
         if exc is not None and exc.__cause__ is not None:
-            line += f"\n      caused by {exc.__cause__!r}"
+            line += f"\n      caused by {terminal_safe(repr(exc.__cause__))}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -249,7 +271,7 @@ def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
         print("\nfailures:", file=out)
         print(_format_failures(result), file=out)
     print("\nMermaid Gantt chart of the run (paste into any Mermaid renderer):\n", file=out)
-    print(result.to_mermaid().rstrip(), file=out)
+    print(terminal_safe(result.to_mermaid().rstrip(), keep_newlines=True), file=out)
     print(
         "\nthe same work, hand-written the article's way (product stage, then item stage):",
         file=out,
@@ -283,9 +305,9 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.html is not None:
         with open(args.html, "w", encoding="utf-8") as page:
             page.write(run.result.to_html(flow="product_detail"))
-        print(f"run page written to {args.html}", file=err)
+        print(f"run page written to {terminal_safe(args.html)}", file=err)
     if args.json:
-        print(run.result.report().model_dump_json(indent=2), file=out)
+        print(json_terminal_safe(run.result.report().model_dump_json(indent=2)), file=out)
     else:
         _print_demo(run, args, out)
         print(format_metrics(metrics), file=out)
@@ -302,7 +324,7 @@ def format_metrics(m: PoolMetrics) -> str:
 
     lines = [
         "",
-        f"pool {m.pool_name} after both runs (taskflow.ThreadPool.metrics()):",
+        f"pool {terminal_safe(m.pool_name)} after both runs (taskflow.ThreadPool.metrics()):",
         (
             f"  threads {m.pool_size} (largest {m.largest_pool_size}, core {m.core_size}, "
             f"max {m.max_size}), active {m.active_count}, queued {m.queue_size}"
@@ -348,11 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "verbose", False):
         logger.remove()
-        logger.add(
-            sys.stderr,
-            level="DEBUG",
-            format="{time:HH:mm:ss.SSS} {level: <7} {thread.name: <12} {message} {extra}",
-        )
+        logger.add(log_sink(sys.stderr), level="DEBUG")  # one escaped line per record
         logger.enable("taskflow")
     if args.command == "demo":
         try:

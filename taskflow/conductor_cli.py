@@ -12,7 +12,14 @@ otherwise its public functions by name; ``module:attribute`` names a mapping dir
 What ``run`` may import: a flow spec names its callables, so it is code. ``--allow-module
 PREFIX`` (repeatable) refuses every callable of a flow spec, and a ``--registry``, outside those
 modules, before anything is imported. ``sys.path`` is left alone unless ``--import-file-dir``
-asks to also import task and registry modules from FILE's folder. See ``docs/security.md``.
+asks to also import task and registry modules from FILE's folder. For a Conductor definition,
+``--allow-host HOST`` (repeatable) limits the hosts its HTTP tasks may reach and
+``--max-response-bytes`` caps their responses. See ``docs/security.md``.
+
+What is printed is safe for a terminal: node names, error messages and values come from user
+data, so control characters in them (ANSI escape sequences, carriage returns, line breaks, bidi
+overrides) are written as visible escapes (:func:`terminal_safe`); the JSON report escapes them
+as JSON ``\\uXXXX`` sequences, so it still parses to the same values.
 
 Hooked into :mod:`taskflow.cli` with :func:`add_graph_parser` / :func:`add_run_parser`; each
 sets ``handler`` on the parsed arguments (``args.handler(args, out, err) -> exit status``).
@@ -27,6 +34,7 @@ import inspect
 import json
 import math
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,13 +42,106 @@ from typing import Any, TextIO
 
 from taskflow.errors import FlowDefinitionError
 
-__all__ = ["add_graph_parser", "add_run_parser", "detect_kind", "load_registry", "main"]
+__all__ = [
+    "add_graph_parser",
+    "add_run_parser",
+    "detect_kind",
+    "json_terminal_safe",
+    "load_registry",
+    "log_sink",
+    "main",
+    "terminal_safe",
+]
 
 EXIT_OK = 0
 EXIT_FLOW_FAILED = 1
 EXIT_USAGE = 2
 
 Handler = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(ch: str) -> str:
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def terminal_safe(text: object, *, keep_newlines: bool = False) -> str:
+    """``str(text)`` with every non-printable character written as a visible escape.
+
+    Node names, error messages and values come from user data; printed raw, an ANSI escape
+    sequence (``\\x1b[2J``), a carriage return or a bidi override in one of them could rewrite
+    the terminal, and a line break would break a table's layout. Each such character (what
+    ``str.isprintable`` refuses: C0 and C1 controls, DEL, format characters, line and paragraph
+    separators) becomes ``\\n``, ``\\r``, ``\\t``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``.
+
+    Args:
+        text: What to print (converted with ``str``).
+        keep_newlines: Keep ``\\n`` as a line break (for multi-line text such as a traceback).
+
+    Returns:
+        Text that moves the cursor only by printing: one line unless ``keep_newlines``.
+    """
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(
+        ch if ch.isprintable() or (keep_newlines and ch == "\n") else _escape_char(ch)
+        for ch in s
+    )
+
+
+def json_terminal_safe(text: str) -> str:
+    """JSON text with every non-printable character other than its own line breaks escaped.
+
+    pydantic's ``model_dump_json`` (like ``json.dumps(..., ensure_ascii=False)``) escapes the C0
+    controls inside strings but writes DEL, the C1 controls and format characters (bidi
+    overrides) raw. Outside strings JSON text holds only
+    spaces and line breaks, so every other non-printable character is inside a string and its
+    ``\\uXXXX`` escape (a surrogate pair above U+FFFF) decodes to the same value.
+    """
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for ch in text:
+        if ch.isprintable() or ch == "\n":
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return "".join(out)
+
+
+def log_sink(stream: TextIO) -> Callable[[Any], None]:
+    """A loguru sink writing one escaped line per record to ``stream`` (for ``--verbose``).
+
+    The message and the ``extra`` values carry node names and error messages, so they pass
+    through :func:`terminal_safe`; a traceback keeps its line breaks, nothing else.
+    """
+
+    def sink(message: Any) -> None:
+        record = message.record
+        extra = " ".join(f"{k}={v!r}" for k, v in record["extra"].items())
+        line = (f"{record['time']:%H:%M:%S.%f}"[:-3] + f" {record['level'].name: <7} "
+                f"{record['thread'].name: <12} {record['message']} {extra}")
+        text = terminal_safe(line.rstrip()) + "\n"
+        exc = record["exception"]
+        if exc is not None and exc.type is not None:
+            tb = "".join(traceback.format_exception(exc.type, exc.value, exc.traceback))
+            text += terminal_safe(tb, keep_newlines=True)
+        stream.write(text)
+
+    return sink
 
 
 def _positive_int(text: str) -> int:
@@ -55,6 +156,12 @@ def _budget(text: str) -> float:
     if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
+
+
+def _host(text: str) -> str:
+    if not text or "/" in text or " " in text or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must be a host name or host:port, got {text!r}")
+    return text
 
 
 def _module_prefix(text: str) -> str:
@@ -117,6 +224,15 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--import-file-dir", action="store_true",
                    help=("also import task modules (and --registry) from FILE's folder, put on "
                          "sys.path for the import (default: sys.path is left alone)"))
+    p.add_argument("--allow-host", action="append", type=_host, default=None, metavar="HOST",
+                   dest="allow_hosts",
+                   help=("HTTP tasks of a Conductor definition may reach only this host or "
+                         "host:port (repeatable); a request (or a redirect) to any other host "
+                         "fails its task without connecting (default: any host)"))
+    p.add_argument("--max-response-bytes", type=_positive_int, default=10 * 1024 * 1024,
+                   metavar="N",
+                   help="largest HTTP response body a Conductor HTTP task accepts (default: "
+                        "%(default)s, 10 MiB)")
     p.add_argument("--mermaid", action="store_true",
                    help="also print the run's flowchart, coloured by state, after the report")
     p.add_argument("--verbose", "-v", action="store_true",
@@ -131,7 +247,7 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _read_json_file(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON, a NUL
         return None
 
 
@@ -215,7 +331,10 @@ def _load(args: argparse.Namespace, *, for_run: bool) -> tuple[str, Any]:
                     "running a Conductor workflow needs --registry MODULE (the task callables)")
             base_dir = str(path.resolve().parent) if args.import_file_dir else None
             registry = load_registry(args.registry, base_dir, args.allow_modules)
-        return kind, conductor.load(path, registry)
+        if not for_run:
+            return kind, conductor.load(path, registry)
+        return kind, conductor.load(path, registry, allow_hosts=args.allow_hosts,
+                                    max_response_bytes=args.max_response_bytes)
     from taskflow.spec import load_spec
 
     if not for_run:
@@ -230,12 +349,14 @@ def _input(text: str | None) -> Any:
     if text.startswith("@"):
         try:
             text = Path(text[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, not UTF-8
             raise FlowDefinitionError(f"cannot read --input file {text[1:]!r}: {exc}") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FlowDefinitionError(f"--input is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise FlowDefinitionError("--input is nested too deeply") from None
     if not isinstance(value, dict):
         raise FlowDefinitionError(f"--input must be a JSON object, got {type(value).__name__}")
     return value
@@ -244,15 +365,21 @@ def _input(text: str | None) -> Any:
 # -- commands -----------------------------------------------------------------------------------
 
 
+def _prog(args: argparse.Namespace) -> str:
+    """The program name to start messages with: ``taskflow`` as the console script."""
+    prog = getattr(args, "prog", None)
+    return prog if isinstance(prog, str) and prog else "python -m taskflow"
+
+
 def graph_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``graph FILE``: print the flowchart."""
     try:
         _, flow = _load(args, for_run=False)
     except FlowDefinitionError as exc:
-        print(f"python -m taskflow graph: error: {exc}", file=err)
+        print(f"{_prog(args)} graph: error: {terminal_safe(exc)}", file=err)
         return EXIT_USAGE
     text = flow.to_dot() if args.format == "dot" else flow.to_mermaid()
-    out.write(text)
+    out.write(terminal_safe(text, keep_newlines=True))
     return EXIT_OK
 
 
@@ -264,8 +391,12 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if kind == "spec" and args.input is not None:
             raise FlowDefinitionError("--input is for Conductor workflows; a flow spec's tasks "
                                       "take their param from the spec")
+        if kind == "spec" and (args.allow_hosts is not None
+                               or args.max_response_bytes != 10 * 1024 * 1024):
+            raise FlowDefinitionError("--allow-host and --max-response-bytes are for Conductor "
+                                      "workflows (their HTTP tasks); a flow spec has none")
     except FlowDefinitionError as exc:
-        print(f"python -m taskflow run: error: {exc}", file=err)
+        print(f"{_prog(args)} run: error: {terminal_safe(exc)}", file=err)
         return EXIT_USAGE
     pool = ThreadPoolExecutor(max_workers=args.workers, thread_name_prefix="taskflow-run")
     try:
@@ -277,10 +408,10 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             verdict = "ok" if result.ok else "FAILED"
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    print(result.report().model_dump_json(indent=2), file=out)
+    print(json_terminal_safe(result.report().model_dump_json(indent=2)), file=out)
     if args.mermaid:
-        out.write(flow.to_mermaid(result))
-    print(f"{flow.name}: {verdict} in {result.elapsed * 1000:.1f} ms "
+        out.write(terminal_safe(flow.to_mermaid(result), keep_newlines=True))
+    print(f"{terminal_safe(flow.name)}: {verdict} in {result.elapsed * 1000:.1f} ms "
           f"({len(result.failed)} failed node(s))", file=err)
     if kind == "conductor":
         ok = verdict == "COMPLETED"
@@ -296,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_graph_parser(commands)
     add_run_parser(commands)
     args = parser.parse_args(argv)
+    args.prog = parser.prog
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -303,8 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loguru import logger
 
         logger.remove()
-        logger.add(sys.stderr, level="DEBUG",
-                   format="{time:HH:mm:ss.SSS} {level: <7} {thread.name: <12} {message} {extra}")
+        logger.add(log_sink(sys.stderr), level="DEBUG")
         logger.enable("taskflow")
     handler: Handler = args.handler
     return handler(args, sys.stdout, sys.stderr)

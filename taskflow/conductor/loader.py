@@ -120,7 +120,7 @@ def read_definition(definition: Any) -> Any:
             path = Path(definition)
             try:
                 text = path.read_text(encoding="utf-8")
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, not UTF-8
                 raise FlowDefinitionError(
                     f"cannot read workflow definition {str(path)!r}: {exc}") from exc
             source = str(path)
@@ -177,6 +177,8 @@ def _unsupported(tasks: Any, where: str, limits: Limits, out: list[str]) -> None
         if not isinstance(task, Mapping):
             continue
         kind = task.get("type") or "SIMPLE"
+        if not isinstance(kind, str):
+            continue  # the compiler names a type that is not a string
         ref = task.get("taskReferenceName")
         label = f"task {ref!r} ({w})"
         if kind in _SERVER_ONLY:
@@ -192,7 +194,8 @@ def _unsupported(tasks: Any, where: str, limits: Limits, out: list[str]) -> None
         elif kind not in SUPPORTED_TYPES:
             out.append(f"{label} has unsupported type {kind!r}")
         for key in ("forkTasks",):
-            for b, branch in enumerate(task.get(key) or []):
+            branches = task.get(key)
+            for b, branch in enumerate(branches if isinstance(branches, list) else ()):
                 _unsupported(branch, f"{w}.{key}[{b}]", limits, out)
         cases = task.get("decisionCases")
         if isinstance(cases, Mapping):
@@ -398,7 +401,7 @@ class _Compiler:
             return self.new_node(NoopTask, task, ref, where)
         if kind == "DYNAMIC":
             param = task.get("dynamicTaskNameParam") or "taskToExecute"
-            if param not in params:
+            if not isinstance(param, str) or param not in params:
                 raise self.fail(f"dynamic task {label}: dynamicTaskNameParam {param!r} is not "
                                 "one of its inputParameters")
             return self.new_node(DynamicTask, task, ref, where, name_param=param,
@@ -870,20 +873,23 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
                     js_memory_limit=js_memory_limit, jq_time_limit=jq_time_limit,
                     jq_memory_limit=jq_memory_limit, max_loop_iterations=max_loop_iterations,
                     event_sink=event_sink)
-    known: list[Mapping[str, Any]] = []
-    for w in workflows or ():
-        d = read_definition(w)
-        if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
-            raise FlowDefinitionError("every entry of workflows= must be a workflow definition "
-                                      f"with a name, got {type(d).__name__}")
-        known.append(d)
-    tdefs: dict[str, Mapping[str, Any]] = {}
-    for t in task_definitions or ():
-        if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
-            raise FlowDefinitionError("every entry of task_definitions= must be a task "
-                                      "definition with a name")
-        tdefs[t["name"]] = t
-    library = _Library(registry, limits, max_concurrency, known, tdefs)
-    data = read_definition(definition)
-    top = data.get("name") if isinstance(data, Mapping) else None
-    return _compile_workflow(data, library, (str(top or "workflow"),))
+    try:
+        known: list[Mapping[str, Any]] = []
+        for w in workflows or ():
+            d = read_definition(w)
+            if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
+                raise FlowDefinitionError("every entry of workflows= must be a workflow definition "
+                                          f"with a name, got {type(d).__name__}")
+            known.append(d)
+        tdefs: dict[str, Mapping[str, Any]] = {}
+        for t in task_definitions or ():
+            if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
+                raise FlowDefinitionError("every entry of task_definitions= must be a task "
+                                          "definition with a name")
+            tdefs[t["name"]] = t
+        library = _Library(registry, limits, max_concurrency, known, tdefs)
+        data = read_definition(definition)
+        top = data.get("name") if isinstance(data, Mapping) else None
+        return _compile_workflow(data, library, (str(top or "workflow"),))
+    except RecursionError:  # JSON text or a document nested thousands of levels deep
+        raise FlowDefinitionError("workflow definition is nested too deeply") from None
