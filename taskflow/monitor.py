@@ -331,7 +331,7 @@ class MonitoredExecutor(Executor):
         """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
 
         Raises:
-            Whatever the inner executor's ``submit`` raises (counted as a rejection).
+            Exception: whatever the inner executor's ``submit`` raises (counted as a rejection).
         """
         next(self._submitted)  # counted before it can start: queued is never negative
         if self._direct:

@@ -231,3 +231,8 @@ def _num(value: float) -> str:
     if value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return repr(value)
+
+
+# public names for the other exporters (stats, resilience): one escaping rule for every family
+format_label = _label
+format_number = _num
