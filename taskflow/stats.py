@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.pool import Percentiles
 from taskflow.prometheus import format_label as _label
 from taskflow.prometheus import format_number as _num
-from taskflow.pool import Percentiles
 from taskflow.result import ResultState
 
 if TYPE_CHECKING:

@@ -31,7 +31,6 @@ import pytest
 import remote_tasks as rt
 from conftest import EPS, LONG, SCALE
 
-from taskflow.result import FlowStatus
 from taskflow import (
     FunctionNode,
     Join,
@@ -41,6 +40,7 @@ from taskflow import (
     TaskScheduling,
     UpstreamFailedError,
 )
+from taskflow.result import FlowStatus
 
 # The executors' long-lived threads (the stdlib process pool's unnamed manager thread, loky's
 # "ExecutorManagerThread", dask's "0-Dask-Default-Threads-<pid>-1", "AsyncProcess Dask Worker ...

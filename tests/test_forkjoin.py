@@ -10,7 +10,6 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 from conftest import LONG, SHORT
 
-from taskflow.result import FlowStatus
 from taskflow import (
     FlowDefinitionError,
     FunctionNode,
@@ -22,6 +21,7 @@ from taskflow import (
     UpstreamFailedError,
 )
 from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
+from taskflow.result import FlowStatus
 from taskflow.switch import SwitchNode
 
 SUCCESS, EXCEPTION, CANCELLED, SKIPPED = (ResultState.SUCCESS, ResultState.EXCEPTION,

@@ -12,7 +12,6 @@ import threading
 import pytest
 from conftest import LONG, SHORT
 
-from taskflow.result import FlowStatus
 from taskflow import (
     FlowDefinitionError,
     FunctionNode,
@@ -25,6 +24,7 @@ from taskflow import (
     UpstreamFailedError,
 )
 from taskflow.forkjoin import JoinNode, JoinOutput
+from taskflow.result import FlowStatus
 from taskflow.switch import SwitchNode
 
 SUCCESS, EXCEPTION, TIMEOUT = ResultState.SUCCESS, ResultState.EXCEPTION, ResultState.TIMEOUT
