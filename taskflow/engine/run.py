@@ -662,7 +662,9 @@ class Run:
         """A switch returned ``value``: record which of its sons it chose (or raise)."""
         chosen = self.plan.nodes[i].choose_sons(value)
         if chosen is not None:
-            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+            pruned = self.plan.pruned  # sons left out by start(..., targets=...) do not run
+            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen
+                                       if id(c) not in pruned)
 
     def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
         """Start node ``i``'s fan-out (``taskflow.fanout``) and give the loop its next node."""
