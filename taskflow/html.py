@@ -10,8 +10,8 @@ escaped into markup still could not run). It shows
   their fathers (one barycentre pass, enough for the DAGs a request fans out to);
 * the Gantt chart as inline SVG: per node a pale bar for the queue wait and a bar for the run,
   the run's critical path outlined;
-* a table of every node: state, attempts, times, thread, error and (unless ``show_values=False``)
-  result;
+* a table of every node: state, attempts, times, thread, error (and the error of a hook that
+  raised) and (unless ``show_values=False``) result;
 * the run's context, only with ``show_context=True``.
 
 Hovering a node or a bar shows its timings and error (SVG ``<title>``); clicking it jumps to its
@@ -122,6 +122,10 @@ class _Row:
         self.state = wr.state.name
         self.fathers = fathers
         self.error = _error_text(wr.exception)
+        hook = getattr(wr, "hook_error", None)
+        if hook is not None:  # a hook that raised did not change the state: say so anyway
+            text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
+            self.error = text if self.error is None else f"{self.error}\n{text}"
         self.critical = False
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from taskflow.report import FlowReport
 
-__all__ = ["FlowResult", "FlowStatus", "ResultState", "RunRecord", "WorkResult"]
+__all__ = ["FlowResult", "FlowStatus", "HookError", "ResultState", "RunRecord", "WorkResult"]
 
 V = TypeVar("V")
 
@@ -49,6 +50,15 @@ class FlowStatus(enum.Enum):
     """``ctx.cancel`` ended the run."""
 
 
+class HookError(NamedTuple):
+    """A hook of a node raised (``WorkResult.hook_error``); the node's outcome is unchanged."""
+
+    hook: str
+    """Which hook: ``"on_begin"``, ``"on_success"`` or ``"on_fail"``."""
+    exception: BaseException
+    """What it raised."""
+
+
 class WorkResult(Generic[V]):
     """One node's outcome in one run.
 
@@ -61,12 +71,17 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
+        hook_error: the first exception a hook of the node raised in this run, as a
+            :class:`HookError` (None if none did). Hooks never change a node's result: this is
+            where their failures show without logging (also in ``report()`` and ``to_html()``).
+            A hook still running when the run returned (past a short grace) is only logged.
     """
 
     __slots__ = (
         "attempts",
         "exception",
         "finished_at",
+        "hook_error",
         "queued_at",
         "result",
         "started_at",
@@ -83,6 +98,7 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
+        self.hook_error: HookError | None = None
 
     @property
     def duration(self) -> float | None:
@@ -110,6 +126,8 @@ class RunRecord(Protocol):
     expired: bool
     names: tuple[str, ...]
     results: list[WorkResult[Any]]
+    data: dict[str, Any]
+    """The run's own context entries (its TaskContext's, kept when the context is reused)."""
 
     def node(self, i: int) -> Any:
         """This run's copy of node ``i``."""
@@ -202,6 +220,17 @@ class FlowResult(Mapping[str, Any]):
                 if wr.state is ResultState.DEGRADED}
 
     @property
+    def context(self) -> Mapping[str, Any]:
+        """A read-only view of the run's context entries (its ``TaskContext``'s).
+
+        The entries this run left, whatever later runs of the same context write: a reused
+        context starts each run with a copy. Reports and pages leave them out unless asked
+        (``report(show_context=True)``, ``to_html(show_context=True)``): they often hold the
+        request.
+        """
+        return MappingProxyType(self._run.data)
+
+    @property
     def cancelled(self) -> str | None:
         """The reason given to ``ctx.cancel`` if the run was cancelled, else None."""
         return self._run.cancel_reason
@@ -283,9 +312,19 @@ class FlowResult(Mapping[str, Any]):
             raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
         raise FlowFailedError(failed)
 
-    def report(self) -> FlowReport:
-        """A JSON-ready pydantic model of the run (``.model_dump_json()``)."""
-        from taskflow.report import FlowReport, NodeReport, short
+    def report(self, *, show_context: bool = False) -> FlowReport:
+        """A JSON-ready pydantic model of the run (``.model_dump_json()``).
+
+        Node results are JSON values where JSON can carry them (``result``), else their
+        ``repr`` (``result_repr``); see :class:`~taskflow.report.NodeReport`. A hook that raised
+        is in the node's ``hook_error``.
+
+        Args:
+            show_context: include the run's context entries (``context``, and
+                ``context_repr`` for values JSON cannot carry). Off by default: contexts often
+                hold the request (cookies, tokens).
+        """
+        from taskflow.report import FlowReport, HookErrorReport, NodeReport, json_value
 
         run = self._run
         t0 = run.t0
@@ -300,6 +339,8 @@ class FlowResult(Mapping[str, Any]):
             counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
             exc = wr.exception
             cause = exc.__cause__ if exc is not None else None
+            value, value_repr = json_value(wr.result)
+            hook = wr.hook_error
             nodes.append(
                 NodeReport(
                     name=names[i],
@@ -312,12 +353,26 @@ class FlowResult(Mapping[str, Any]):
                     duration=None if wr.duration is None else round(wr.duration, 6),
                     thread=wr.thread,
                     fathers=[names[f] for f in run.fathers_of(i)],
-                    result=short(wr.result),
+                    result=value,
+                    result_repr=value_repr,
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    hook_error=None if hook is None else HookErrorReport(
+                        hook=hook.hook, type=type(hook.exception).__name__,
+                        message=str(hook.exception)),
                 )
             )
+        context: dict[str, Any] | None = None
+        context_repr: dict[str, str] | None = None
+        if show_context:
+            context, context_repr = {}, {}
+            for key, entry in list(run.data.items()):
+                value, value_repr = json_value(entry)
+                if value_repr is None:
+                    context[str(key)] = value
+                else:
+                    context_repr[str(key)] = value_repr
         return FlowReport(
             flow_id=self.flow_id,
             ok=self.ok,
@@ -327,6 +382,8 @@ class FlowResult(Mapping[str, Any]):
             cancelled=run.cancel_reason,
             counts=counts,
             nodes=nodes,
+            context=context,
+            context_repr=context_repr,
         )
 
     def to_mermaid(self) -> str:

@@ -138,9 +138,10 @@ from taskflow.errors import (
     ResultNotAvailableError,
     TaskflowError,
     UpstreamFailedError,
+    traceback_text,
 )
 from taskflow.graph import Plan
-from taskflow.result import FlowResult, ResultState, WorkResult
+from taskflow.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = [
     "LEGAL_MOVES",
@@ -1005,17 +1006,24 @@ class Run:
         self.call_hook(fn, i, attempt)
 
     def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
-        """Call an admitted hook (``hooks_running`` counts it); a raising hook is logged."""
+        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept on the
+        node's WorkResult (``hook_error``, the first one, unless the run has finished) and
+        logged with its traceback as text, never as the record's exception: a ``diagnose=True``
+        sink would print the hook's variables (context values, tokens)."""
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
         cur.run, cur.idx, cur.hooking = self, i, self
         try:
             fn(TaskSupport(self, i, attempt))
-        except BaseException:  # noqa: BLE001 - a hook never changes the flow
+        except BaseException as exc:  # noqa: BLE001 - a hook never changes the flow
             name = self.names[i]
-            self.log.bind(node=name).opt(exception=True).error(
-                "hook {} of node {} raised; ignored", getattr(fn, "__name__", "?"), name
-            )
+            hook = getattr(fn, "__name__", "?")
+            with self.lock:
+                wr = self.results[i]
+                if wr.hook_error is None and not self.finished:
+                    wr.hook_error = HookError(hook, exc)
+            self.log.bind(node=name).error(
+                "hook {} of node {} raised; ignored\n{}", hook, name, traceback_text(exc))
         finally:
             cur.run, cur.idx, cur.hooking = prev
             with self.lock:
