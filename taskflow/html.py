@@ -397,8 +397,8 @@ def render_html(
         show_values: Show each node's result (its ``repr``, cut to 500 characters).
         show_context: Show the run's context entries. They often hold the request (cookies,
             tokens), so they are left out unless asked for.
-        context: The context to show with ``show_context=True`` (default: the result's
-            ``context`` attribute, when it has one). Ignored without ``show_context``.
+        context: The context to show with ``show_context=True`` (default: the run's own,
+            ``result.context``). Ignored without ``show_context``.
         flow: The flow's name, shown in the header (default: the result's ``flow_name``, if
             any).
         max_nodes: Above this many nodes the two charts are left out (the table stays).
