@@ -122,18 +122,20 @@ class _Row:
         self.state = wr.state.name
         self.fathers = fathers
         self.error = _error_text(wr.exception)
-        hook = getattr(wr, "hook_error", None)
-        if hook is not None:  # a hook that raised did not change the state: say so anyway
-            text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
-            self.error = text if self.error is None else f"{self.error}\n{text}"
         self.critical = False
 
 
 def _rows(result: FlowResult) -> list[_Row]:
     rows = []
+    hook_errors = getattr(result, "hook_errors", {})
     for i, (name, node) in enumerate(result.items()):
         fathers = [f.name for f in node.father_handler if f.name in result]
-        rows.append(_Row(i, name, node.work_result, fathers))
+        row = _Row(i, name, node.work_result, fathers)
+        hook = hook_errors.get(name)
+        if hook is not None:  # a hook that raised did not change the state: say so anyway
+            text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
+            row.error = text if row.error is None else f"{row.error}\n{text}"
+        rows.append(row)
     return rows
 
 

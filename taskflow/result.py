@@ -51,7 +51,7 @@ class FlowStatus(enum.Enum):
 
 
 class HookError(NamedTuple):
-    """A hook of a node raised (``WorkResult.hook_error``); the node's outcome is unchanged."""
+    """A hook of a node raised (``FlowResult.hook_errors``); the node's outcome is unchanged."""
 
     hook: str
     """Which hook: ``"on_begin"``, ``"on_success"`` or ``"on_fail"``."""
@@ -71,17 +71,15 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
-        hook_error: the first exception a hook of the node raised in this run, as a
-            :class:`HookError` (None if none did). Hooks never change a node's result: this is
-            where their failures show without logging (also in ``report()`` and ``to_html()``).
-            A hook still running when the run returned (past a short grace) is only logged.
+
+    A hook that raised is not here (hooks never change a node's outcome): see
+    ``FlowResult.hook_errors``.
     """
 
     __slots__ = (
         "attempts",
         "exception",
         "finished_at",
-        "hook_error",
         "queued_at",
         "result",
         "started_at",
@@ -98,7 +96,6 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
-        self.hook_error: HookError | None = None
 
     @property
     def duration(self) -> float | None:
@@ -128,6 +125,8 @@ class RunRecord(Protocol):
     results: list[WorkResult[Any]]
     data: dict[str, Any]
     """The run's own context entries (its TaskContext's, kept when the context is reused)."""
+    hook_errors: dict[int, HookError]
+    """Node index -> the first error a hook of that node raised."""
 
     def node(self, i: int) -> Any:
         """This run's copy of node ``i``."""
@@ -218,6 +217,18 @@ class FlowResult(Mapping[str, Any]):
         names = self._run.names
         return {names[i]: wr for i, wr in enumerate(self._run.results)
                 if wr.state is ResultState.DEGRADED}
+
+    @property
+    def hook_errors(self) -> dict[str, HookError]:
+        """name -> :class:`HookError` of each node one of whose hooks raised (the first such
+        error of the node in this run).
+
+        Hooks never change a node's outcome: this is where their failures show without logging
+        (also in ``report()`` and ``to_html()``). A hook still running when the run returned
+        (a slow hook at the deadline, past a short grace) is only logged.
+        """
+        names = self._run.names
+        return {names[i]: err for i, err in sorted(self._run.hook_errors.items())}
 
     @property
     def context(self) -> Mapping[str, Any]:
@@ -335,12 +346,13 @@ class FlowResult(Mapping[str, Any]):
 
         nodes = []
         counts: dict[str, int] = {}
+        hook_errors = run.hook_errors
         for i, wr in enumerate(run.results):
             counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
             exc = wr.exception
             cause = exc.__cause__ if exc is not None else None
             value, value_repr = json_value(wr.result)
-            hook = wr.hook_error
+            hook = hook_errors.get(i)
             nodes.append(
                 NodeReport(
                     name=names[i],

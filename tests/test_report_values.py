@@ -1,7 +1,7 @@
 """What a run's report carries (issue: first contact, items 7 and 8; trust boundaries):
 
 * node results as JSON values when JSON can carry them, else a ``repr`` in ``result_repr``;
-* a hook that raised, in ``WorkResult.hook_error``, the report and the HTML page, with
+* a hook that raised, in ``FlowResult.hook_errors``, the report and the HTML page, with
   logging off;
 * the context only when asked (``report(show_context=True)``, ``FlowResult.context``);
 * errors raised in user code (hooks, ``on_alarm``, resilience callbacks) logged with their
@@ -176,12 +176,12 @@ def test_a_raising_hook_shows_in_the_result_report_and_page_without_logging(
     assert result.states()["ok"].name == "SUCCESS" and result.outputs["ok"] == {"v": 1}
     assert result.states()["bad"].name == "EXCEPTION"
 
-    hook = result.result_of("ok").hook_error
+    errors = result.hook_errors
+    assert set(errors) == {"ok", "bad", "begin"}
+    hook = errors["ok"]
     assert isinstance(hook, HookError) and hook.hook == "on_success"
     assert isinstance(hook.exception, KeyError)
-    assert result.result_of("bad").hook_error.hook == "on_fail"  # type: ignore[union-attr]
-    assert result.result_of("begin").hook_error.hook == "on_begin"  # type: ignore[union-attr]
-    assert result.result_of("quiet").hook_error is None
+    assert errors["bad"].hook == "on_fail" and errors["begin"].hook == "on_begin"
 
     nodes = {n["name"]: n for n in json.loads(result.report().model_dump_json())["nodes"]}
     assert nodes["ok"]["hook_error"] == {"hook": "on_success", "type": "KeyError",
@@ -247,3 +247,19 @@ def test_flow_result_context_is_a_read_only_view_of_the_runs_own_entries(
                                   timeout=LONG, context=ctx)
     assert first.context["written"] == "first" and second.context["written"] == "second"
     assert "first" not in repr(first)  # the result's repr still leaves values out
+
+
+def test_an_on_fail_that_raises_at_the_deadline_is_in_the_result(
+        pool: ThreadPoolExecutor, gate: Any) -> None:
+    release = gate()
+
+    class Stuck(Hooks):
+        def task(self, ctx: TaskContext, param: Any) -> Any:
+            release.wait(LONG)
+            return param
+
+    node = Stuck(1, ("on_fail",), name="stuck")
+    result = TaskScheduling.start(node, executor=pool, timeout=0.05)
+    release.set()
+    assert result.states()["stuck"].name == "TIMEOUT"
+    assert result.hook_errors["stuck"].hook == "on_fail"  # run by the caller before returning

@@ -63,6 +63,7 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``expired``: the budget closed the run. ``cancel_reason``: ``ctx.cancel``'s reason.
 ``keep``: the node that called ``ctx.cancel``; the run waits for it (-1: none).
 ``claimed[i]``: node ``i``'s outcome hook was taken by some thread (it runs at most once).
+``hook_errors[i]``: the first error a hook of node ``i`` raised (none written once finished).
 ``owed``: outcome hooks claimed by a closer and not started yet; whichever thread finishes the
   run first runs those left, so none is dropped and none starts after ``start`` returns.
 ``hooks_running``: hooks admitted and not returned (``hooks_idle`` is notified on change).
@@ -284,6 +285,7 @@ class Run:
         self.keep = -1
         self.cancel_reason: str | None = None
         self.claimed = bytearray(n)
+        self.hook_errors: dict[int, HookError] = {}
         self.owed: deque[int] = deque()
         self.hooks_running = 0
         self.hooks_idle = threading.Condition(self.lock)
@@ -1006,9 +1008,8 @@ class Run:
         self.call_hook(fn, i, attempt)
 
     def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
-        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept on the
-        node's WorkResult (``hook_error``, the first one, unless the run has finished) and
-        logged with its traceback as text, never as the record's exception: a ``diagnose=True``
+        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
+        ``hook_errors`` (the node's first, unless the run has finished) and logged with its traceback as text, never as the record's exception: a ``diagnose=True``
         sink would print the hook's variables (context values, tokens)."""
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
@@ -1019,9 +1020,8 @@ class Run:
             name = self.names[i]
             hook = getattr(fn, "__name__", "?")
             with self.lock:
-                wr = self.results[i]
-                if wr.hook_error is None and not self.finished:
-                    wr.hook_error = HookError(hook, exc)
+                if i not in self.hook_errors and not self.finished:
+                    self.hook_errors[i] = HookError(hook, exc)
             self.log.bind(node=name).error(
                 "hook {} of node {} raised; ignored\n{}", hook, name, traceback_text(exc))
         finally:
