@@ -1009,8 +1009,9 @@ class Run:
 
     def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
         """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
-        ``hook_errors`` (the node's first, unless the run has finished) and logged with its traceback as text, never as the record's exception: a ``diagnose=True``
-        sink would print the hook's variables (context values, tokens)."""
+        ``hook_errors`` (the node's first, unless the run has finished) and logged with its
+        traceback as text, never as the record's exception: a ``diagnose=True`` sink would
+        print the hook's variables (context values, tokens)."""
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
         cur.run, cur.idx, cur.hooking = self, i, self
