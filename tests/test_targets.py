@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from taskflow import (
     FlowDefinitionError,
+    FlowStatus,
     FunctionNode,
     InvalidNodeError,
     ResultState,
@@ -37,7 +38,6 @@ from taskflow import (
     run_async,
 )
 from taskflow.graph import as_top_nodes, compile_plan, select_targets
-from taskflow.result import FlowStatus
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
