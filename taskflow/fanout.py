@@ -499,11 +499,14 @@ class FanOut:
                 if spawn:
                     loops.spawn(self, 1)
                 item_id, item = nxt
+                cur.item = item_id  # ctx.operation_id tells the items apart
                 try:
                     value = cv.copy().run(node.work, ctx, item)
                     ok = True
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False
+                finally:
+                    cur.item = None
                 done = self._settle_item(item_id, token, ok, value)
                 if done is None:
                     self._late(item_id, ok, value)
