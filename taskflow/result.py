@@ -61,14 +61,18 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
+        hedges: duplicate attempts started for it (``hedge``).
+        shared: its outcome came from another run's call or the cache (``share_key``).
     """
 
     __slots__ = (
         "attempts",
         "exception",
         "finished_at",
+        "hedges",
         "queued_at",
         "result",
+        "shared",
         "started_at",
         "state",
         "thread",
@@ -83,6 +87,8 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
+        self.hedges = 0
+        self.shared = False
 
     @property
     def duration(self) -> float | None:

@@ -8,7 +8,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from taskflow.context import TaskContext, bind_context, current
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.engine.run import Run
 from taskflow.graph import as_top_nodes, compile_plan
 from taskflow.node import check_timeout
@@ -41,6 +41,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
     inline = (future is None and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
+    if plan.any_policy:
+        guards.check_executor(plan, caps.remote, type(executor).__name__)
     run = Run(plan, executor, budget, ctx, future, caps, inline)
     bind_context(ctx, run)
     return run

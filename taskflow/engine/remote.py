@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow.context import TaskContext, attach_view
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
 from taskflow.result import ResultState, WorkResult
 
@@ -127,6 +127,14 @@ def _submit(host: RemoteHost, i: int) -> None:
     if plan.fanout[i]:
         host.fan_out_here(i, tname)
         return
+    guarded = plan.any_policy and plan.policy[i] is not None
+    if guarded:
+        gate = guards.admit(host, i)
+        if gate == guards.PARKED:
+            return  # back through dispatch when what it waits for arrives
+        if gate == guards.DONE:
+            host.complete_remote(i, *guards.take_outcome(host, i))
+            return
     wr = host.results[i]
     host.begin_attempt(i, wr, tname, host.node(i))
     now = time.monotonic()
@@ -150,6 +158,8 @@ def _submit(host: RemoteHost, i: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
             error = exc
     if error is not None:
+        if guarded:
+            guards.attempt_done(host, i, False)
         host.complete_remote(i, None, error)
         return
     with host.lock:
@@ -188,6 +198,8 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
             host.route(i, host.plan.nodes[i], value)
         except BaseException as exc:  # noqa: BLE001
             error = exc
+    if host.plan.any_policy and host.plan.policy[i] is not None:
+        guards.attempt_done(host, i, error is None)  # no hedging here: always True
     if error is not None:
         delay = host.retry_delay(i, host.results[i], error)
         if delay >= 0.0:
