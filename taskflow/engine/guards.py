@@ -60,7 +60,7 @@ from functools import partial
 from typing import Any
 
 from taskflow.context import current
-from taskflow.engine import timer
+from taskflow.engine import events, timer
 from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
@@ -360,6 +360,8 @@ def _hedge_launch(run: Any, i: int, race: Any, delay: float) -> None:
             permit.release()
     else:
         run.results[i].hedges = race.hedges
+        if run.observers:
+            events.event(run.observers, i, "hedge", {"attempt": n})
         try:
             run.executor.submit(_hedge_attempt, run, i, race, n, permit)
         except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt

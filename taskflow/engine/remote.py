@@ -81,6 +81,7 @@ class RemoteHost(Protocol):
     results: list[WorkResult[Any]]
     lock: threading.Lock
     remote_futs: dict[int, Future[Any]]
+    node_observers: tuple[Any, ...]
 
     @property
     def log(self) -> Any:
@@ -109,6 +110,9 @@ class RemoteHost(Protocol):
 
     def retry_remote(self, i: int, delay: float) -> bool:
         """Queue another attempt; True: dispatch it now."""
+
+    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        """Tell the run's observers that an attempt failed and another follows."""
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the run's owner thread."""
@@ -201,8 +205,11 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
     if host.plan.any_policy and host.plan.policy[i] is not None:
         guards.attempt_done(host, i, error is None)  # no hedging here: always True
     if error is not None:
-        delay = host.retry_delay(i, host.results[i], error)
+        wr = host.results[i]
+        delay = host.retry_delay(i, wr, error)
         if delay >= 0.0:
+            if host.node_observers:
+                host.retrying(i, wr.attempts, error, delay)
             if host.retry_remote(i, delay):
                 dispatch(host)
             return

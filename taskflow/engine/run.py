@@ -50,8 +50,10 @@ reported abandoned (``mark_abandoned``), the hooks owed run in the caller, and i
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
 =======================================================================
 ``plan``, ``names``, ``executor``, ``caps``, ``budget``, ``t0``, ``deadline``, ``flow_id``,
-``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``:
-  fixed at creation, read without the lock.
+``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
+``flow_name``: fixed at creation, read without the lock.
+``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
+  told about every node): set by ``begin`` before any node is queued, read without the lock.
 ``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
 ``left[i]``, ``nsucc[i]``, ``nskip[i]``: fathers not terminal / succeeded / skipped.
 ``results[i]``: node ``i``'s WorkResult; ``result``/``exception`` written before ``state``.
@@ -141,7 +143,7 @@ from loguru import logger
 
 from taskflow import joins
 from taskflow.context import TaskContext, TaskSupport, current, detach_run
-from taskflow.engine import executors, guards, inline, loops, remote, timer
+from taskflow.engine import events, executors, guards, inline, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -271,7 +273,7 @@ class Run:
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
-                 inline: bool = False) -> None:
+                 inline: bool = False, name: str = "") -> None:
         n = len(plan.nodes)
         self.plan = plan
         self.names = plan.names
@@ -281,6 +283,10 @@ class Run:
         self.ctx = ctx
         self.data: dict[str, Any] = {}
         self.flow_id = os.urandom(5).hex()
+        self.flow_name = name
+        # who watches this run (events.py): all observers, and those told about every node
+        self.observers: tuple[events.RunObserver, ...] = ()
+        self.node_observers: tuple[events.RunObserver, ...] = ()
         self.lock = threading.Lock()
         self.code = [WAITING] * n
         self.left = list(plan.nfathers)
@@ -430,6 +436,8 @@ class Run:
 
     def begin(self) -> None:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+        if events.LISTENERS:
+            self.observers, self.node_observers = events.observe(self)
         plan = self.plan
         if not plan.nodes:
             self.finish()
@@ -653,6 +661,8 @@ class Run:
                 return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
                 delay = self.retry_delay(i, wr, error)
+                if delay >= 0.0 and self.node_observers:
+                    self.retrying(i, wr.attempts, error, delay)
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
@@ -675,6 +685,8 @@ class Run:
                 self.arm_node_timeout(i, now)
         wr.attempts += 1
         wr.thread = thread
+        if self.node_observers:
+            events.attempt_started(self.node_observers, i, wr.attempts)
         if self.debug:
             name = self.names[i]
             self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
@@ -722,6 +734,14 @@ class Run:
                 plan.names[i], wr.attempts, delay, error)
         return delay
 
+    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        """Tell the observers that attempt ``attempt`` of node ``i`` failed and another follows
+        after ``delay`` seconds."""
+        watching = self.node_observers
+        events.attempt_ended(watching, i, attempt, error, events.RETRY)
+        events.event(self.observers, i, "retry", {"attempt": attempt, "delay": delay,
+                                                  "error": error})
+
     def requeue(self, i: int) -> None:
         """Timer thread: a back-off ended; queue the next attempt (the owner dispatches it)."""
         with self.lock:
@@ -744,6 +764,8 @@ class Run:
         if now >= self.deadline:
             # the budget ran out while it ran: its outcome does not count, and the run closes
             self.expire()
+            if self.node_observers:
+                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         t = plan.timeout[i]
         if (t is not None and wr.started_at is not None and now >= wr.started_at + t
@@ -792,9 +814,13 @@ class Run:
                     k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
+            if self.node_observers:
+                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         if timer_entry is not None:
             timer_entry.cancel()
+        if self.node_observers:
+            events.completed(self.node_observers, i, wr.attempts, wr.exception)
         if self.debug or not ok:
             self.log_outcome(i)
         if has_hook:
@@ -1014,6 +1040,8 @@ class Run:
             deferred = plan.has_fail[s] and wr.state is not _SKIPPED
             if self.debug or wr.state is not _SKIPPED:
                 self.log_outcome(s)
+            if self.node_observers:
+                events.node_settled(self.node_observers, s)
             if deferred:
                 self.hook(self.node(s).on_fail, s, wr.attempts, True)
             with self.lock:
@@ -1169,6 +1197,9 @@ class Run:
         keep = -1
         if getattr(current, "run", None) is self:
             keep = current.idx
+        if self.observers and not self.closed:
+            events.event(self.observers, -1, "cancelled", {
+                "reason": reason or "cancelled", "by": self.names[keep] if keep >= 0 else None})
         self.close(_CANCELLED, reason or "cancelled", keep)
 
     def close(self, state: ResultState, reason: str | None, keep: int = -1,
@@ -1253,6 +1284,8 @@ class Run:
             guards.close_stand_ins(self, later)
         for i in victims:
             self.log_outcome(i)
+            if self.node_observers:
+                events.node_settled(self.node_observers, i)
         self.run_owed()
         if not wait_keep:
             self.finish()
@@ -1289,6 +1322,8 @@ class Run:
         result = FlowResult(self, elapsed)
         if self.debug:
             self.log.debug("flow finished in {:.6f}s", elapsed)  # noqa: PLE1205 - loguru formats with {}
+        if self.observers:
+            events.run_ended(self.observers, result)
         inbox = self.inbox
         if inbox is not None:
             self.flow_result = result
