@@ -81,6 +81,9 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
+``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
+  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
+  executors get a batch in rank order; None (FIFO) otherwise. Fixed at ``begin``.
 ``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
   ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
@@ -325,6 +328,7 @@ class Run:
         self.abandoned: set[int] = set()
         self.remote_futs: dict[int, Future[Any]] = {}
         self.guards: dict[int, guards.Guard] = {}
+        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
@@ -447,6 +451,8 @@ class Run:
             return
         now = self.t0
         results = self.results
+        if plan.any_policy:
+            self.ranks = guards.rank(plan)
         with self.lock:
             for i in plan.roots:
                 self.move(i, QUEUED)
@@ -594,8 +600,9 @@ class Run:
         """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
         code = self.code
         ready = self.ready
+        ranks = self.ranks
         while ready:
-            i = ready.popleft()
+            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
             if self.slowq[i]:
                 self.slowq[i] = 0
                 self.nslow -= 1
@@ -1384,6 +1391,9 @@ class Run:
                     self.move(i, RUNNING)
                     batch.append(i)
             self.nslow = 0
+        if self.ranks is not None:
+            ranks = self.ranks
+            batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
         return batch
 
     def fan_out_here(self, i: int, thread: str) -> None:
