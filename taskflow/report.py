@@ -28,6 +28,10 @@ class NodeReport(BaseModel):
     error_type: str | None
     error: str | None
     cause: str | None
+    hedges: int = 0
+    """Duplicate attempts started (``hedge``)."""
+    shared: bool = False
+    """Its outcome came from another run's call or the cache (``share_key``)."""
 
 
 class FlowReport(BaseModel):
@@ -43,6 +47,8 @@ class FlowReport(BaseModel):
     cancelled: str | None
     counts: dict[str, int]
     nodes: list[NodeReport]
+    degraded: list[str] = []
+    """Nodes that ended DEGRADED (a fallback's value stood in)."""
 
 
 def short(value: Any, limit: int = 200) -> str | None:

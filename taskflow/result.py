@@ -91,6 +91,20 @@ class WorkResult(Generic[V]):
         self.shared = False
 
     @property
+    def marks(self) -> tuple[str, ...]:
+        """What the resilience options did to it, for reports and charts: ``"fallback"``
+        (DEGRADED), ``"hedged N"`` (N duplicate attempts), ``"shared"`` (another run's call or
+        the cache gave its outcome)."""
+        marks: tuple[str, ...] = ()
+        if self.state is ResultState.DEGRADED:
+            marks += ("fallback",)
+        if self.hedges:
+            marks += (f"hedged {self.hedges}",)
+        if self.shared:
+            marks += ("shared",)
+        return marks
+
+    @property
     def duration(self) -> float | None:
         """Seconds from first start to the end, or None if it never started or has not ended."""
         if self.started_at is None or self.finished_at is None:
@@ -322,6 +336,8 @@ class FlowResult(Mapping[str, Any]):
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    hedges=wr.hedges,
+                    shared=wr.shared,
                 )
             )
         return FlowReport(
@@ -333,6 +349,8 @@ class FlowResult(Mapping[str, Any]):
             cancelled=run.cancel_reason,
             counts=counts,
             nodes=nodes,
+            degraded=[names[i] for i, wr in enumerate(run.results)
+                      if wr.state is ResultState.DEGRADED],
         )
 
     def to_mermaid(self) -> str:
