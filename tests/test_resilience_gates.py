@@ -199,3 +199,48 @@ def test_hedge_on_a_process_pool_is_refused_before_anything_runs():
     with ProcessPoolExecutor(1, mp_context=ctx) as pool, pytest.raises(
             FlowDefinitionError, match="'h': hedge is not supported on ProcessPoolExecutor"):
         TaskScheduling.start(node, executor=pool, timeout=LONG)
+
+
+def test_a_parked_node_of_a_nested_inline_run_resumes():
+    bulkhead = Bulkhead("nested", max_concurrent=1)
+    hog = Hog()
+
+    def outer(ctx, param):
+        inner = FunctionNode(lambda c, p: "inner", name="inner", bulkhead=bulkhead)
+        return TaskScheduling.start(inner, executor=pool, timeout=LONG).outputs
+
+    with ThreadPoolExecutor(1) as other, ThreadPoolExecutor(1) as pool:
+        first = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
+                                      executor=other, timeout=LONG)
+        assert hog.entered.wait(LONG)
+        nested = TaskScheduling.submit(FunctionNode(outer, name="outer"), executor=pool,
+                                       timeout=LONG)
+        end = time.monotonic() + LONG
+        while bulkhead.metrics().waiting == 0 and time.monotonic() < end:
+            time.sleep(0.001)  # until the inner node is parked on the one-thread pool
+        hog.release.set()
+        assert nested.result(LONG).outputs == {"outer": {"inner": "inner"}}
+        first.result(LONG)
+
+
+def test_a_parked_node_cancelled_by_its_join_gives_its_place_back():
+    from taskflow import Join
+
+    bulkhead = Bulkhead("join", max_concurrent=1)
+    hog = Hog()
+    with ThreadPoolExecutor(3) as pool:
+        first = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
+                                      executor=pool, timeout=LONG)
+        assert hog.entered.wait(LONG)
+        parked = FunctionNode(lambda c, p: "slow", name="parked", bulkhead=bulkhead)
+        quick = FunctionNode(lambda c, p: "quick", name="quick")
+        either = FunctionNode(lambda c, p: "done", name="either", join=Join.ANY)
+        [parked, quick] >> either
+        result = TaskScheduling.start(either, executor=pool, timeout=LONG)
+        assert result.result_of("parked").state is ResultState.CANCELLED
+        hog.release.set()
+        first.result(LONG)
+        later = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="later",
+                                                  bulkhead=bulkhead), executor=pool,
+                                     timeout=LONG)
+    assert later.ok and bulkhead.metrics().in_use == 0

@@ -200,3 +200,32 @@ def test_percentile_hedge_waits_for_enough_samples():
     with ThreadPoolExecutor(2) as pool:
         result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     assert result.ok and result.result_of("p").hedges == 0 and calls == [1]
+
+
+def test_a_hedged_attempt_is_an_event_for_observers():
+    from taskflow.engine import events
+
+    seen = []
+
+    class Watch(events.RunObserver):
+        def event(self, i, name, attrs):
+            seen.append((name, attrs, threading.current_thread().name))
+
+    class Listener:
+        def run_started(self, run):
+            return Watch()
+
+    listener = Listener()
+    events.add_listener(listener)
+    replicas = Replicas()
+    try:
+        node = FunctionNode(replicas, name="price", hedge=Hedge(after=SHORT / 5),
+                            idempotent=True)
+        with ThreadPoolExecutor(4) as pool:
+            result = TaskScheduling.start(node, executor=pool, timeout=LONG)
+            assert replicas.saw_cancel.wait(LONG)
+    finally:
+        events.remove_listener(listener)
+    assert result.ok
+    assert [(name, attrs) for name, attrs, _ in seen] == [("hedge", {"attempt": 1})]
+    assert not seen[0][2].startswith("taskflow-timer")

@@ -611,8 +611,10 @@ def pop_best(ready: Any, ranks: list[tuple[float, float]]) -> int:
 
 # -- giving back -----------------------------------------------------------------------------------
 
-def release(run: Any, nodes: Iterable[int]) -> None:
-    """Outside the lock: nodes ended without their attempt returning (see the module)."""
+def release(run: Any, nodes: Iterable[int], failed: bool = True) -> None:
+    """Outside the lock: nodes ended without their attempt returning (see the module).
+    ``failed``: they timed out (a running attempt counts as failed in the breaker); False:
+    cancelled (it counts for nothing)."""
     guards = run.guards
     policy = run.plan.policy
     for i in nodes:
@@ -636,7 +638,7 @@ def release(run: Any, nodes: Iterable[int]) -> None:
                 permit.release()
         bp = g.bpermit
         if bp is not None:
-            if running:
+            if running and failed:
                 pol.breaker.record(bp, False)  # a TIMEOUT counts as a failure
             else:
                 _void_breaker(g, pol)

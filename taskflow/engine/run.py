@@ -1016,7 +1016,7 @@ class Run:
         while work:
             x = work.pop()
             for p in plan.fathers[x]:
-                if code[p] >= TERMINAL:
+                if code[p] == TERMINAL or code[p] == SETTLED:  # (PARKED sorts above them)
                     continue
                 if any(code[q] == WAITING for q in plan.sons[p]):
                     continue
@@ -1032,6 +1032,8 @@ class Run:
                 t = self.node_timers.pop(p, None)
                 if t is not None:
                     t.cancel()
+                if p in self.guards:  # its slot, token or shared-call place goes back
+                    self.post(guards.release, self, (p,), False)
                 work.append(p)  # its own fathers may be unneeded now
 
     def after_settle(self, hooks: list[int], k: int) -> bool:
