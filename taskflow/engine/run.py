@@ -643,12 +643,13 @@ class Run:
         current.idx = i
         if plan.fanout[i]:
             return self.start_fanout(i, token, node, tname)
+        guarded = plan.any_policy and plan.policy[i] is not None  # resilience options
         while True:
             if wr.state is not _DEFAULT:
                 # settled while queued or between attempts (a join cancelled it, the run
                 # closed): never start an attempt for it
                 return self.late(i, token, None, None)
-            if plan.any_policy and plan.policy[i] is not None:
+            if guarded:
                 gate = guards.admit(self, i)
                 if gate == guards.PARKED:  # it holds no worker while it waits
                     return self.move_on(token)
@@ -663,8 +664,7 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
                 error = exc
                 value = None
-            if plan.any_policy and plan.policy[i] is not None and not guards.attempt_done(
-                    self, i, error is None):
+            if guarded and not guards.attempt_done(self, i, error is None):
                 return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
                 delay = self.retry_delay(i, wr, error)
