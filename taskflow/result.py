@@ -72,14 +72,11 @@ class WorkResult(Generic[V]):
         "hedges",
         "queued_at",
         "result",
-        "shared",  # set for nodes with resilience options only; default False
+        "shared",
         "started_at",
         "state",
         "thread",
     )
-
-    hedges: int
-    shared: bool
 
     def __init__(self) -> None:
         self.result: V | None = None
@@ -90,15 +87,8 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
-        # hedges and shared are set only for nodes with resilience options (see __getattr__)
-
-    def __getattr__(self, name: str) -> Any:
-        """Defaults of the slots most nodes never set (no cost on the hot path)."""
-        if name == "hedges":
-            return 0
-        if name == "shared":
-            return False
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.hedges = 0
+        self.shared = False
 
     @property
     def marks(self) -> tuple[str, ...]:
