@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import LONG, SHORT
+from conftest import LONG, MEDIUM, SHORT
 
 from taskflow import FunctionNode, Hedge, ResultState, TaskContext, TaskScheduling
 from taskflow.engine.run import set_strict
@@ -229,3 +229,34 @@ def test_a_hedged_attempt_is_an_event_for_observers():
     assert result.ok
     assert [(name, attrs) for name, attrs, _ in seen] == [("hedge", {"attempt": 1})]
     assert not seen[0][2].startswith("taskflow-timer")
+
+
+def test_percentile_hedge_starts_once_the_node_has_a_history():
+    from taskflow.resilience import latencies
+
+    replicas = Replicas()
+    node = FunctionNode(replicas, name="price", hedge=Hedge(after="p95", min_samples=5),
+                        idempotent=True)
+    for _ in range(5):
+        latencies.record(node._policy, SHORT / 5)  # its recent durations in this process
+    with ThreadPoolExecutor(4) as pool:
+        result = TaskScheduling.start(node, executor=pool, timeout=LONG)
+        assert replicas.saw_cancel.wait(LONG)
+    assert result.result_of("price").hedges == 1 and result.outputs["price"] == "hedge 1"
+
+
+def test_single_flight_on_a_process_pool():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import remote_tasks
+
+    node = FunctionNode(remote_tasks.sleep_for, param=MEDIUM, name="stock",
+                        share_key=lambda ctx, p: ("stock", ctx["sku"]))
+    flight = node._policy.flight
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [TaskScheduling.submit(node, executor=pool, timeout=LONG,
+                                         context=TaskContext(sku="p")) for _ in range(3)]
+        results = [f.result(LONG) for f in futures]
+    assert all(r.ok for r in results)
+    assert flight.metrics().calls == 1 and sum(r.result_of("stock").shared for r in results) == 2
