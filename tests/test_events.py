@@ -126,6 +126,7 @@ def test_a_flow_tells_each_attempt_and_each_node_once(recorder: Recorder) -> Non
         assert mine[2] == ("node_settled", name, result.result_of(name).state.name)
         assert len(mine) == 3
     assert ("attempt_ended", "c", 1, "ValueError", events.FINAL) in calls
+    assert recorder.runs[0].flow_name == "a"
 
 
 def test_retries_are_told_as_retry_then_final(recorder: Recorder) -> None:

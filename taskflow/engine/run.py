@@ -1260,7 +1260,7 @@ class Run:
         for t in timers:
             t.cancel()
         detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
-                                               self.plan.index, self.results))
+                                               self.plan.index, self.results, self.flow_name))
         elapsed = _monotonic() - self.t0
         result = FlowResult(self, elapsed)
         if self.debug:
@@ -1355,13 +1355,15 @@ class Run:
 class FinishedRun:
     """What a context keeps of a finished run (no reference back to the run)."""
 
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "index", "results")
+    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
 
     finished = True
 
     def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]]) -> None:
+                 index: dict[str, int], results: list[WorkResult[Any]],
+                 flow_name: str = "") -> None:
         self.flow_id = flow_id
+        self.flow_name = flow_name
         self.deadline = deadline
         self.cancel_reason = cancel_reason
         self.index = index
