@@ -152,6 +152,7 @@ class FanHost(Protocol):
     closed: bool
     deadline: float
     flow_id: str
+    flow_name: str
     observers: tuple[events.RunObserver, ...]
 
     @property
@@ -611,7 +612,7 @@ class FanOut:
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
             args: tuple[Any, ...] = (self.blob, item, self.entries, {},
-                                     run.deadline - timer_now(), run.flow_id)
+                                     run.deadline - timer_now(), run.flow_id, run.flow_name)
             fut: Any = None
             if error is None:
                 try:

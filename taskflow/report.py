@@ -40,6 +40,8 @@ class FlowReport(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     flow_id: str
+    flow: str = ""
+    """The flow's name (``start(..., name=...)``)."""
     ok: bool
     status: str = "COMPLETED"
     elapsed: float

@@ -124,6 +124,7 @@ class RunRecord(Protocol):
     """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
     flow_id: str
+    flow_name: str
     t0: float
     budget: float
     cancel_reason: str | None
@@ -149,17 +150,20 @@ class FlowResult(Mapping[str, Any]):
 
     Attributes:
         flow_id: the run's id (also bound in its log lines).
+        flow_name: the flow's name (``start(..., name=...)``; by default its first node's
+            name), used by logs, traces and statistics.
         elapsed: seconds from start to return.
         started_at: ``time.monotonic()`` when the run started.
         timeout: the budget it had (None: none).
     """
 
-    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "started_at",
-                 "timeout")
+    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "flow_name",
+                 "started_at", "timeout")
 
     def __init__(self, run: RunRecord, elapsed: float) -> None:
         self._run = run
         self.flow_id: str = run.flow_id
+        self.flow_name: str = run.flow_name
         self.elapsed = elapsed
         self.started_at: float = run.t0
         self.timeout: float | None = None if math.isinf(run.budget) else run.budget
@@ -342,6 +346,7 @@ class FlowResult(Mapping[str, Any]):
             )
         return FlowReport(
             flow_id=self.flow_id,
+            flow=self.flow_name,
             ok=self.ok,
             status=self.status.name,
             elapsed=round(self.elapsed, 6),

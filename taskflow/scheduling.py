@@ -10,6 +10,7 @@ from typing import Any
 from taskflow.context import TaskContext, bind_context, current
 from taskflow.engine import executors, guards
 from taskflow.engine.run import Run
+from taskflow.errors import FlowDefinitionError
 from taskflow.graph import as_top_nodes, compile_plan
 from taskflow.node import check_timeout
 from taskflow.result import FlowResult
@@ -17,8 +18,19 @@ from taskflow.result import FlowResult
 __all__ = ["TaskScheduling", "run_async"]
 
 
+def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
+    """The run's flow name: ``name``, or the name of the first top node."""
+    if name is None:
+        return tops[0].name if tops else ""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    if not name:
+        raise FlowDefinitionError("name must not be empty (None: the first top node's name)")
+    return name
+
+
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None) -> Run:
+             future: Future[FlowResult] | None, name: Any = None) -> Run:
     """Validate everything and build the run; nothing has been submitted when this raises."""
     if not isinstance(executor, Executor):
         raise TypeError(
@@ -34,7 +46,9 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         ctx = context
     else:
         raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
-    plan = compile_plan(as_top_nodes(nodes))
+    tops = as_top_nodes(nodes)
+    flow_name = _flow_name(name, tops)
+    plan = compile_plan(tops)
     caps = executors.capabilities(executor)
     outer = getattr(current, "run", None)
     # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
@@ -43,7 +57,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
               and executors.same_executor(outer.executor, executor))
     if plan.any_policy:
         guards.check_executor(plan, caps.remote, type(executor).__name__)
-    run = Run(plan, executor, budget, ctx, future, caps, inline)
+    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name)
     bind_context(ctx, run)
     return run
 
@@ -53,7 +67,7 @@ class TaskScheduling:
 
     @staticmethod
     def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
-              context: TaskContext | None = None) -> FlowResult:
+              context: TaskContext | None = None, name: str | None = None) -> FlowResult:
         """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
 
         Args:
@@ -64,45 +78,49 @@ class TaskScheduling:
                 then, always: unfinished nodes become TIMEOUT, queued work is cancelled, and
                 their ``on_fail`` hooks run in this thread before it returns.
             context: the run's TaskContext (a new one if None).
+            name: the flow's name, in logs, traces and statistics (``ctx.flow_name``,
+                ``result.flow_name``); default: the name of the first node in ``nodes``.
 
         Returns:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
 
         Raises:
             FlowDefinitionError: invalid graph or options (cycle, duplicate name, ...).
-            TypeError: nodes, executor, timeout or context of the wrong type.
+            TypeError: nodes, executor, timeout, context or name of the wrong type.
             ValueError: negative or NaN timeout.
         """
-        run = _prepare(nodes, executor, timeout, context, None)
+        run = _prepare(nodes, executor, timeout, context, None, name)
         run.begin()
         return run.wait()
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
-               context: TaskContext | None = None) -> Future[FlowResult]:
+               context: TaskContext | None = None, name: str | None = None
+               ) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
         The budget is enforced by taskflow's timer thread: at the deadline the future resolves
         (with unfinished nodes TIMEOUT) and their ``on_fail`` hooks run on that thread.
-        Validation errors are raised here, before anything runs.
+        Validation errors are raised here, before anything runs. Arguments as for ``start``.
         """
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future)
+        run = _prepare(nodes, executor, timeout, context, future, name)
         run.begin()
         return future
 
 
 async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
-                    context: TaskContext | None = None) -> FlowResult:
+                    context: TaskContext | None = None, name: str | None = None) -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
     The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
     taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    Arguments as for ``TaskScheduling.start``.
     """
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future)
+    run = _prepare(nodes, executor, timeout, context, future, name)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

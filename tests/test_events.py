@@ -3,7 +3,6 @@ which threads, and that nobody is told anything under the run's lock."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -11,10 +10,10 @@ from typing import Any
 
 import pytest
 import remote_tasks
-from conftest import LONG, MEDIUM, SHORT
-from fanout_tasks import RemoteSquares
+from conftest import LONG, MEDIUM, SHORT, Flaky
+from fanout_tasks import Numbers, RemoteSquares
 
-from taskflow import FanOutNode, FlowResult, FunctionNode, ResultState, TaskScheduling
+from taskflow import FlowResult, FunctionNode, ResultState, TaskScheduling
 from taskflow.engine import events
 
 
@@ -126,18 +125,56 @@ def test_a_flow_tells_each_attempt_and_each_node_once(recorder: Recorder) -> Non
         assert mine[2] == ("node_settled", name, result.result_of(name).state.name)
         assert len(mine) == 3
     assert ("attempt_ended", "c", 1, "ValueError", events.FINAL) in calls
+    assert recorder.runs[0].flow_name == "a"
+
+
+def test_every_node_is_settled_before_the_run_ends() -> None:
+    # "first" is told it settled while "second" finishes the run's last node: the run must not
+    # end (and its observers hear run_ended) before "first" has been told
+    told, ended = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    class Probe(events.RunObserver):
+        def __init__(self, run: events.ObservedRun) -> None:
+            self.run = run
+
+        def node_settled(self, i: int) -> None:
+            if self.run.names[i] == "first":
+                told.set()
+                ended.wait(MEDIUM)  # times out unless the run ended meanwhile
+                order.append("first settled")
+
+        def run_ended(self, result: FlowResult) -> None:
+            ended.set()
+            order.append("run ended")
+
+    class Listener:
+        def run_started(self, run: events.ObservedRun) -> events.RunObserver:
+            return Probe(run)
+
+    running = threading.Event()
+
+    def first(ctx: Any, param: Any) -> None:
+        running.wait(LONG)  # both run at once, on two workers
+
+    def second(ctx: Any, param: Any) -> None:
+        running.set()
+        told.wait(LONG)
+
+    listener = Listener()
+    events.add_listener(listener)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            TaskScheduling.start([FunctionNode(first, name="first"),
+                                  FunctionNode(second, name="second")], executor=pool,
+                                 timeout=LONG)
+    finally:
+        events.remove_listener(listener)
+    assert order == ["first settled", "run ended"], order
 
 
 def test_retries_are_told_as_retry_then_final(recorder: Recorder) -> None:
-    attempts = []
-
-    def flaky(ctx: Any, param: Any) -> str:
-        attempts.append(1)
-        if len(attempts) < 3:
-            raise ConnectionError("try again")
-        return "ok"
-
-    node = FunctionNode(flaky, name="flaky", retries=3, retry_backoff=0.001)
+    node = FunctionNode(Flaky(2), name="flaky", retries=3, retry_backoff=0.001)
     with ThreadPoolExecutor(2) as pool:
         result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     assert result.ok
@@ -146,6 +183,9 @@ def test_retries_are_told_as_retry_then_final(recorder: Recorder) -> None:
     assert ends == [("attempt_ended", "flaky", 1, "ConnectionError", events.RETRY),
                     ("attempt_ended", "flaky", 2, "ConnectionError", events.RETRY),
                     ("attempt_ended", "flaky", 3, "NoneType", events.FINAL)]
+    kinds = [(c[0], c[2]) if c[0] == "event" else (c[0], c[4]) for c in calls
+             if c[0] in ("event", "attempt_ended")]
+    assert kinds[:2] == [("event", "retry"), ("attempt_ended", events.RETRY)]
     retries = [c for c in calls if c[0] == "event"]
     assert [(c[2], c[3]["attempt"]) for c in retries] == [("retry", 1), ("retry", 2)]
     assert retries[0][3]["delay"] == pytest.approx(0.001)
@@ -219,42 +259,26 @@ def test_a_nested_inline_run_is_observed_on_its_callers_thread(recorder: Recorde
         "attempt_started", "attempt_ended", "node_settled", "run_ended"]
 
 
-class Items(FanOutNode[int]):
-    def items(self, ctx: Any, param: int) -> Iterator[tuple[int, int]]:
-        for i in range(param):
-            yield i, i
-
-    def work(self, ctx: Any, item: int) -> int:
-        if item == 3:
-            raise ValueError("item 3")
-        return item
-
 
 def test_failed_fan_out_items_are_events_of_their_node(recorder: Recorder) -> None:
-    node = Items(6, name="fan", policy="best_effort", max_concurrency=2)
+    node = Numbers(6, name="fan", policy="best_effort", max_concurrency=2)
     with ThreadPoolExecutor(3) as pool:
         result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     assert result.ok
     evts = recorder.of(result.flow_id, "event")
     assert [(c[1], c[2], c[3]["item"], str(c[3]["error"])) for c in evts] == [
-        ("fan", "item_failed", 3, "item 3")]
+        ("fan", "item_failed", 2, "item 2 is corrupt")]
     assert recorder.of(result.flow_id, "attempt_started") == [("attempt_started", "fan", 1)]
 
 
-@pytest.fixture(scope="module")
-def process_pool() -> Iterator[ProcessPoolExecutor]:
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(remote_tasks.const, None, None).result(LONG)  # its manager thread, first
-        yield pool
-
 
 def test_remote_attempts_are_seen_from_the_caller(recorder: Recorder, tmp_path: Any,
-                                                  process_pool: ProcessPoolExecutor) -> None:
+                                                  spawn_pool: ProcessPoolExecutor) -> None:
     flaky = FunctionNode(remote_tasks.fail_first_attempts, (str(tmp_path / "n"), 1),
                          name="flaky", retries=2)
     fan = RemoteSquares(8, name="squares", policy="best_effort")
     flaky >> fan
-    result = TaskScheduling.start(flaky, executor=process_pool, timeout=LONG)
+    result = TaskScheduling.start(flaky, executor=spawn_pool, timeout=LONG)
     assert result.ok, result.failed
     calls = recorder.of(result.flow_id)
     caller = threading.current_thread().name

@@ -28,7 +28,8 @@ under the run's lock, never on the timer thread or in a future's done-callback):
                           whose attempt was still running then was abandoned (its ``LATE``
                           ``attempt_ended`` may follow, or never come if its thread hangs). For a
                           node that ended as the run closed it may come after ``run_ended``
-``event(i, name, a)``     something worth a mark: ``retry`` (attempt, delay, error), ``hedge``
+``event(i, name, a)``     something worth a mark: ``retry`` (attempt, delay, error; just before
+                          that attempt's ``RETRY`` ``attempt_ended``), ``hedge``
                           (a duplicate attempt started), ``cancelled`` (``ctx.cancel``; ``i`` is
                           -1), ``item_failed`` (a fan-out item raised)
 ``run_ended(result)``     exactly once per run, with its ``FlowResult``, before ``start`` returns

@@ -77,6 +77,7 @@ class RemoteHost(Protocol):
     ctx: TaskContext
     deadline: float
     flow_id: str
+    flow_name: str
     plan: Any
     results: list[WorkResult[Any]]
     lock: threading.Lock
@@ -150,7 +151,8 @@ def _submit(host: RemoteHost, i: int) -> None:
     t = plan.timeout[i]
     if t is not None:
         limit = min(limit, (wr.started_at or now) + t)
-    args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id)
+    args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id,
+            host.flow_name)
     error = preflight_pickle(executors.pickler(host.caps), tname, plan.names[i], args)
     fut: Any = None
     if error is None:
@@ -292,8 +294,10 @@ if hasattr(os, "register_at_fork"):
 class RemoteRunView:
     """What a TaskContext sees of its run inside another process: a snapshot."""
 
-    def __init__(self, flow_id: str, remaining: float, fathers: dict[str, Any], name: str) -> None:
+    def __init__(self, flow_id: str, remaining: float, fathers: dict[str, Any], name: str,
+                 flow_name: str = "") -> None:
         self.flow_id = flow_id
+        self.flow_name = flow_name
         self.deadline = time.monotonic() + remaining
         self.fathers = fathers
         self.name = name
@@ -369,20 +373,20 @@ def _call(name: str, fn: Callable[[TaskContext, Any], Any], ctx: TaskContext, ar
 
 
 def remote_call(node: Any, param: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str) -> Any:
+                remaining: float, flow_id: str, flow_name: str = "") -> Any:
     """Runs in the executor's process: the task on a snapshot of the context."""
     ctx = TaskContext(entries)
-    view = RemoteRunView(flow_id, remaining, fathers, node.name)
+    view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
     return _call(node.name, node.task, ctx, param)
 
 
 def remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str) -> Any:
+                remaining: float, flow_id: str, flow_name: str = "") -> Any:
     """Runs in the executor's process: one fan-out item (the node arrives pickled once, as
     ``blob``, without its param)."""
     node = pickle.loads(blob)
     ctx = TaskContext(entries)
-    view = RemoteRunView(flow_id, remaining, fathers, node.name)
+    view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
     return _call(node.name, node.work, ctx, item)

@@ -744,10 +744,9 @@ class Run:
     def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
         """Tell the observers that attempt ``attempt`` of node ``i`` failed and another follows
         after ``delay`` seconds."""
-        watching = self.node_observers
-        events.attempt_ended(watching, i, attempt, error, events.RETRY)
         events.event(self.observers, i, "retry", {"attempt": attempt, "delay": delay,
                                                   "error": error})
+        events.attempt_ended(self.node_observers, i, attempt, error, events.RETRY)
 
     def requeue(self, i: int) -> None:
         """Timer thread: a back-off ended; queue the next attempt (the owner dispatches it)."""
@@ -793,6 +792,8 @@ class Run:
         hooks: list[int] = []
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
+        # observers hear of the node before its settlement can let another thread end the run
+        watching = self.node_observers
         with self.lock:
             if plan.fanout[i]:
                 self.fans.pop(i, None)
@@ -814,25 +815,26 @@ class Run:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
-                if not has_hook:
+                if not has_hook and not watching:
                     self.settle_sons(i, hooks, now)
                     nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
                         else -1
                     k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
-            if self.node_observers:
-                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
+            if watching:
+                events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         if timer_entry is not None:
             timer_entry.cancel()
-        if self.node_observers:
-            events.completed(self.node_observers, i, wr.attempts, wr.exception)
+        if watching:
+            events.completed(watching, i, wr.attempts, wr.exception)
         if self.debug or not ok:
             self.log_outcome(i)
-        if has_hook:
-            node = self.node(i)
-            self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
+        if has_hook or watching:
+            if has_hook:
+                node = self.node(i)
+                self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
             with self.lock:
                 self.settle_sons(i, hooks, now)
                 nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
@@ -1326,7 +1328,7 @@ class Run:
         for t in timers:
             t.cancel()
         detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
-                                               self.plan.index, self.results))
+                                               self.plan.index, self.results, self.flow_name))
         elapsed = _monotonic() - self.t0
         result = FlowResult(self, elapsed)
         if self.debug:
@@ -1424,13 +1426,15 @@ class Run:
 class FinishedRun:
     """What a context keeps of a finished run (no reference back to the run)."""
 
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "index", "results")
+    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
 
     finished = True
 
     def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]]) -> None:
+                 index: dict[str, int], results: list[WorkResult[Any]],
+                 flow_name: str = "") -> None:
         self.flow_id = flow_id
+        self.flow_name = flow_name
         self.deadline = deadline
         self.cancel_reason = cancel_reason
         self.index = index
