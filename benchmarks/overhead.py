@@ -7,6 +7,8 @@ finish. Both run the same no-op DAGs on the same 8-worker pool; each figure is t
 
     python benchmarks/overhead.py            # the table (about 30 s)
     python benchmarks/overhead.py --quick    # fewer repeats
+    python benchmarks/overhead.py --stats    # with taskflow.stats recording every run
+    python benchmarks/overhead.py --otel     # traced (taskflow.otel, SDK, batch export dropped)
 
 Also reported: memory per node of a 10,000-node run (tracemalloc peak while it runs, over the
 nodes) and the article's five-node DAG with 10 ms tasks against its 40 ms critical path.
@@ -225,18 +227,59 @@ def article_five(repeat: int) -> tuple[float, float]:
     return tf, base
 
 
+# called between sections: spans still queued for export are not left to the next section
+flush: Callable[[], object] = lambda: None
+
+
+def instrument(*, stats: bool, otel: bool) -> str:
+    """Turn on what the command line asks for; says what is on."""
+    global flush
+    on = []
+    if stats:
+        import taskflow.stats
+
+        taskflow.stats.enable()
+        on.append("stats on")
+    if otel:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        import taskflow.otel
+
+        class Drop(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=65536))
+        taskflow.otel.instrument(tracer_provider=provider)
+        flush = provider.force_flush
+        on.append("traced (SDK, batch processor, spans dropped)")
+    return ", ".join(on) or "uninstrumented"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--quick", action="store_true", help="3 repeats")
+    ap.add_argument("--stats", action="store_true", help="taskflow.stats.enable() first")
+    ap.add_argument("--otel", action="store_true",
+                    help="taskflow.otel.instrument() first (needs the [otel] extra and the SDK)")
     args = ap.parse_args(argv)
     repeat = 3 if args.quick else max(7, args.repeat)
-    print(f"python {sys.version.split()[0]}, 8 workers, median of {repeat} runs (best of 2 interleaved rounds)")
+    setting = instrument(stats=args.stats, otel=args.otel)
+    print(f"python {sys.version.split()[0]}, 8 workers, median of {repeat} runs (best of 2 interleaved rounds), {setting}")
     print(f"{'shape':30} {'nodes':>6} {'hand-written':>14} {'taskflow':>12} {'ratio':>7}")
     for label, nodes, hw, tf in overhead_table(repeat):
         print(f"{label:30} {nodes:6d} {hw / nodes * 1e6:10.2f} us/n {tf / nodes * 1e6:8.2f} us/n {tf / hw:7.2f}x")
+    flush()
     first, cached = memory_per_node()
     print(f"memory per node, 10,000-node run: {first:.0f} B first run (plan compiled), {cached:.0f} B cached plan")
+    flush()
     tf, base = article_five(repeat)
     print(f"article five-node DAG, 10 ms tasks, critical path 40 ms: taskflow {tf * 1e3:.2f} ms "
           f"(+{(tf - 0.040) * 1e3:.2f} ms), hand-written {base * 1e3:.2f} ms (+{(base - 0.040) * 1e3:.2f} ms)")

@@ -6,7 +6,9 @@ layered DAG) it measures, in one process on one 8-worker pool:
 * ``run``: ``TaskScheduling.start`` of the flow with no-op tasks (the cheapest real run);
 * ``record``: ``FlowStats.record_run`` of one such result, with the default ``RunLog`` and
   without one (``runs=None``);
-* ``html``: ``render_html`` of the result, for scale (it is not on the request path).
+* ``html``: ``render_html`` of the result, for scale (it is not on the request path);
+* ``fed``: the same run with ``stats.enable()``: the engine records it before ``start`` returns
+  (what a request pays when statistics are on).
 
 Each figure is the median of ``--repeat`` batches (microseconds per run). The batches of the
 four measurements are interleaved and each ratio is the median of per-repeat ratios against the
@@ -109,7 +111,7 @@ def main() -> None:
               ("layered 4x5 (20 nodes)", layered(4, 5)),
               ("layered 10x10 (100 nodes)", layered(10, 10))]
     print(f"{'flow':<28}{'run µs':>10}{'record µs':>11}{'ratio':>8}"
-          f"{'no log µs':>11}{'ratio':>8}{'html µs':>10}")
+          f"{'no log µs':>11}{'ratio':>8}{'html µs':>10}{'fed µs':>9}{'ratio':>8}")
     with ThreadPoolExecutor(8, thread_name_prefix="bench") as pool:
         for label, g in shapes:
             roots = build(g)
@@ -121,17 +123,30 @@ def main() -> None:
             result = run()
             stats = FlowStats()
             bare = FlowStats(runs=None)
+            fed = FlowStats()
+
+            def run_fed(run: Callable[[], FlowResult] = run, fed: FlowStats = fed) -> None:
+                fed.enable()
+                try:
+                    run()
+                finally:
+                    fed.disable()
+
             rows = interleaved([
                 (run, max(5, calls // 4)),
                 (lambda s=stats, r=result: s.record_run(r, flow="bench"), calls),
                 (lambda s=bare, r=result: s.record_run(r, flow="bench"), calls),
                 (lambda r=result: render_html(r), max(3, calls // 40)),
+                (run_fed, max(5, calls // 4)),
             ], repeat)
-            run_us, rec_us, bare_us, html_us = (statistics.median(col) for col in zip(*rows))
+            run_us, rec_us, bare_us, html_us, fed_us = (
+                statistics.median(col) for col in zip(*rows))
             rec_ratio = statistics.median(r[1] / r[0] for r in rows)
             bare_ratio = statistics.median(r[2] / r[0] for r in rows)
+            fed_ratio = statistics.median(r[4] / r[0] for r in rows)
             print(f"{label:<28}{run_us:>10.1f}{rec_us:>11.1f}{rec_ratio:>8.1%}"
-                  f"{bare_us:>11.1f}{bare_ratio:>8.1%}{html_us:>10.0f}")
+                  f"{bare_us:>11.1f}{bare_ratio:>8.1%}{html_us:>10.0f}{fed_us:>9.1f}"
+                  f"{fed_ratio - 1:>+8.1%}")
         result = TaskScheduling.start(build(product_detail()), executor=pool, timeout=30)
         one = batch_us(lambda: FlowStats(runs=None).record_run(result), 1)
         shared = FlowStats(runs=None)

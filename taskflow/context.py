@@ -34,6 +34,7 @@ class ContextView(Protocol):
     process)."""
 
     flow_id: str
+    flow_name: str
     deadline: float
     cancel_reason: str | None
     finished: bool
@@ -105,7 +106,7 @@ class TaskContext(MutableMapping[str, Any]):
     """A thread-safe mutable mapping shared by every node of one run.
 
     One context belongs to one run at a time. Beyond the mapping it tells a task about its run:
-    ``flow_id``, ``remaining()``, ``cancelled``, ``cancel()``, ``result_of()``.
+    ``flow_id``, ``flow_name``, ``remaining()``, ``cancelled``, ``cancel()``, ``result_of()``.
 
     On executors that run tasks in other processes, a task gets a picklable snapshot: its
     writes are not seen by other nodes, so results travel as return values.
@@ -184,6 +185,27 @@ class TaskContext(MutableMapping[str, Any]):
         """The id of the run using this context (None outside a run)."""
         run = self._view()
         return run.flow_id if run is not None else None
+
+    @property
+    def operation_id(self) -> str | None:
+        """A stable id of the asking node's work in this run: ``"<flow_id>:<node>"``, plus
+        ``":<item id>"`` in a fan-out item. The same across the node's retries and hedged
+        attempts (``support.attempt`` tells attempts apart), so pass it to a backend as an
+        idempotency key. None outside a run.
+        """
+        run = self._view()
+        if run is None:
+            return None
+        base = f"{run.flow_id}:{run.caller_name()}"
+        item = getattr(current, "item", None)
+        return base if item is None else f"{base}:{item}"
+
+    @property
+    def flow_name(self) -> str | None:
+        """The name of the flow using this context (``start(..., name=...)``; by default its
+        first node's name), None outside a run."""
+        run = self._view()
+        return run.flow_name if run is not None else None
 
     def remaining(self) -> float:
         """Seconds left of the run's budget: never negative, ``inf`` with no budget."""

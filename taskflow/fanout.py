@@ -23,6 +23,7 @@ may be held when taking ``_FanOut.lock`` (to snapshot at the budget), never the 
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -33,7 +34,7 @@ from time import monotonic as timer_now
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from taskflow.context import TaskContext, current
-from taskflow.engine import executors, loops, remote, timer
+from taskflow.engine import events, executors, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeTimeoutError,
@@ -151,6 +152,8 @@ class FanHost(Protocol):
     closed: bool
     deadline: float
     flow_id: str
+    flow_name: str
+    observers: tuple[events.RunObserver, ...]
 
     @property
     def log(self) -> Any:
@@ -257,6 +260,9 @@ class FanOut:
 
     def __init__(self, run: FanHost, i: int, node: FanOutNode[Any]) -> None:
         self.run = run
+        # items (and the items() generator) run in the contextvars the node's attempt has (the
+        # caller's, and what observers set there, such as the node's trace span)
+        self.cv = contextvars.copy_context()
         self.executor = run.executor
         self.i = i
         self.node = node
@@ -380,7 +386,7 @@ class FanOut:
 
     def _pull(self) -> tuple[Hashable, Any] | None:
         """Next new item, or None when the iterator is exhausted or failed (records it)."""
-        cv = self.run.cv
+        cv = self.cv
         while True:
             if self.done or self.run.closed:
                 return None
@@ -463,7 +469,7 @@ class FanOut:
         """One item loop, in a copy of the caller's contextvars. An exception in taskflow's own
         code here fails the fan-out (and says so) rather than leaving it RUNNING."""
         try:
-            self.run.cv.copy().run(self._item_loop, token)
+            self.cv.copy().run(self._item_loop, token)
         except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
             self.run.log.opt(exception=True).error("taskflow failed in fan-out {}", self.name)
             with self.lock:
@@ -476,7 +482,7 @@ class FanOut:
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
         cur.run, cur.idx = run, self.i
-        node, ctx, cv = self.node, run.ctx, run.cv
+        node, ctx, cv = self.node, run.ctx, self.cv
         try:
             while True:
                 nxt = self._pull()
@@ -498,12 +504,17 @@ class FanOut:
                 if spawn:
                     loops.spawn(self, 1)
                 item_id, item = nxt
+                cur.item = item_id  # ctx.operation_id tells the items apart
                 try:
                     value = cv.copy().run(node.work, ctx, item)
                     ok = True
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False
+                finally:
+                    cur.item = None
                 done = self._settle_item(item_id, token, ok, value)
+                if not ok and done is not None and run.observers:
+                    self._item_failed(item_id, value)
                 if done is None:
                     self._late(item_id, ok, value)
                     with self.lock:
@@ -512,6 +523,10 @@ class FanOut:
                             return
         finally:
             cur.run, cur.idx = prev
+
+    def _item_failed(self, item_id: Hashable, error: BaseException) -> None:
+        """Tell the run's observers that an item raised."""
+        events.event(self.run.observers, self.i, "item_failed", {"item": item_id, "error": error})
 
     def _late(self, item_id: Hashable, ok: bool, value: Any) -> None:
         """An item's outcome arrived after its timeout or the fan-in: dropped, but audited."""
@@ -596,7 +611,7 @@ class FanOut:
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
             args: tuple[Any, ...] = (self.blob, item, self.entries, {},
-                                     run.deadline - timer_now(), run.flow_id)
+                                     run.deadline - timer_now(), run.flow_id, run.flow_name)
             fut: Any = None
             if error is None:
                 try:
@@ -637,6 +652,8 @@ class FanOut:
             exc = fut.exception()
             ok, value = (True, fut.result()) if exc is None else (False, exc)
         done = self._settle_item(item_id, 0, ok, value)
+        if not ok and done is not None and self.run.observers:
+            self._item_failed(item_id, value)
         if done is None:
             self._late(item_id, ok, value)
         if done:

@@ -71,6 +71,8 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
+        hedges: duplicate attempts started for it (``hedge``).
+        shared: its outcome came from another run's call or the cache (``share_key``).
 
     A hook that raised is not here (hooks never change a node's outcome): see
     ``FlowResult.hook_errors``.
@@ -80,8 +82,10 @@ class WorkResult(Generic[V]):
         "attempts",
         "exception",
         "finished_at",
+        "hedges",
         "queued_at",
         "result",
+        "shared",
         "started_at",
         "state",
         "thread",
@@ -96,6 +100,22 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
+        self.hedges = 0
+        self.shared = False
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """What the resilience options did to it, for reports and charts: ``"fallback"``
+        (DEGRADED), ``"hedged N"`` (N duplicate attempts), ``"shared"`` (another run's call or
+        the cache gave its outcome)."""
+        marks: tuple[str, ...] = ()
+        if self.state is ResultState.DEGRADED:
+            marks += ("fallback",)
+        if self.hedges:
+            marks += (f"hedged {self.hedges}",)
+        if self.shared:
+            marks += ("shared",)
+        return marks
 
     @property
     def duration(self) -> float | None:
@@ -117,6 +137,7 @@ class RunRecord(Protocol):
     """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
     flow_id: str
+    flow_name: str
     t0: float
     budget: float
     cancel_reason: str | None
@@ -146,17 +167,20 @@ class FlowResult(Mapping[str, Any]):
 
     Attributes:
         flow_id: the run's id (also bound in its log lines).
+        flow_name: the flow's name (``start(..., name=...)``; by default its first node's
+            name), used by logs, traces and statistics.
         elapsed: seconds from start to return.
         started_at: ``time.monotonic()`` when the run started.
         timeout: the budget it had (None: none).
     """
 
-    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "started_at",
-                 "timeout")
+    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "flow_name",
+                 "started_at", "timeout")
 
     def __init__(self, run: RunRecord, elapsed: float) -> None:
         self._run = run
         self.flow_id: str = run.flow_id
+        self.flow_name: str = run.flow_name
         self.elapsed = elapsed
         self.started_at: float = run.t0
         self.timeout: float | None = None if math.isinf(run.budget) else run.budget
@@ -373,6 +397,8 @@ class FlowResult(Mapping[str, Any]):
                     hook_error=None if hook is None else HookErrorReport(
                         hook=hook.hook, type=type(hook.exception).__name__,
                         message=str(hook.exception)),
+                    hedges=wr.hedges,
+                    shared=wr.shared,
                 )
             )
         context: dict[str, Any] | None = None
@@ -387,6 +413,7 @@ class FlowResult(Mapping[str, Any]):
                     context_repr[str(key)] = value_repr
         return FlowReport(
             flow_id=self.flow_id,
+            flow=self.flow_name,
             ok=self.ok,
             status=self.status.name,
             elapsed=round(self.elapsed, 6),
@@ -396,6 +423,8 @@ class FlowResult(Mapping[str, Any]):
             nodes=nodes,
             context=context,
             context_repr=context_repr,
+            degraded=[names[i] for i, wr in enumerate(run.results)
+                      if wr.state is ResultState.DEGRADED],
         )
 
     def to_mermaid(self) -> str:

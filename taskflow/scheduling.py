@@ -8,8 +8,9 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from taskflow.context import TaskContext, bind_context, current
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.engine.run import Run
+from taskflow.errors import FlowDefinitionError
 from taskflow.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.node import check_timeout
 from taskflow.result import FlowResult
@@ -17,8 +18,19 @@ from taskflow.result import FlowResult
 __all__ = ["TaskScheduling", "run_async"]
 
 
+def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
+    """The run's flow name: ``name``, or the name of the first top node."""
+    if name is None:
+        return tops[0].name if tops else ""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    if not name:
+        raise FlowDefinitionError("name must not be empty (None: the first top node's name)")
+    return name
+
+
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None, targets: Any = None) -> Run:
+             future: Future[FlowResult] | None, targets: Any = None, name: Any = None) -> Run:
     """Validate everything and build the run; nothing has been submitted when this raises."""
     if not isinstance(executor, Executor):
         raise TypeError(
@@ -34,7 +46,9 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         ctx = context
     else:
         raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
-    plan = compile_plan(as_top_nodes(nodes))
+    tops = as_top_nodes(nodes)
+    flow_name = _flow_name(name, tops)
+    plan = compile_plan(tops)
     if targets is not None:
         plan = select_targets(plan, targets)
     caps = executors.capabilities(executor)
@@ -43,7 +57,9 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
     inline = (future is None and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
-    run = Run(plan, executor, budget, ctx, future, caps, inline)
+    if plan.any_policy:
+        guards.check_executor(plan, caps.remote, type(executor).__name__)
+    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name)
     bind_context(ctx, run)
     return run
 
@@ -53,7 +69,8 @@ class TaskScheduling:
 
     @staticmethod
     def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
-              context: TaskContext | None = None, targets: Any = None) -> FlowResult:
+              context: TaskContext | None = None, targets: Any = None,
+              name: str | None = None) -> FlowResult:
         """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
 
         Args:
@@ -68,6 +85,8 @@ class TaskScheduling:
             targets: run only these nodes and their ancestors (a node, a node name, or an
                 iterable of them; each must be in the graph). The result holds only those
                 nodes. None: run the whole connected graph.
+            name: the flow's name, in logs, traces and statistics (``ctx.flow_name``,
+                ``result.flow_name``); default: the name of the first node in ``nodes``.
 
         Returns:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
@@ -75,41 +94,43 @@ class TaskScheduling:
         Raises:
             FlowDefinitionError: invalid graph or options (cycle, duplicate name, a target not
                 in the graph, ...).
-            TypeError: nodes, executor, timeout, context or targets of the wrong type.
+            TypeError: nodes, executor, timeout, context, targets or name of the wrong type.
             ValueError: negative or NaN timeout.
         """
-        run = _prepare(nodes, executor, timeout, context, None, targets)
+        run = _prepare(nodes, executor, timeout, context, None, targets, name)
         run.begin()
         return run.wait()
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
-               context: TaskContext | None = None, targets: Any = None) -> Future[FlowResult]:
+               context: TaskContext | None = None, targets: Any = None,
+               name: str | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as :meth:`start` (``targets`` included). The budget is enforced by
-        taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
+        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced
+        by taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
         TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
         here, before anything runs.
         """
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future, targets)
+        run = _prepare(nodes, executor, timeout, context, future, targets, name)
         run.begin()
         return future
 
 
 async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
-                    context: TaskContext | None = None, targets: Any = None) -> FlowResult:
+                    context: TaskContext | None = None, targets: Any = None,
+                    name: str | None = None) -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
-    Arguments as ``TaskScheduling.start`` (``targets`` included). The event loop is never
-    blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer thread.
-    Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    Arguments as ``TaskScheduling.start`` (``targets`` and ``name`` included). The event loop
+    is never blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer
+    thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future, targets)
+    run = _prepare(nodes, executor, timeout, context, future, targets, name)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

@@ -147,3 +147,34 @@ def taskflow_logs() -> Iterator[list[dict[str, object]]]:
     finally:
         logger.remove(handler_id)
         logger.disable("taskflow")
+
+
+@pytest.fixture(scope="module")
+def spawn_pool() -> Iterator[object]:
+    """A two-process ``ProcessPoolExecutor`` (spawn) shared by a module's tests."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    import remote_tasks
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(remote_tasks.const, None, None).result(LONG)  # its manager thread, first
+        yield pool
+
+
+class Flaky:
+    """A task that raises ``ConnectionError("attempt N refused")`` on its first ``failures``
+    calls and returns ``"ok"`` after (thread executors: it counts in this process)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, ctx: object, param: object) -> str:
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+        if n <= self.failures:
+            raise ConnectionError(f"attempt {n} refused")
+        return "ok"

@@ -53,3 +53,16 @@ class ManifestFanOut(FanOutNode[CountedPickles]):
 
     def work(self, ctx: TaskContext, item: int) -> int:
         return item + 1
+
+
+class Numbers(FanOutNode[int]):
+    """Items ``0..param-1`` (ids are the numbers); ``work`` returns the item and fails item 2
+    with ``ValueError``."""
+
+    def items(self, ctx: TaskContext, param: int) -> Iterator[tuple[int, int]]:
+        yield from ((i, i) for i in range(param))
+
+    def work(self, ctx: TaskContext, item: int) -> int:
+        if item == 2:
+            raise ValueError("item 2 is corrupt")
+        return item

@@ -118,6 +118,7 @@ def where(ctx: Any, father: str | None) -> dict[str, Any]:
         "thread": threading.current_thread().name,
         "user": ctx.get("user"),
         "flow_id": ctx.flow_id,
+        "flow_name": ctx.flow_name,
         "remaining": ctx.remaining(),
         "father": ctx.result_of(father) if father else None,
     }

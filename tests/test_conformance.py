@@ -473,6 +473,7 @@ def test_task_sees_the_context_its_fathers_and_the_remaining_budget(kind):
     assert seen["user"] == "ann"
     assert seen["father"] == "first value"
     assert seen["flow_id"] == result.flow_id
+    assert seen["flow_name"] == result.flow_name == "look"  # the node passed to start
     assert 0 < seen["remaining"] <= LONG
     assert (seen["pid"] != os.getpid()) == kind.other_process
     # a thread executor shares the caller's context; elsewhere the task wrote to a snapshot

@@ -285,8 +285,64 @@ def test_readme_section_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> N
     try:
         exec(compile(code.group(1), "README: Seeing what happened", "exec"), {})  # noqa: S102
     finally:
+        taskflow.stats.disable()
         taskflow.stats.STATS.reset()
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["price", "product", "stock"]
     assert lines[2].startswith("stock {'EXCEPTION': 20} p99 ")
     assert lines[1].endswith("on the critical path in 100% of runs")
+
+
+def test_enabled_stats_record_every_run_as_it_ends(pool: ThreadPoolExecutor) -> None:
+    stats = FlowStats()
+    assert not stats.enabled
+    stats.enable()
+    stats.enable()  # idempotent
+    try:
+        assert stats.enabled
+        for i in range(3):
+            root = FunctionNode(_ok, name="root")
+            root >> [FunctionNode(_ok, name="ok"), FunctionNode(_bad, name="bad")]
+            result = TaskScheduling.start(root, executor=pool, timeout=30, name="mixed")
+            # recorded before start returned
+            (flow,) = stats.snapshot().flows
+            assert (flow.flow, flow.runs) == ("mixed", i + 1)
+        future = TaskScheduling.submit(FunctionNode(_ok, name="solo"), executor=pool, timeout=30)
+        solo = future.result(30)
+        assert stats.runs is not None and stats.runs.recent()[0].flow_id == solo.flow_id
+    finally:
+        stats.disable()
+    assert not stats.enabled
+    TaskScheduling.start(FunctionNode(_ok, name="solo"), executor=pool, timeout=30)
+    flows = {f.flow: f for f in stats.snapshot().flows}
+    assert set(flows) == {"mixed", "solo"} and flows["solo"].runs == 1
+    nodes = {n.node: n for n in flows["mixed"].nodes}
+    assert nodes["bad"].counts == {"EXCEPTION": 3}
+    assert nodes["root"].queue_wait is not None and nodes["root"].queue_wait.count == 3
+    assert nodes["root"].critical == 3  # every run waited for root
+    assert result.flow_name == "mixed"
+
+
+def test_nested_runs_are_recorded_under_their_own_names() -> None:
+    stats = FlowStats(runs=None)
+    stats.enable()
+    try:
+        with ThreadPoolExecutor(1) as one:
+            def outer(ctx: TaskContext, param: object) -> object:
+                inner = FunctionNode(_ok, name="inner")
+                return TaskScheduling.start(inner, executor=one, timeout=30,
+                                            name="inner_flow").outputs
+            TaskScheduling.start(FunctionNode(outer, name="outer"), executor=one, timeout=30)
+    finally:
+        stats.disable()
+    assert [(f.flow, f.runs) for f in stats.snapshot().flows] == [("inner_flow", 1), ("outer", 1)]
+
+
+def test_the_process_wide_statistics_are_off_until_enabled(pool: ThreadPoolExecutor) -> None:
+    assert not taskflow.stats.STATS.enabled
+    taskflow.stats.enable()
+    try:
+        assert taskflow.stats.STATS.enabled
+    finally:
+        taskflow.stats.disable()
+    assert not taskflow.stats.STATS.enabled

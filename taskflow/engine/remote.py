@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow.context import TaskContext, attach_view
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
 from taskflow.result import ResultState, WorkResult
 
@@ -77,10 +77,12 @@ class RemoteHost(Protocol):
     ctx: TaskContext
     deadline: float
     flow_id: str
+    flow_name: str
     plan: Any
     results: list[WorkResult[Any]]
     lock: threading.Lock
     remote_futs: dict[int, Future[Any]]
+    node_observers: tuple[Any, ...]
 
     @property
     def log(self) -> Any:
@@ -110,6 +112,9 @@ class RemoteHost(Protocol):
     def retry_remote(self, i: int, delay: float) -> bool:
         """Queue another attempt; True: dispatch it now."""
 
+    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        """Tell the run's observers that an attempt failed and another follows."""
+
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the run's owner thread."""
 
@@ -127,6 +132,14 @@ def _submit(host: RemoteHost, i: int) -> None:
     if plan.fanout[i]:
         host.fan_out_here(i, tname)
         return
+    guarded = plan.any_policy and plan.policy[i] is not None
+    if guarded:
+        gate = guards.admit(host, i)
+        if gate == guards.PARKED:
+            return  # back through dispatch when what it waits for arrives
+        if gate == guards.DONE:
+            host.complete_remote(i, *guards.take_outcome(host, i))
+            return
     wr = host.results[i]
     host.begin_attempt(i, wr, tname, host.node(i))
     now = time.monotonic()
@@ -138,7 +151,8 @@ def _submit(host: RemoteHost, i: int) -> None:
     t = plan.timeout[i]
     if t is not None:
         limit = min(limit, (wr.started_at or now) + t)
-    args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id)
+    args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id,
+            host.flow_name)
     error = preflight_pickle(executors.pickler(host.caps), tname, plan.names[i], args)
     fut: Any = None
     if error is None:
@@ -150,6 +164,8 @@ def _submit(host: RemoteHost, i: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
             error = exc
     if error is not None:
+        if guarded:
+            guards.attempt_done(host, i, False)
         host.complete_remote(i, None, error)
         return
     with host.lock:
@@ -188,9 +204,14 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
             host.route(i, host.plan.nodes[i], value)
         except BaseException as exc:  # noqa: BLE001
             error = exc
+    if host.plan.any_policy and host.plan.policy[i] is not None:
+        guards.attempt_done(host, i, error is None)  # no hedging here: always True
     if error is not None:
-        delay = host.retry_delay(i, host.results[i], error)
+        wr = host.results[i]
+        delay = host.retry_delay(i, wr, error)
         if delay >= 0.0:
+            if host.node_observers:
+                host.retrying(i, wr.attempts, error, delay)
             if host.retry_remote(i, delay):
                 dispatch(host)
             return
@@ -273,8 +294,10 @@ if hasattr(os, "register_at_fork"):
 class RemoteRunView:
     """What a TaskContext sees of its run inside another process: a snapshot."""
 
-    def __init__(self, flow_id: str, remaining: float, fathers: dict[str, Any], name: str) -> None:
+    def __init__(self, flow_id: str, remaining: float, fathers: dict[str, Any], name: str,
+                 flow_name: str = "") -> None:
         self.flow_id = flow_id
+        self.flow_name = flow_name
         self.deadline = time.monotonic() + remaining
         self.fathers = fathers
         self.name = name
@@ -350,20 +373,20 @@ def _call(name: str, fn: Callable[[TaskContext, Any], Any], ctx: TaskContext, ar
 
 
 def remote_call(node: Any, param: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str) -> Any:
+                remaining: float, flow_id: str, flow_name: str = "") -> Any:
     """Runs in the executor's process: the task on a snapshot of the context."""
     ctx = TaskContext(entries)
-    view = RemoteRunView(flow_id, remaining, fathers, node.name)
+    view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
     return _call(node.name, node.task, ctx, param)
 
 
 def remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str) -> Any:
+                remaining: float, flow_id: str, flow_name: str = "") -> Any:
     """Runs in the executor's process: one fan-out item (the node arrives pickled once, as
     ``blob``, without its param)."""
     node = pickle.loads(blob)
     ctx = TaskContext(entries)
-    view = RemoteRunView(flow_id, remaining, fathers, node.name)
+    view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
     return _call(node.name, node.work, ctx, item)

@@ -50,8 +50,10 @@ reported abandoned (``mark_abandoned``), the hooks owed run in the caller, and i
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
 =======================================================================
 ``plan``, ``names``, ``executor``, ``caps``, ``budget``, ``t0``, ``deadline``, ``flow_id``,
-``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``:
-  fixed at creation, read without the lock.
+``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
+``flow_name``: fixed at creation, read without the lock.
+``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
+  told about every node): set by ``begin`` before any node is queued, read without the lock.
 ``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
 ``left[i]``, ``nsucc[i]``, ``nskip[i]``: fathers not terminal / succeeded / skipped.
 ``results[i]``: node ``i``'s WorkResult; ``result``/``exception`` written before ``state``.
@@ -80,6 +82,11 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
+``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
+  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
+  executors get a batch in rank order; None (FIFO) otherwise. Fixed at ``begin``.
+``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
+  ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
 
@@ -91,11 +98,18 @@ from                  to
 WAITING               QUEUED (its join fired), TERMINAL (failed fast, skipped, cancelled)
 QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed)
 RUNNING               TERMINAL (its outcome, its timeout), BACKOFF (retry later),
-                      QUEUED (retry at once on a remote executor)
+                      QUEUED (retry at once on a remote executor), PARKED (waits for a
+                      bulkhead slot, a rate-limit token or another run's shared call)
 BACKOFF               QUEUED (back-off over), TERMINAL (timed out, closed)
+PARKED                QUEUED (what it waited for arrived), TERMINAL (timed out, closed)
 TERMINAL              SETTLED (its hook returned and its sons were updated)
 SETTLED               (none)
 ====================  =====================================================================
+A PARKED node holds no worker: its loop went on with another node. The callback that ends its
+wait (a releasing thread, the timer, a resolving thread) moves it to QUEUED under the lock and
+``post``s ``dispatch`` to the owner (``guards.py``). A node with a fallback whose father failed
+moves WAITING -> QUEUED with its failure decided; its worker computes the stand-in, and it ends
+DEGRADED (TERMINAL), its sons running on that value.
 Any other move is a bug in taskflow: it raises :class:`IllegalMoveError` when the debug switch is
 on (``set_strict(True)``; the test suite turns it on) and is logged otherwise.
 
@@ -110,6 +124,8 @@ Invariants
   (admission and claiming happen under the lock).
 * A node's hook runs before its sons are made ready (happens-before).
 * ``loops`` counts loops submitted and not exited, but abandoned ones.
+* Nodes without resilience options (``plan.policy[i] is None``) never reach ``guards``; the
+  engine tests ``plan.any_policy`` first.
 """
 
 from __future__ import annotations
@@ -131,7 +147,7 @@ from loguru import logger
 
 from taskflow import joins
 from taskflow.context import TaskContext, TaskSupport, current, detach_run
-from taskflow.engine import executors, inline, loops, remote, timer
+from taskflow.engine import events, executors, guards, inline, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -153,17 +169,18 @@ __all__ = [
 ]
 
 # node lifecycle codes within a run
-WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
-STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED")
+WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED, PARKED = 0, 1, 2, 3, 4, 5, 6
+STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED", "PARKED")
 LEGAL_MOVES: dict[int, frozenset[int]] = {
     WAITING: frozenset({QUEUED, TERMINAL}),
     QUEUED: frozenset({RUNNING, TERMINAL}),
-    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED}),
+    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED, PARKED}),
     BACKOFF: frozenset({QUEUED, TERMINAL}),
     TERMINAL: frozenset({SETTLED}),
     SETTLED: frozenset(),
+    PARKED: frozenset({QUEUED, TERMINAL}),
 }
-_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(6))
+_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(7))
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
@@ -179,6 +196,7 @@ WATCH = 0.002
 HOOK_GRACE = 0.05
 # the "loop token" of work done outside any loop (remote outcomes, fan-in)
 NO_LOOP = -2
+guards.bind_codes(QUEUED, RUNNING, TERMINAL, PARKED, NO_LOOP)
 
 _SUCCESS = ResultState.SUCCESS
 _DEGRADED = ResultState.DEGRADED
@@ -260,7 +278,7 @@ class Run:
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
-                 inline: bool = False) -> None:
+                 inline: bool = False, name: str = "") -> None:
         n = len(plan.nodes)
         self.plan = plan
         self.names = plan.names
@@ -270,6 +288,10 @@ class Run:
         self.ctx = ctx
         self.data: dict[str, Any] = {}
         self.flow_id = os.urandom(5).hex()
+        self.flow_name = name
+        # who watches this run (events.py): all observers, and those told about every node
+        self.observers: tuple[events.RunObserver, ...] = ()
+        self.node_observers: tuple[events.RunObserver, ...] = ()
         self.lock = threading.Lock()
         self.code = [WAITING] * n
         self.left = list(plan.nfathers)
@@ -308,6 +330,8 @@ class Run:
         self.loop_node: dict[int, int] = {}
         self.abandoned: set[int] = set()
         self.remote_futs: dict[int, Future[Any]] = {}
+        self.guards: dict[int, guards.Guard] = {}
+        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
@@ -419,6 +443,8 @@ class Run:
 
     def begin(self) -> None:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+        if events.LISTENERS:
+            self.observers, self.node_observers = events.observe(self)
         plan = self.plan
         if not plan.nodes:
             self.finish()
@@ -428,6 +454,8 @@ class Run:
             return
         now = self.t0
         results = self.results
+        if plan.any_policy:
+            self.ranks = guards.rank(plan)
         with self.lock:
             for i in plan.roots:
                 self.move(i, QUEUED)
@@ -575,8 +603,9 @@ class Run:
         """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
         code = self.code
         ready = self.ready
+        ranks = self.ranks
         while ready:
-            i = ready.popleft()
+            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
             if self.slowq[i]:
                 self.slowq[i] = 0
                 self.nslow -= 1
@@ -617,11 +646,18 @@ class Run:
         current.idx = i
         if plan.fanout[i]:
             return self.start_fanout(i, token, node, tname)
+        guarded = plan.any_policy and plan.policy[i] is not None  # resilience options
         while True:
             if wr.state is not _DEFAULT:
                 # settled while queued or between attempts (a join cancelled it, the run
                 # closed): never start an attempt for it
                 return self.late(i, token, None, None)
+            if guarded:
+                gate = guards.admit(self, i)
+                if gate == guards.PARKED:  # it holds no worker while it waits
+                    return self.move_on(token)
+                if gate == guards.DONE:
+                    return self.complete(i, token, *guards.take_outcome(self, i))
             self.begin_attempt(i, wr, tname, node)
             try:
                 value = node.task(self.ctx, node.param)
@@ -631,8 +667,12 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
                 error = exc
                 value = None
+            if guarded and not guards.attempt_done(self, i, error is None):
+                return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
                 delay = self.retry_delay(i, wr, error)
+                if delay >= 0.0 and self.node_observers:
+                    self.retrying(i, wr.attempts, error, delay)
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
@@ -655,6 +695,8 @@ class Run:
                 self.arm_node_timeout(i, now)
         wr.attempts += 1
         wr.thread = thread
+        if self.node_observers:
+            events.attempt_started(self.node_observers, i, wr.attempts)
         if self.debug:
             name = self.names[i]
             self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
@@ -704,6 +746,13 @@ class Run:
                 plan.names[i], wr.attempts, delay, error)
         return delay
 
+    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        """Tell the observers that attempt ``attempt`` of node ``i`` failed and another follows
+        after ``delay`` seconds."""
+        events.event(self.observers, i, "retry", {"attempt": attempt, "delay": delay,
+                                                  "error": error})
+        events.attempt_ended(self.node_observers, i, attempt, error, events.RETRY)
+
     def requeue(self, i: int) -> None:
         """Timer thread: a back-off ended; queue the next attempt (the owner dispatches it)."""
         with self.lock:
@@ -719,10 +768,15 @@ class Run:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
         plan = self.plan
         wr = self.results[i]
+        degraded = None
+        if plan.any_policy and plan.policy[i] is not None:
+            guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
             # the budget ran out while it ran: its outcome does not count, and the run closes
             self.expire()
+            if self.node_observers:
+                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         t = plan.timeout[i]
         if (t is not None and wr.started_at is not None and now >= wr.started_at + t
@@ -730,6 +784,8 @@ class Run:
             # its own deadline passed while it ran (a fan-out's policy decides that itself)
             value = None
             error = NodeTimeoutError(self.names[i], t)
+        if error is not None and plan.any_policy and plan.policy[i] is not None:
+            value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
             began = wr.started_at
             if began is not None:  # the node's typical duration (racy by design, see Plan.est)
@@ -739,7 +795,10 @@ class Run:
                 est[i] = d if e < 0.0 else e + (d - e) * 0.25
         late = False
         hooks: list[int] = []
-        has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
+        ok = error is None and degraded is None
+        has_hook = plan.has_success[i] if ok else plan.has_fail[i]
+        # observers hear of the node before its settlement can let another thread end the run
+        watching = self.node_observers
         with self.lock:
             if plan.fanout[i]:
                 self.fans.pop(i, None)
@@ -751,27 +810,36 @@ class Run:
                 if error is None:
                     wr.result = value
                     wr.finished_at = now
-                    wr.state = _SUCCESS
+                    if degraded is not None:  # a fallback's value stands in
+                        wr.exception = degraded
+                        wr.state = _DEGRADED
+                    else:
+                        wr.state = _SUCCESS
                     self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
                 else:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
-                if not has_hook:
+                if not has_hook and not watching:
                     self.settle_sons(i, hooks, now)
                     nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
                         else -1
                     k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
+            if watching:
+                events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         if timer_entry is not None:
             timer_entry.cancel()
-        if self.debug or error is not None:
+        if watching:
+            events.completed(watching, i, wr.attempts, wr.exception)
+        if self.debug or not ok:
             self.log_outcome(i)
-        if has_hook:
-            node = self.node(i)
-            self.hook(node.on_success if error is None else node.on_fail, i, wr.attempts, True)
+        if has_hook or watching:
+            if has_hook:
+                node = self.node(i)
+                self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
             with self.lock:
                 self.settle_sons(i, hooks, now)
                 nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
@@ -798,6 +866,11 @@ class Run:
             )
         elif self.debug:
             self.log.bind(node=name).debug("late result from node {} dropped", name)
+        return self.move_on(token)
+
+    def move_on(self, token: int) -> int:
+        """Loop ``token`` is done with its node without recording an outcome (a late one, a
+        parked node, a hedge race lost): its next node, or -1 when the loop exits."""
         if token == NO_LOOP:
             return -1
         with self.lock:
@@ -908,6 +981,8 @@ class Run:
                     hooks.append(s)
                     work.append(s)
                 else:
+                    if plan.any_policy and guards.doom(self, s, f, now):
+                        continue  # it has a fallback: queued to end DEGRADED
                     self.fail_fast(s, self.failed_father(s, f), now)
                     hooks.append(s)
                     if not plan.has_fail[s]:
@@ -948,7 +1023,7 @@ class Run:
         while work:
             x = work.pop()
             for p in plan.fathers[x]:
-                if code[p] >= TERMINAL:
+                if code[p] == TERMINAL or code[p] == SETTLED:  # (PARKED sorts above them)
                     continue
                 if any(code[q] == WAITING for q in plan.sons[p]):
                     continue
@@ -964,6 +1039,8 @@ class Run:
                 t = self.node_timers.pop(p, None)
                 if t is not None:
                     t.cancel()
+                if p in self.guards:  # its slot, token or shared-call place goes back
+                    self.post(guards.release, self, (p,), False)
                 work.append(p)  # its own fathers may be unneeded now
 
     def after_settle(self, hooks: list[int], k: int) -> bool:
@@ -979,6 +1056,8 @@ class Run:
             deferred = plan.has_fail[s] and wr.state is not _SKIPPED
             if self.debug or wr.state is not _SKIPPED:
                 self.log_outcome(s)
+            if self.node_observers:
+                events.node_settled(self.node_observers, s)
             if deferred:
                 self.hook(self.node(s).on_fail, s, wr.attempts, True)
             with self.lock:
@@ -1043,7 +1122,7 @@ class Run:
             wr = self.results[i]
             node = self.node(i)
             st = wr.state
-            fn = node.on_success if st is _SUCCESS or st is _DEGRADED else node.on_fail
+            fn = node.on_success if st is _SUCCESS else node.on_fail
             self.call_hook(fn, i, wr.attempts)
 
     def log_outcome(self, i: int) -> None:
@@ -1054,8 +1133,8 @@ class Run:
         log = self.log.bind(node=name)
         if st is _EXCEPTION or st is _TIMEOUT:
             log.warning("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
-        elif st is _CANCELLED:
-            log.info("node {} ended CANCELLED: {}", name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
+        elif st is _CANCELLED or st is _DEGRADED:
+            log.info("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
         else:
             log.debug("node {} ended {}", name, st.name)  # noqa: PLE1205 - loguru formats with {}
 
@@ -1071,10 +1150,14 @@ class Run:
             with self.lock:
                 self.node_timers[i] = entry
 
-    def node_timeout(self, i: int) -> None:
+    def node_timeout(self, i: int, stand_in: Any = None) -> None:
         """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
-        and the abandoned work are handed to the owner."""
+        and the abandoned work are handed to the owner. (A node with a fallback: the owner
+        computes its ``stand_in`` first and calls this again.)"""
         plan = self.plan
+        if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
+                guards.timeout_stand_in(self, i)):
+            return
         fan = self.fans.get(i)
         if fan is not None:
             sealed = fan.seal(True)  # in-flight items are missing from now on
@@ -1083,11 +1166,14 @@ class Run:
             return
         abandoned: Future[Any] | None = None
         with self.lock:
-            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF):
+            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
                 return
             now = _monotonic()
             running = self.code[i] == RUNNING
-            self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
+            if stand_in is not None:
+                guards.end_timed_out(self, i, stand_in, now)
+            else:
+                self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
             self.node_timers.pop(i, None)
             if running and self.mode is REMOTE:
                 abandoned = self.remote_futs.pop(i, None)
@@ -1109,6 +1195,8 @@ class Run:
         """Owner thread: finish what a node timeout started."""
         if abandoned is not None and not abandoned.done():
             self.mark_abandoned([abandoned])
+        if self.guards:
+            guards.release(self, hooks[:1])
         if self.after_settle(hooks, k):
             self.finish()
 
@@ -1131,6 +1219,9 @@ class Run:
         keep = -1
         if getattr(current, "run", None) is self:
             keep = current.idx
+        if self.observers and not self.closed:
+            events.event(self.observers, -1, "cancelled", {
+                "reason": reason or "cancelled", "by": self.names[keep] if keep >= 0 else None})
         self.close(_CANCELLED, reason or "cancelled", keep)
 
     def close(self, state: ResultState, reason: str | None, keep: int = -1,
@@ -1155,12 +1246,13 @@ class Run:
             for i, c in enumerate(code):
                 if c == TERMINAL and not claimed[i]:
                     st = results[i].state
-                    if (plan.has_success[i] if st is _SUCCESS or st is _DEGRADED
+                    if (plan.has_success[i] if st is _SUCCESS
                             else plan.has_fail[i] and st is not _SKIPPED):
                         claimed[i] = 1
                         self.owed.append(i)
             fan_futs: list[Future[Any]] = []
             victims = []
+            later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
             for i, wr in enumerate(results):
                 if wr.state is _DEFAULT and i != keep:
                     if state is _TIMEOUT:
@@ -1174,7 +1266,8 @@ class Run:
                         # reported abandoned with the run's own loops, after the lock
                         wr.result, fan_running = fan.abort()
                         fan_futs.extend(fan_running)
-                    self.fail(i, exc, state, now)
+                    if not (plan.any_policy and guards.defer_close(self, i, state, later)):
+                        self.fail(i, exc, state, now)
                     self.move(i, SETTLED)
                     victims.append(i)
                     if plan.has_fail[i] and not claimed[i]:
@@ -1193,20 +1286,28 @@ class Run:
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
         if on_timer:
-            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep)
+            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep,
+                      later)
         else:
-            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep)
+            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
 
     def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
-                   futs: list[Future[Any]], victims: list[int], wait_keep: bool) -> None:
+                   futs: list[Future[Any]], victims: list[int], wait_keep: bool,
+                   later: list[int] | None = None) -> None:
         """Outside the lock: cancel and abandon work, run owed hooks, finish."""
         for t in timers:
             t.cancel()
         self.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
         for f in futs:
             f.cancel()
+        if self.guards:
+            guards.release(self, victims)
+        if later:
+            guards.close_stand_ins(self, later)
         for i in victims:
             self.log_outcome(i)
+            if self.node_observers:
+                events.node_settled(self.node_observers, i)
         self.run_owed()
         if not wait_keep:
             self.finish()
@@ -1238,11 +1339,13 @@ class Run:
         for t in timers:
             t.cancel()
         detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
-                                               self.plan.index, self.results))
+                                               self.plan.index, self.results, self.flow_name))
         elapsed = _monotonic() - self.t0
         result = FlowResult(self, elapsed)
         if self.debug:
             self.log.debug("flow finished in {:.6f}s", elapsed)  # noqa: PLE1205 - loguru formats with {}
+        if self.observers:
+            events.run_ended(self.observers, result)
         inbox = self.inbox
         if inbox is not None:
             self.flow_result = result
@@ -1303,6 +1406,9 @@ class Run:
                     self.move(i, RUNNING)
                     batch.append(i)
             self.nslow = 0
+        if self.ranks is not None:
+            ranks = self.ranks
+            batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
         return batch
 
     def fan_out_here(self, i: int, thread: str) -> None:
@@ -1331,13 +1437,15 @@ class Run:
 class FinishedRun:
     """What a context keeps of a finished run (no reference back to the run)."""
 
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "index", "results")
+    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
 
     finished = True
 
     def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]]) -> None:
+                 index: dict[str, int], results: list[WorkResult[Any]],
+                 flow_name: str = "") -> None:
         self.flow_id = flow_id
+        self.flow_name = flow_name
         self.deadline = deadline
         self.cancel_reason = cancel_reason
         self.index = index
