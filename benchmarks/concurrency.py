@@ -150,7 +150,7 @@ def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]
     wall = time.perf_counter() - t0
     after = gc.get_stats()
     samples = sorted(x for lat in latencies for x in lat)
-    collections = [a["collections"] - b["collections"] for a, b in zip(after, before)]
+    collections = [a["collections"] - b["collections"] for a, b in zip(after, before, strict=True)]
     return {
         "flows": len(samples),
         "failed": sum(failures),

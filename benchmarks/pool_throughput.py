@@ -50,7 +50,7 @@ def round_trips_us(executors: list[Executor], n: int, block: int = 50) -> list[f
     samples: list[list[float]] = [[] for _ in executors]
     clock = time.perf_counter
     for _ in range(max(1, n // block)):
-        for ex, out in zip(executors, samples):
+        for ex, out in zip(executors, samples, strict=True):
             for _ in range(block):
                 t0 = clock()
                 ex.submit(noop).result()
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         restore = pin_to_one_cpu(tight) if args.pin else None
         for r in range(args.rounds):
             pair = [base, "ThreadPool"] if r % 2 == 0 else ["ThreadPool", base]
-            for name, us in zip(pair, round_trips_us([tight[n] for n in pair], args.round_trips)):
+            for name, us in zip(pair, round_trips_us([tight[n] for n in pair], args.round_trips), strict=True):
                 rt[name].append(us)
             ratios["round trip"].append(rt["ThreadPool"][-1] / rt[base][-1])
         if restore is not None:

@@ -140,7 +140,7 @@ def main() -> None:
                 (run_fed, max(5, calls // 4)),
             ], repeat)
             run_us, rec_us, bare_us, html_us, fed_us = (
-                statistics.median(col) for col in zip(*rows))
+                statistics.median(col) for col in zip(*rows, strict=True))
             rec_ratio = statistics.median(r[1] / r[0] for r in rows)
             bare_ratio = statistics.median(r[2] / r[0] for r in rows)
             fed_ratio = statistics.median(r[4] / r[0] for r in rows)

@@ -226,7 +226,7 @@ def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
     for row in rows:
         # text columns left-aligned, times right-aligned
         cells = [
-            _pad(cell, width, right=i >= 3) for i, (cell, width) in enumerate(zip(row, widths))
+            _pad(cell, width, right=i >= 3) for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))

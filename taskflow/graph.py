@@ -104,7 +104,7 @@ class Plan:
         # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
         self.stateless = tuple(
             type(n).task is FunctionNode.task and not (b or s or f)
-            for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail)
+            for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail, strict=True)
         )
         # nodes that schedule sub-work themselves (taskflow.fanout)
         self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
@@ -149,7 +149,7 @@ def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
     """The validated plan of the graph connected to ``tops`` (cached until rewired)."""
     cached: Plan | None = tops[0].__dict__.get("_plan_cache") if tops else None
     if cached is not None and not cached.stale and len(cached.tops) == len(tops) and all(
-        a is b for a, b in zip(cached.tops, tops)
+        a is b for a, b in zip(cached.tops, tops, strict=True)
     ):
         return cached
     nodes = _discover(tops)
@@ -186,9 +186,9 @@ def select_targets(plan: Plan, targets: object) -> Plan:
     if all(keep):
         sub = plan
     else:
-        nodes = [n for n, k in zip(plan.nodes, keep) if k]  # plan order: still topological
-        sub = Plan(plan.tops, nodes, frozenset(id(n) for n, k in zip(plan.nodes, keep) if not k))
-        sub.est = [e for e, k in zip(plan.est, keep) if k]
+        nodes = [n for n, k in zip(plan.nodes, keep, strict=True) if k]  # plan order: still topological
+        sub = Plan(plan.tops, nodes, frozenset(id(n) for n, k in zip(plan.nodes, keep, strict=True) if not k))
+        sub.est = [e for e, k in zip(plan.est, keep, strict=True) if k]
     if len(plan.subsets) >= SUBSET_CACHE:
         plan.subsets.clear()
     plan.subsets[key] = sub

@@ -164,7 +164,7 @@ class _TimedWorkItem(_cft._WorkItem[Any]):
             st.record_failure(self.submitted_at, start)
             self.future.set_exception(exc)
             # break the cycle frame -> self -> future -> exc -> frame, as the stdlib does
-            self = None  # type: ignore[assignment]  # noqa: PLW0642
+            self = None  # type: ignore[assignment]
         else:
             run = _monotonic() - start
             i = st.samples & _MASK

@@ -284,7 +284,7 @@ class TaskSpec(_Model):
     def _fathers(cls, value: Any) -> Any:
         if not isinstance(value, list):
             # pydantic reports a ValueError as this field's error (a TypeError would escape)
-            raise ValueError(f"fathers must be a list of task names, got {_short(value)}")  # noqa: TRY004
+            raise ValueError(f"fathers must be a list of task names, got {_short(value)}")
         return [{"name": v} if isinstance(v, str) else v for v in value]
 
     @field_validator("join", mode="before")
@@ -467,7 +467,7 @@ def _import(path: str, base_dir: str | None,
             raise ValueError(f"callable {path!r} is not allowed: {part!r} is a module "
                              "(name the module itself before the ':')")
     if not callable(obj):
-        raise ValueError(f"{path!r} is not callable: {_short(obj)}")  # noqa: TRY004 - a reason
+        raise ValueError(f"{path!r} is not callable: {_short(obj)}")
     if prefixes is not None and (inspect.isroutine(obj) or isinstance(obj, type)):
         # a function or class says where it was defined; a callable object made in the module
         # (a functools.partial, an instance with __call__) is the module's own

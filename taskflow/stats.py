@@ -559,7 +559,7 @@ class FlowStats:
             lines = families.setdefault(family, [])
             metric = f"{prefix}_{family}"
             cumulative = 0
-            for bound, c in zip((*self.buckets, float("inf")), counts):
+            for bound, c in zip((*self.buckets, float("inf")), counts, strict=True):
                 cumulative += c
                 le = "+Inf" if bound == float("inf") else _num(bound)
                 lines.append(f"{metric}_bucket{_labels({**labels, 'le': le})} {cumulative}")
@@ -672,7 +672,7 @@ class PrometheusCollector:
                 fam = hists[family] = HistogramMetricFamily(
                     f"{self.prefix}_{family}", help_text, labels=list(labels))
             cumulative = list(itertools.accumulate(counts))
-            fam.add_metric(list(labels.values()), list(zip(bounds, cumulative)), total)
+            fam.add_metric(list(labels.values()), list(zip(bounds, cumulative, strict=True)), total)
         counters: dict[str, CounterMetricFamily] = {}
         for family, help_text, labels, value in self.stats._counters():
             cfam = counters.get(family)

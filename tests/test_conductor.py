@@ -126,7 +126,7 @@ def test_tasks_run_in_sequence_each_reading_the_previous_output(pool: ThreadPool
         return {"trail": task_input.get("trail", "") + task_input["me"]}
 
     tasks = [simple("a", "step", inputParameters={"me": "a"})]
-    for prev, ref in zip("abc", "bcd"):
+    for prev, ref in zip("abc", "bcd", strict=True):
         tasks.append(simple(ref, "step", inputParameters={"me": ref,
                                                            "trail": f"${{{prev}.output.trail}}"}))
     result = conductor.load({"tasks": tasks}, {"step": step}).start(executor=pool)

@@ -180,7 +180,7 @@ def test_retry_logic_waits_as_conductor_defines_it(pool: ThreadPoolExecutor, log
         "backoffScaleFactor": 2})]}, {"flaky": flaky(log, succeed_on=3)})
     run = wf.run(executor=pool, timeout=LONG)
     assert run.status == "COMPLETED" and run.result.outputs["t"] == {"attempts": 3}
-    for gap, expected in zip(attempts_of(log), expected_gaps):
+    for gap, expected in zip(attempts_of(log), expected_gaps, strict=True):
         assert gap >= expected * 0.95  # at least the documented delay (the machine is busy)
 
 

@@ -206,7 +206,7 @@ def test_every_failure_is_recorded_and_the_earliest_original_is_raised(make_exec
     errors = {name: ValueError(name) for name in ("f1", "f2", "f3")}
     nodes = [FunctionNode(raiser(exc), name=name) for name, exc in errors.items()]
     sons = [FunctionNode(lambda c, p: None, name=f"son{i}") for i in range(3)]
-    for n, s in zip(nodes, sons):
+    for n, s in zip(nodes, sons, strict=True):
         n >> s
 
     result = TaskScheduling.start(nodes, executor=make_executor(3), timeout=LONG)

@@ -128,7 +128,7 @@ def oracle(specs):
                 edges.append("ok" if kind == "ok" else "fail")
         n, ok = len(edges), edges.count("ok")
         required_failed = any(e == "fail" and i not in s["optional"]
-                              for e, i in zip(edges, s["fathers"]))
+                              for e, i in zip(edges, s["fathers"], strict=True))
         if n and edges.count("skip") == n:
             out.append(("skip", 0, None))
             continue

@@ -283,7 +283,7 @@ def test_readme_section_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> N
     assert code is not None
     taskflow.stats.STATS.reset()
     try:
-        exec(compile(code.group(1), "README: Seeing what happened", "exec"), {})  # noqa: S102
+        exec(compile(code.group(1), "README: Seeing what happened", "exec"), {})
     finally:
         taskflow.stats.disable()
         taskflow.stats.STATS.reset()

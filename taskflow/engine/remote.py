@@ -56,7 +56,8 @@ def preflight_pickle(pickler: Any, executor_name: str, name: str,
                      args: tuple[Any, ...]) -> BaseException | None:
     """A TypeError naming the node and the field of ``args`` that cannot travel, or None."""
     # the param first: it also rides inside the node, and the message should name it
-    checks = sorted(zip(_FIELDS, args), key=lambda fv: fv[0] != "param")
+    # args has more fields than _FIELDS (budget, flow id, ...): only these four can fail to pickle
+    checks = sorted(zip(_FIELDS, args, strict=False), key=lambda fv: fv[0] != "param")
     for field, value in checks:
         try:
             pickler.dumps(value)
