@@ -127,15 +127,34 @@ def timed(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def ancestors(graph: Graph, targets: list[str]) -> Graph:
+    """The part of ``graph`` that ``targets`` need (themselves and their ancestors)."""
+    keep: set[str] = set()
+    stack = list(targets)
+    while stack:
+        name = stack.pop()
+        if name not in keep:
+            keep.add(name)
+            stack.extend(graph[name])
+    return {name: fathers for name, fathers in graph.items() if name in keep}
+
+
 def overhead_table(repeat: int, workers: int = 8) -> list[tuple[str, int, float, float]]:
     rows = []
+    big = layers()
+    last = [f"l9_{w}" for w in range(0, 100, 10)]  # ten nodes of the last layer
     with ThreadPoolExecutor(workers) as ex:
-        for label, graph in (("fan-out 1->1000->1", fan()), ("chain 1000", chain()),
-                             ("layers 10x100 (<=3 fathers)", layers())):
+        for label, graph, targets in (
+                ("fan-out 1->1000->1", fan(), None), ("chain 1000", chain(), None),
+                ("layers 10x100 (<=3 fathers)", big, None),
+                ("layers, 10 targets (ancestors)", big, last)):
             tops = build(graph)
+            if targets is not None:
+                graph = ancestors(graph, targets)  # what both sides run
 
-            def run_tf(tops: list[SchedulingNode[Any, Any]] = tops) -> None:
-                r = TaskScheduling.start(tops, executor=ex)
+            def run_tf(tops: list[SchedulingNode[Any, Any]] = tops,
+                       targets: list[str] | None = targets) -> None:
+                r = TaskScheduling.start(tops, executor=ex, targets=targets)
                 assert r.ok
 
             def run_hw(graph: Graph = graph) -> None:

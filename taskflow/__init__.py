@@ -33,7 +33,7 @@ from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTime
 from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.joins import Join
 from taskflow.node import FunctionNode, NodeState, SchedulingNode
-from taskflow.result import FlowResult, ResultState, WorkResult
+from taskflow.result import FlowResult, FlowStatus, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
 from taskflow.switch import SwitchNode, UnknownCaseError
 
@@ -101,6 +101,7 @@ __all__ = [
     "FlowReport",
     "FlowResult",
     "FlowSpec",
+    "FlowStatus",
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",

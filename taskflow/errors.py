@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import CancelledError
 
@@ -18,6 +19,7 @@ __all__ = [
     "ResultNotAvailableError",
     "TaskflowError",
     "UpstreamFailedError",
+    "traceback_text",
 ]
 
 
@@ -133,3 +135,15 @@ class RemoteTaskError(TaskflowError, RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (RemoteTaskError, (self.type_name, self.message, self.traceback_text))
+
+
+def traceback_text(exc: BaseException) -> str:
+    """``exc`` with its traceback, as text: how taskflow logs an error raised in user code (a
+    hook, a callback).
+
+    Not as the log record's exception (``logger.opt(exception=True)``): a loguru sink with
+    ``diagnose=True`` (loguru's default) prints the values of the variables on every line of a
+    record's traceback, and user frames hold context entries and tokens. Text keeps the
+    traceback's lines and messages only. Errors in taskflow's own code keep full records.
+    """
+    return "".join(traceback.format_exception(exc))

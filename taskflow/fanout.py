@@ -184,7 +184,6 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
     """
 
     node_kind: ClassVar[NodeKind] = NodeKind.FANOUT
-    _fans_out: ClassVar[bool] = True  # read by taskflow.viz
     max_concurrency: int
     item_timeout: float | None
     policy: str | float

@@ -5,6 +5,10 @@
 cycles via ``graphlib``, join parameters) and returns a :class:`Plan`: flat tuples indexed by node
 number that the engine reads without locks. Plans are cached on the first top node and marked
 stale when any node in them is rewired or has an option changed.
+
+``select_targets(plan, targets)`` narrows a plan to the targets and their ancestors (what
+``start(..., targets=...)`` runs, as dask's ``get(keys)``): the narrowed plan is cached on the
+full plan, keyed by the targets' indices, so it goes stale with it.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from taskflow import joins
 from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
 from taskflow.node import FunctionNode, NodeKind, SchedulingNode
 
-__all__ = ["Plan", "as_top_nodes", "compile_plan"]
+__all__ = ["Plan", "as_top_nodes", "compile_plan", "select_targets"]
+
+# narrowed plans kept per full plan (``select_targets``); the cache starts afresh when full
+SUBSET_CACHE = 64
 
 
 class Plan:
-    """An immutable, validated graph. Node ``i`` is ``nodes[i]``; edges are index tuples."""
+    """An immutable, validated graph. Node ``i`` is ``nodes[i]``; edges are index tuples.
+
+    A narrowed plan (``select_targets``) holds some nodes of a connected graph, closed under
+    fathers: ``pruned`` has the ids of the connected nodes it leaves out (sons edges to them
+    are dropped), and ``subsets`` of a full plan caches its narrowed plans.
+    """
 
     __slots__ = (
         "__weakref__",
@@ -43,6 +55,7 @@ class Plan:
         "nodes",
         "optional",
         "pos",
+        "pruned",
         "retries",
         "roots",
         "routes",
@@ -50,20 +63,24 @@ class Plan:
         "sons",
         "stale",
         "stateless",
+        "subsets",
         "timeout",
         "tops",
     )
 
     def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
-                 nodes: list[SchedulingNode[Any, Any]]) -> None:
+                 nodes: list[SchedulingNode[Any, Any]],
+                 pruned: frozenset[int] = frozenset()) -> None:
         self.stale = False
         self.tops = tops
+        self.pruned = pruned
+        self.subsets: dict[tuple[int, ...], Plan] = {}
         self.nodes = tuple(nodes)
         self.pos = pos = {id(n): i for i, n in enumerate(nodes)}
         self.names = tuple(n.name for n in nodes)
         self.index = {name: i for i, name in enumerate(self.names)}
         self.fathers = tuple(tuple(pos[id(f)] for f in n._fathers) for n in nodes)
-        self.sons = tuple(tuple(pos[id(s)] for s in n._sons) for n in nodes)
+        self.sons = tuple(tuple(pos[id(s)] for s in n._sons if id(s) in pos) for n in nodes)
         self.optional = tuple(
             frozenset(pos[id(f)] for f in n._fathers if id(f) in n._optional) for n in nodes
         )
@@ -137,6 +154,71 @@ def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
     if tops:
         tops[0].__dict__["_plan_cache"] = plan
     return plan
+
+
+def select_targets(plan: Plan, targets: object) -> Plan:
+    """The plan of ``targets`` and their ancestors in ``plan`` (cached on ``plan``).
+
+    ``targets`` is a node, a node name, or an iterable of them; each must be in ``plan``.
+
+    Raises:
+        FlowDefinitionError: a target is not in the graph (named), or ``targets`` is empty.
+        InvalidNodeError: a target is neither a node nor a name.
+    """
+    key = _target_indices(plan, targets)
+    cached = plan.subsets.get(key)
+    if cached is not None:
+        return cached
+    keep = bytearray(len(plan.nodes))
+    stack = list(key)
+    fathers = plan.fathers
+    while stack:
+        i = stack.pop()
+        if not keep[i]:
+            keep[i] = 1
+            stack.extend(fathers[i])
+    if all(keep):
+        sub = plan
+    else:
+        nodes = [n for n, k in zip(plan.nodes, keep) if k]  # plan order: still topological
+        sub = Plan(plan.tops, nodes, frozenset(id(n) for n, k in zip(plan.nodes, keep) if not k))
+        sub.est = [e for e, k in zip(plan.est, keep) if k]
+    if len(plan.subsets) >= SUBSET_CACHE:
+        plan.subsets.clear()
+    plan.subsets[key] = sub
+    return sub
+
+
+def _target_indices(plan: Plan, targets: object) -> tuple[int, ...]:
+    """The sorted indices of ``targets`` in ``plan``, naming any culprit."""
+    if isinstance(targets, (SchedulingNode, str)):
+        targets = (targets,)
+    elif isinstance(targets, (bytes, dict)) or not isinstance(targets, Iterable):
+        raise InvalidNodeError(
+            f"targets must be a node, a node name or an iterable of them, got {type(targets).__name__}"
+        )
+    found: set[int] = set()
+    where = "the graph connected to the nodes given"
+    for k, t in enumerate(targets):
+        if isinstance(t, SchedulingNode):
+            i = plan.pos.get(id(t))
+            if i is None or plan.nodes[i] is not t:
+                name = t.__dict__.get("name", "?")
+                other = " (a different node has that name)" if name in plan.index else ""
+                raise FlowDefinitionError(f"target {name!r} is not in {where}{other}")
+        elif isinstance(t, str):
+            j = plan.index.get(t)
+            if j is None:
+                raise FlowDefinitionError(f"target {t!r} names no node in {where}")
+            i = j
+        else:
+            raise InvalidNodeError(
+                f"targets[{k}] is {t!r} ({type(t).__name__}), not a node or a node name"
+            )
+        found.add(i)
+    if not found:
+        raise FlowDefinitionError("targets is empty; pass targets=None to run the whole graph")
+    return tuple(sorted(found))
 
 
 def _discover(tops: tuple[SchedulingNode[Any, Any], ...]) -> list[SchedulingNode[Any, Any]]:

@@ -10,8 +10,8 @@ escaped into markup still could not run). It shows
   their fathers (one barycentre pass, enough for the DAGs a request fans out to);
 * the Gantt chart as inline SVG: per node a pale bar for the queue wait and a bar for the run,
   the run's critical path outlined;
-* a table of every node: state, attempts, times, thread, error and (unless ``show_values=False``)
-  result;
+* a table of every node: state, attempts, times, thread, error (and the error of a hook that
+  raised) and (unless ``show_values=False``) result;
 * the run's context, only with ``show_context=True``.
 
 Hovering a node or a bar shows its timings and error (SVG ``<title>``); clicking it jumps to its
@@ -127,9 +127,15 @@ class _Row:
 
 def _rows(result: FlowResult) -> list[_Row]:
     rows = []
+    hook_errors = getattr(result, "hook_errors", {})
     for i, (name, node) in enumerate(result.items()):
         fathers = [f.name for f in node.father_handler if f.name in result]
-        rows.append(_Row(i, name, node.work_result, fathers))
+        row = _Row(i, name, node.work_result, fathers)
+        hook = hook_errors.get(name)
+        if hook is not None:  # a hook that raised did not change the state: say so anyway
+            text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
+            row.error = text if row.error is None else f"{row.error}\n{text}"
+        rows.append(row)
     return rows
 
 
@@ -393,8 +399,8 @@ def render_html(
         show_values: Show each node's result (its ``repr``, cut to 500 characters).
         show_context: Show the run's context entries. They often hold the request (cookies,
             tokens), so they are left out unless asked for.
-        context: The context to show with ``show_context=True`` (default: the result's
-            ``context`` attribute, when it has one). Ignored without ``show_context``.
+        context: The context to show with ``show_context=True`` (default: the run's own,
+            ``result.context``). Ignored without ``show_context``.
         flow: The flow's name, shown in the header (default: the result's ``flow_name``, if
             any).
         max_nodes: Above this many nodes the two charts are left out (the table stays).

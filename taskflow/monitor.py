@@ -42,6 +42,7 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field
 
+from taskflow.errors import traceback_text
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
 from taskflow.prometheus import render_prometheus
@@ -904,8 +905,10 @@ class PoolMonitor:
             if self._on_alarm is not None:
                 try:
                     self._on_alarm(alarm)
-                except Exception:  # noqa: BLE001 - user callback: logged, never fatal
-                    logger.exception("pool monitor {!r}: on_alarm callback raised", self._name)
+                except Exception as exc:  # noqa: BLE001 - user callback: logged, never fatal
+                    # as text: a diagnose=True sink would print the callback's variables
+                    logger.error("pool monitor {!r}: on_alarm callback raised\n{}", self._name,
+                                 traceback_text(exc))
         return snap
 
     def _evaluate(

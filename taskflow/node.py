@@ -146,6 +146,10 @@ class SchedulingNode(Generic[T, V]):
     node_kind: ClassVar[NodeKind] = NodeKind.TASK
     """How the engine runs this class's nodes (see :class:`NodeKind`)."""
 
+    draw_as: ClassVar[str | None] = None
+    """How diagrams (Mermaid, DOT) draw this class's nodes: ``"task"``, ``"switch"``,
+    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from :attr:`node_kind`."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # classes written before NodeKind declared their kind with a class flag

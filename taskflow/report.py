@@ -1,16 +1,48 @@
-"""The pydantic report models of a run (``FlowResult.report()``), imported on first use."""
+"""The pydantic report models of a run (``FlowResult.report()``), imported on first use.
+
+Values in a report (node results, and context entries when asked for) follow one rule: a value
+JSON can carry stays a value, in the field named for it (``result``, ``context``); any other
+value is left out of that field and its ``repr``, cut to 200 characters, goes in the field of
+the same name ending in ``_repr`` (``result_repr``, ``context_repr``). JSON can carry ``None``,
+``bool``, ``int``, finite ``float``, ``str``, and ``list``/``tuple`` and ``dict`` with ``str``
+keys made of those, nested up to 100 levels (subclasses count as their base type: an
+``IntEnum`` is its number, a tuple becomes a list). One value is never split: a list holding
+one object JSON cannot carry is reported whole as its ``repr``.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
-__all__ = ["FlowReport", "NodeReport", "short"]
+__all__ = ["FlowReport", "HookErrorReport", "NodeReport", "json_value", "short"]
+
+# how deep a value may nest and still be carried as JSON
+MAX_DEPTH = 100
+
+
+class HookErrorReport(BaseModel):
+    """A hook of the node raised (it did not change the node's outcome)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hook: str
+    """``on_begin``, ``on_success`` or ``on_fail``."""
+    type: str
+    """The exception's class name."""
+    message: str
+    """``str()`` of the exception."""
 
 
 class NodeReport(BaseModel):
-    """One node of a run, JSON-ready. Times are seconds since the run started."""
+    """One node of a run, JSON-ready. Times are seconds since the run started.
+
+    ``result`` is the node's value when JSON can carry it, else None with its ``repr`` in
+    ``result_repr`` (see the module docstring); ``result_repr`` is None whenever ``result``
+    holds the value.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -24,14 +56,21 @@ class NodeReport(BaseModel):
     duration: float | None
     thread: str | None
     fathers: list[str]
-    result: str | None
+    result: JsonValue = None
+    result_repr: str | None = None
     error_type: str | None
     error: str | None
     cause: str | None
+    hook_error: HookErrorReport | None = None
 
 
 class FlowReport(BaseModel):
-    """One run, JSON-ready (``model_dump_json()``)."""
+    """One run, JSON-ready (``model_dump_json()``).
+
+    ``context`` and ``context_repr`` are None unless the report was made with
+    ``show_context=True``; then ``context`` holds the entries JSON can carry and
+    ``context_repr`` the ``repr`` of the others.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -45,11 +84,55 @@ class FlowReport(BaseModel):
     cancelled: str | None
     counts: dict[str, int]
     nodes: list[NodeReport]
+    context: dict[str, JsonValue] | None = None
+    context_repr: dict[str, str] | None = None
 
 
 def short(value: Any, limit: int = 200) -> str | None:
-    """``repr(value)``, cut to ``limit`` characters (None stays None)."""
+    """``repr(value)``, cut to ``limit`` characters (None stays None; a ``repr`` that raises
+    is named, never propagated)."""
     if value is None:
         return None
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception as exc:  # noqa: BLE001 - a user __repr__ must not break a report
+        text = f"<{type(value).__name__} object; repr raised {type(exc).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _NotJson(Exception):
+    """Raised inside :func:`json_value` for a value JSON cannot carry."""
+
+
+def json_value(value: Any) -> tuple[JsonValue, str | None]:
+    """``(value as plain JSON data, None)`` when JSON can carry ``value``, else
+    ``(None, its repr cut to 200 characters)`` (the rule of the module docstring)."""
+    try:
+        return _plain(value, 0), None
+    except _NotJson:
+        return None, short(value)
+
+
+def _plain(value: Any, depth: int) -> JsonValue:
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJson
+        return float(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if depth >= MAX_DEPTH:
+        raise _NotJson
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        out: dict[str, JsonValue] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _NotJson
+            out[str.__str__(k)] = _plain(v, depth + 1)
+        return out
+    raise _NotJson

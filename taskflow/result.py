@@ -10,12 +10,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from taskflow.report import FlowReport
 
-__all__ = ["FlowResult", "FlowStatus", "ResultState", "RunRecord", "WorkResult"]
+__all__ = ["FlowResult", "FlowStatus", "HookError", "ResultState", "RunRecord", "WorkResult"]
 
 V = TypeVar("V")
 
@@ -49,6 +50,15 @@ class FlowStatus(enum.Enum):
     """``ctx.cancel`` ended the run."""
 
 
+class HookError(NamedTuple):
+    """A hook of a node raised (``FlowResult.hook_errors``); the node's outcome is unchanged."""
+
+    hook: str
+    """Which hook: ``"on_begin"``, ``"on_success"`` or ``"on_fail"``."""
+    exception: BaseException
+    """What it raised."""
+
+
 class WorkResult(Generic[V]):
     """One node's outcome in one run.
 
@@ -61,6 +71,9 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
+
+    A hook that raised is not here (hooks never change a node's outcome): see
+    ``FlowResult.hook_errors``.
     """
 
     __slots__ = (
@@ -111,6 +124,10 @@ class RunRecord(Protocol):
     expired: bool
     names: tuple[str, ...]
     results: list[WorkResult[Any]]
+    data: dict[str, Any]
+    """The run's own context entries (its TaskContext's, kept when the context is reused)."""
+    hook_errors: dict[int, HookError]
+    """Node index -> the first error a hook of that node raised."""
 
     def node(self, i: int) -> Any:
         """This run's copy of node ``i``."""
@@ -206,6 +223,29 @@ class FlowResult(Mapping[str, Any]):
                 if wr.state is ResultState.DEGRADED}
 
     @property
+    def hook_errors(self) -> dict[str, HookError]:
+        """name -> :class:`HookError` of each node one of whose hooks raised (the first such
+        error of the node in this run).
+
+        Hooks never change a node's outcome: this is where their failures show without logging
+        (also in ``report()`` and ``to_html()``). A hook still running when the run returned
+        (a slow hook at the deadline, past a short grace) is only logged.
+        """
+        names = self._run.names
+        return {names[i]: err for i, err in sorted(self._run.hook_errors.items())}
+
+    @property
+    def context(self) -> Mapping[str, Any]:
+        """A read-only view of the run's context entries (its ``TaskContext``'s).
+
+        The entries this run left, whatever later runs of the same context write: a reused
+        context starts each run with a copy. Reports and pages leave them out unless asked
+        (``report(show_context=True)``, ``to_html(show_context=True)``): they often hold the
+        request.
+        """
+        return MappingProxyType(self._run.data)
+
+    @property
     def cancelled(self) -> str | None:
         """The reason given to ``ctx.cancel`` if the run was cancelled, else None."""
         return self._run.cancel_reason
@@ -287,9 +327,19 @@ class FlowResult(Mapping[str, Any]):
             raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
         raise FlowFailedError(failed)
 
-    def report(self) -> FlowReport:
-        """A JSON-ready pydantic model of the run (``.model_dump_json()``)."""
-        from taskflow.report import FlowReport, NodeReport, short
+    def report(self, *, show_context: bool = False) -> FlowReport:
+        """A JSON-ready pydantic model of the run (``.model_dump_json()``).
+
+        Node results are JSON values where JSON can carry them (``result``), else their
+        ``repr`` (``result_repr``); see :class:`~taskflow.report.NodeReport`. A hook that raised
+        is in the node's ``hook_error``.
+
+        Args:
+            show_context: include the run's context entries (``context``, and
+                ``context_repr`` for values JSON cannot carry). Off by default: contexts often
+                hold the request (cookies, tokens).
+        """
+        from taskflow.report import FlowReport, HookErrorReport, NodeReport, json_value
 
         run = self._run
         t0 = run.t0
@@ -300,10 +350,13 @@ class FlowResult(Mapping[str, Any]):
 
         nodes = []
         counts: dict[str, int] = {}
+        hook_errors = run.hook_errors
         for i, wr in enumerate(run.results):
             counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
             exc = wr.exception
             cause = exc.__cause__ if exc is not None else None
+            value, value_repr = json_value(wr.result)
+            hook = hook_errors.get(i)
             nodes.append(
                 NodeReport(
                     name=names[i],
@@ -316,12 +369,26 @@ class FlowResult(Mapping[str, Any]):
                     duration=None if wr.duration is None else round(wr.duration, 6),
                     thread=wr.thread,
                     fathers=[names[f] for f in run.fathers_of(i)],
-                    result=short(wr.result),
+                    result=value,
+                    result_repr=value_repr,
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    hook_error=None if hook is None else HookErrorReport(
+                        hook=hook.hook, type=type(hook.exception).__name__,
+                        message=str(hook.exception)),
                 )
             )
+        context: dict[str, Any] | None = None
+        context_repr: dict[str, str] | None = None
+        if show_context:
+            context, context_repr = {}, {}
+            for key, entry in list(run.data.items()):
+                value, value_repr = json_value(entry)
+                if value_repr is None:
+                    context[str(key)] = value
+                else:
+                    context_repr[str(key)] = value_repr
         return FlowReport(
             flow_id=self.flow_id,
             flow=self.flow_name,
@@ -332,6 +399,8 @@ class FlowResult(Mapping[str, Any]):
             cancelled=run.cancel_reason,
             counts=counts,
             nodes=nodes,
+            context=context,
+            context_repr=context_repr,
         )
 
     def to_mermaid(self) -> str:

@@ -11,7 +11,7 @@ from taskflow.context import TaskContext, bind_context, current
 from taskflow.engine import executors
 from taskflow.engine.run import Run
 from taskflow.errors import FlowDefinitionError
-from taskflow.graph import as_top_nodes, compile_plan
+from taskflow.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.node import check_timeout
 from taskflow.result import FlowResult
 
@@ -30,7 +30,7 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None, name: Any = None) -> Run:
+             future: Future[FlowResult] | None, targets: Any = None, name: Any = None) -> Run:
     """Validate everything and build the run; nothing has been submitted when this raises."""
     if not isinstance(executor, Executor):
         raise TypeError(
@@ -49,6 +49,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     tops = as_top_nodes(nodes)
     flow_name = _flow_name(name, tops)
     plan = compile_plan(tops)
+    if targets is not None:
+        plan = select_targets(plan, targets)
     caps = executors.capabilities(executor)
     outer = getattr(current, "run", None)
     # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
@@ -65,17 +67,22 @@ class TaskScheduling:
 
     @staticmethod
     def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
-              context: TaskContext | None = None, name: str | None = None) -> FlowResult:
+              context: TaskContext | None = None, targets: Any = None,
+              name: str | None = None) -> FlowResult:
         """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
 
         Args:
             nodes: one node or an iterable of nodes; the whole connected graph is found by
-                following edges both ways.
+                following edges both ways (sons *and* fathers: a node shared with another
+                page brings that page's nodes in).
             executor: any ``concurrent.futures.Executor``; it is never shut down by taskflow.
             timeout: the run's budget in seconds (None or ``inf``: none). ``start`` returns by
                 then, always: unfinished nodes become TIMEOUT, queued work is cancelled, and
                 their ``on_fail`` hooks run in this thread before it returns.
             context: the run's TaskContext (a new one if None).
+            targets: run only these nodes and their ancestors (a node, a node name, or an
+                iterable of them; each must be in the graph). The result holds only those
+                nodes. None: run the whole connected graph.
             name: the flow's name, in logs, traces and statistics (``ctx.flow_name``,
                 ``result.flow_name``); default: the name of the first node in ``nodes``.
 
@@ -83,42 +90,45 @@ class TaskScheduling:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
 
         Raises:
-            FlowDefinitionError: invalid graph or options (cycle, duplicate name, ...).
-            TypeError: nodes, executor, timeout, context or name of the wrong type.
+            FlowDefinitionError: invalid graph or options (cycle, duplicate name, a target not
+                in the graph, ...).
+            TypeError: nodes, executor, timeout, context, targets or name of the wrong type.
             ValueError: negative or NaN timeout.
         """
-        run = _prepare(nodes, executor, timeout, context, None, name)
+        run = _prepare(nodes, executor, timeout, context, None, targets, name)
         run.begin()
         return run.wait()
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
-               context: TaskContext | None = None, name: str | None = None
-               ) -> Future[FlowResult]:
+               context: TaskContext | None = None, targets: Any = None,
+               name: str | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        The budget is enforced by taskflow's timer thread: at the deadline the future resolves
-        (with unfinished nodes TIMEOUT) and their ``on_fail`` hooks run on that thread.
-        Validation errors are raised here, before anything runs. Arguments as for ``start``.
+        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced by
+        taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
+        TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
+        here, before anything runs.
         """
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future, name)
+        run = _prepare(nodes, executor, timeout, context, future, targets, name)
         run.begin()
         return future
 
 
 async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
-                    context: TaskContext | None = None, name: str | None = None) -> FlowResult:
+                    context: TaskContext | None = None, targets: Any = None,
+                    name: str | None = None) -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
-    The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
-    taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
-    Arguments as for ``TaskScheduling.start``.
+    Arguments as ``TaskScheduling.start`` (``targets`` and ``name`` included). The event loop is never
+    blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer thread.
+    Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future, name)
+    run = _prepare(nodes, executor, timeout, context, future, targets, name)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

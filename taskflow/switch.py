@@ -4,7 +4,7 @@ A switch is an ordinary node whose ``task`` returns a *decision* (its result, ke
 report like any other). ``cases`` maps each decision to the node or nodes that start its branch,
 and ``default`` (optional) catches every other decision. The switch is wired at construction as
 the father of every case and default node. When the switch succeeds, the engine asks it which
-sons were chosen (:meth:`SwitchNode._choose`); every other case node is ``SKIPPED`` at once,
+sons were chosen (:meth:`SwitchNode.choose_sons`); every other case node is ``SKIPPED`` at once,
 whatever its other fathers do (a rejected order is never charged). Below it, joins ignore skipped
 fathers and a node whose fathers were all skipped is skipped itself, so an unchosen branch is
 skipped down to the first node that also hears from a branch that ran (a *merge* node), which
@@ -36,7 +36,7 @@ from typing import Any, ClassVar, TypeVar
 
 from taskflow.context import TaskContext
 from taskflow.errors import FlowDefinitionError, TaskflowError
-from taskflow.node import SchedulingNode
+from taskflow.node import NodeKind, SchedulingNode
 
 __all__ = ["SwitchNode", "UnknownCaseError"]
 
@@ -107,8 +107,8 @@ class SwitchNode(SchedulingNode[T, Any]):
             its own case.
     """
 
-    # the engine calls _choose(value) after task succeeds (see Plan.routes)
-    _routes_sons: ClassVar[bool] = True
+    # the engine calls choose_sons(value) after task succeeds (see Plan.routes)
+    node_kind: ClassVar[NodeKind] = NodeKind.SWITCH
 
     cases: Mapping[Hashable, Branch]
     default: Branch | None
@@ -169,7 +169,7 @@ class SwitchNode(SchedulingNode[T, Any]):
         node.__dict__["fn"] = fn
         return node
 
-    def _choose(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
+    def choose_sons(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
         """The definition sons chosen by decision ``value`` (called by the engine).
 
         Raises:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from taskflow.node import NodeKind
 from taskflow.result import ResultState
 
 if TYPE_CHECKING:
@@ -165,12 +166,13 @@ def _plan(nodes: Any) -> Plan:
 def _kind(node: Any) -> str:
     """How a node is drawn: task, switch, fanout, fork or join."""
     cls = type(node)
-    kind = getattr(cls, "_viz_kind", None)
+    kind = getattr(cls, "draw_as", None)
     if isinstance(kind, str) and kind in _MERMAID_SHAPES:
         return kind
-    if getattr(cls, "_routes_sons", False):
+    node_kind = getattr(cls, "node_kind", None)
+    if node_kind is NodeKind.SWITCH:
         return "switch"
-    if getattr(cls, "_fans_out", False):
+    if node_kind is NodeKind.FANOUT:
         return "fanout"
     try:
         from taskflow.forkjoin import ForkNode, JoinNode
@@ -189,7 +191,7 @@ def _case_text(value: object) -> str:
 
 def _case_labels(node: Any) -> dict[int, str]:
     """id(son) -> the case values (or "default") that route a switch to that son."""
-    if not getattr(type(node), "_routes_sons", False):
+    if getattr(type(node), "node_kind", None) is not NodeKind.SWITCH:
         return {}
     labels: dict[int, list[str]] = {}
     cases = getattr(node, "cases", None)

@@ -250,3 +250,35 @@ def test_future_protocol_of_a_loop_is_checked():
     exc = result.result_of("n").exception
     assert isinstance(exc, TypeError) and "NoneExecutor.submit returned NoneType" in str(exc)
     assert isinstance(Future(), Future)
+
+
+def test_node_kinds_are_declared_with_the_public_protocol() -> None:
+    """Classes say what they are with ``node_kind``/``choose_sons``/``draw_as``, not private flags
+    (only node.py keeps the mapping for user classes written before NodeKind)."""
+    import pathlib
+
+    import taskflow
+
+    root = pathlib.Path(taskflow.__file__).parent
+    offenders = [
+        f"{path.relative_to(root)}: {flag}"
+        for path in root.rglob("*.py") if path.name != "node.py"
+        for flag in ("_routes_sons", "_fans_out", "_viz_kind", "def _choose(")
+        if flag in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == []
+
+
+def test_draw_as_picks_the_diagram_shape() -> None:
+    from taskflow import FunctionNode
+    from taskflow.viz import to_dot
+
+    class Gate(FunctionNode):
+        draw_as = "join"
+
+    a = FunctionNode(lambda ctx, p: 1, name="a")
+    g = Gate(lambda ctx, p: 2, name="g")
+    a.set_son_handler(g)
+    dot = to_dot(a)
+    assert 'n1 [label="g", shape=invtrapezium];' in dot  # the join shape
+    assert 'n0 [label="a"];' in dot  # a task keeps the default shape

@@ -297,6 +297,23 @@ def test_on_alarm_errors_are_logged_and_ignored(
     assert sum("on_alarm callback raised" in line for line in log_lines) == 3
 
 
+def test_on_alarm_errors_are_logged_as_text_not_as_a_record_exception(
+    pool: ThreadPool, gate: threading.Event, taskflow_logs: list[dict[str, Any]]
+) -> None:
+    # a record's exception lets a diagnose=True sink print the callback's variables
+    saturate(pool, gate)
+
+    def broken(alarm: Alarm) -> None:
+        raise ValueError("callback broke")
+
+    PoolMonitor(pool, on_alarm=broken).sample()
+    records = [r for r in taskflow_logs if "on_alarm callback raised" in str(r["message"])]
+    assert len(records) == 3
+    for record in records:
+        assert record["exception"] is None
+        assert "ValueError: callback broke" in str(record["message"])
+
+
 # ---------------------------------------------------------------------- Prometheus
 _SAMPLE = re.compile(
     r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?P<labels>[a-zA-Z_]\w*="(?:[^"\\]|\\.)*"'

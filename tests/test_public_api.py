@@ -16,6 +16,7 @@ PUBLIC = [
     "FlowReport",
     "FlowResult",
     "FlowSpec",
+    "FlowStatus",
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",

@@ -28,8 +28,9 @@ def test_first_screen_gives_the_two_set_up_commands():
 
 def test_first_screen_warns_that_start_runs_everything_connected():
     first_screen = README[: README.index("## Installing")]
-    assert "`start` runs everything connected to the nodes you pass, in both directions" in (
-        " ".join(first_screen.split()))
+    text = " ".join(first_screen.replace("\n> ", "\n").split())  # a block quote, unquoted
+    assert "`start` runs everything connected to the nodes you pass, in both directions" in text
+    assert "use `targets=` to run only what they need" in text
 
 
 def test_readme_links_lead_to_files_and_headings_that_exist():

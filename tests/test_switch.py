@@ -93,7 +93,7 @@ def test_the_decision_is_the_switchs_recorded_result():
     result = run(switch, decision="b")
 
     assert result.outputs["route"] == "b"
-    assert {n.name: n.result for n in result.report().nodes}["route"] == "'b'"
+    assert {n.name: n.result for n in result.report().nodes}["route"] == "b"  # a JSON value
 
 
 def test_everything_only_an_unchosen_branch_feeds_is_skipped():

@@ -184,11 +184,6 @@ def test_to_html_shows_the_context_when_asked_and_given(
         assert f"Bearer {SECRET}" in page
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a hook that raises is logged with opt(exception=True): a sink with loguru's default "
-    "diagnose=True prints the values of the variables on the hook's failing line, here the "
-    "context's token; needs taskflow/engine.py to log hook failures with the traceback as text "
-    "(traceback.format_exception) instead of as the record's exception"))
 def test_hook_failures_leave_the_context_out_of_a_diagnosing_sink(
         pool: ThreadPoolExecutor) -> None:
     gen = _collect(diagnose=True)
@@ -203,20 +198,13 @@ def test_hook_failures_leave_the_context_out_of_a_diagnosing_sink(
     assert [r for r in seen if SECRET in r] == []
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "FlowResult.report() has no show_context parameter (API section 10 names it); "
-    "taskflow/result.py belongs to the engine restructure"))
 def test_report_shows_the_context_when_asked(
         runs: list[tuple[FlowResult, TaskContext]]) -> None:
     for result, _ in runs:
-        report = result.report(show_context=True)  # type: ignore[call-arg]
+        report = result.report(show_context=True)
         assert SECRET in report.model_dump_json()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FlowResult keeps no reference to its context, so to_html(show_context=True) without "
-    "context= (and the web app's make_app(show_context=True)) can only say 'this result carries "
-    "no context'; needs FlowResult.context in taskflow/result.py (engine)"))
 def test_to_html_and_the_web_app_show_the_runs_own_context_when_asked(
         runs: list[tuple[FlowResult, TaskContext]]) -> None:
     stats = FlowStats()

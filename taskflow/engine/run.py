@@ -65,6 +65,7 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``expired``: the budget closed the run. ``cancel_reason``: ``ctx.cancel``'s reason.
 ``keep``: the node that called ``ctx.cancel``; the run waits for it (-1: none).
 ``claimed[i]``: node ``i``'s outcome hook was taken by some thread (it runs at most once).
+``hook_errors[i]``: the first error a hook of node ``i`` raised (none written once finished).
 ``owed``: outcome hooks claimed by a closer and not started yet; whichever thread finishes the
   run first runs those left, so none is dropped and none starts after ``start`` returns.
 ``hooks_running``: hooks admitted and not returned (``hooks_idle`` is notified on change).
@@ -121,7 +122,6 @@ import math
 import os
 import threading
 import time
-import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -141,9 +141,10 @@ from taskflow.errors import (
     ResultNotAvailableError,
     TaskflowError,
     UpstreamFailedError,
+    traceback_text,
 )
 from taskflow.graph import Plan
-from taskflow.result import FlowResult, ResultState, WorkResult
+from taskflow.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = [
     "LEGAL_MOVES",
@@ -293,6 +294,7 @@ class Run:
         self.keep = -1
         self.cancel_reason: str | None = None
         self.claimed = bytearray(n)
+        self.hook_errors: dict[int, HookError] = {}
         self.owed: deque[int] = deque()
         self.hooks_running = 0
         self.hooks_idle = threading.Condition(self.lock)
@@ -678,7 +680,9 @@ class Run:
         """A switch returned ``value``: record which of its sons it chose (or raise)."""
         chosen = self.plan.nodes[i].choose_sons(value)
         if chosen is not None:
-            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen)
+            pruned = self.plan.pruned  # sons left out by start(..., targets=...) do not run
+            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen
+                                       if id(c) not in pruned)
 
     def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
         """Start node ``i``'s fan-out (``taskflow.fanout``) and give the loop its next node."""
@@ -1040,17 +1044,23 @@ class Run:
         self.call_hook(fn, i, attempt)
 
     def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
-        """Call an admitted hook (``hooks_running`` counts it); a raising hook is logged."""
+        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
+        ``hook_errors`` (the node's first, unless the run has finished) and logged with its
+        traceback as text, never as the record's exception: a ``diagnose=True`` sink would
+        print the hook's variables (context values, tokens)."""
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
         cur.run, cur.idx, cur.hooking = self, i, self
         try:
             fn(TaskSupport(self, i, attempt))
-        except BaseException:  # noqa: BLE001 - a hook never changes the flow
+        except BaseException as exc:  # noqa: BLE001 - a hook never changes the flow
             name = self.names[i]
-            self.log.bind(node=name).opt(exception=True).error(
-                "hook {} of node {} raised; ignored", getattr(fn, "__name__", "?"), name
-            )
+            hook = getattr(fn, "__name__", "?")
+            with self.lock:
+                if i not in self.hook_errors and not self.finished:
+                    self.hook_errors[i] = HookError(hook, exc)
+            self.log.bind(node=name).error(
+                "hook {} of node {} raised; ignored\n{}", hook, name, traceback_text(exc))
         finally:
             cur.run, cur.idx, cur.hooking = prev
             with self.lock:
@@ -1084,8 +1094,7 @@ class Run:
             # the frames' variables); a node failed fast has none
             trace = ""
             if exc is not None and exc.__traceback__ is not None:
-                trace = "\n" + "".join(traceback.format_exception(
-                    type(exc), exc, exc.__traceback__)).rstrip()
+                trace = "\n" + traceback_text(exc).rstrip()
             log.warning("node {} ended {}: {!r}{}", name, st.name, exc, trace)  # noqa: PLE1205 - loguru formats with {}
         elif st is _CANCELLED:
             log.info("node {} ended CANCELLED: {}", name, wr.exception)  # noqa: PLE1205 - loguru formats with {}

@@ -17,6 +17,8 @@ from typing import Any
 
 from loguru import logger
 
+from taskflow.errors import traceback_text
+
 __all__ = ["Callback", "run_callbacks"]
 
 Callback = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -43,7 +45,10 @@ def run_callbacks(calls: Iterable[Callback]) -> None:
             fn, args = pending.popleft()
             try:
                 fn(*args)
-            except Exception:  # noqa: BLE001 - one failing callback must not stop the others
-                logger.exception("taskflow: resilience callback {!r} raised", fn)
+            except Exception as exc:  # noqa: BLE001 - one failing callback must not stop the others
+                # as text: a diagnose=True sink would print the frames' variables (the values
+                # handed to waiters, a task run in place)
+                logger.error("taskflow: resilience callback {!r} raised\n{}", fn,
+                             traceback_text(exc))
     finally:
         _local.pending = None

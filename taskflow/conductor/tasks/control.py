@@ -20,7 +20,7 @@ TERMINATION_STATUSES = ("COMPLETED", "FAILED", "TERMINATED")
 class SetVariableTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``SET_VARIABLE``: merges its input into ``${workflow.variables}``; empty output."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         state.set_variables(ctx, task_input)
@@ -42,7 +42,7 @@ class TerminateTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     ``{"output": workflowOutput}``.
     """
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         status = task_input.get("terminationStatus")
@@ -123,7 +123,7 @@ class WaitTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     field waits for an external signal and needs a Conductor server: it is refused at load.
     """
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         duration, until = task_input.get("duration"), task_input.get("until")
@@ -148,7 +148,7 @@ class EventTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     "workflowInstanceId"}`` plus whatever mapping the sink returns.
     """
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
     sink: str
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:

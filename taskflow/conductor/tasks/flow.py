@@ -19,7 +19,7 @@ from taskflow.conductor.tasks.javascript import evaluate
 from taskflow.context import TaskContext
 from taskflow.errors import FlowDefinitionError, ResultNotAvailableError
 from taskflow.fanout import FanInResult, FanOutNode
-from taskflow.node import SchedulingNode
+from taskflow.node import NodeKind, SchedulingNode
 
 __all__ = ["DynamicForkTask", "DynamicTask", "ExclusiveJoinTask", "ForkTask", "JoinTask",
            "NoopTask", "SimpleTask", "SwitchTask", "TaskFn"]
@@ -36,7 +36,7 @@ def case_value(value: Any) -> str:
 class SimpleTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``SIMPLE``: calls the registry's callable with the resolved input."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
     fn: TaskFn | None
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ class SimpleTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
 class NoopTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``NOOP``: completes at once with an empty output."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         return {}
@@ -60,7 +60,7 @@ class NoopTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
 class DynamicTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``DYNAMIC``: runs the registry task named by its input ``dynamicTaskNameParam``."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
     name_param: str
     registry: Mapping[str, TaskFn] | None
 
@@ -79,7 +79,7 @@ class DynamicTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
 class ForkTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``FORK_JOIN``: a no-op whose sons are the branches' first tasks (no output)."""
 
-    _viz_kind: ClassVar[str] = "fork"
+    draw_as: ClassVar[str | None] = "fork"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         return {}
@@ -89,7 +89,7 @@ class JoinTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``JOIN``: ``{ref: output}`` of the joined tasks in this run; as in Conductor, a task
     whose output is empty is left out."""
 
-    _viz_kind: ClassVar[str] = "join"
+    draw_as: ClassVar[str | None] = "join"
     joined: tuple[str, ...]  # static fork: the joinOn refs
     dynamic: str | None  # dynamic fork: the fan-out's ref
 
@@ -139,7 +139,7 @@ class ExclusiveJoinTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``EXCLUSIVE_JOIN``: the output of the one ``joinOn`` task that ran (the branch a DECISION
     or SWITCH chose), else of the first ``defaultExclusiveJoinTask`` that ran."""
 
-    _viz_kind: ClassVar[str] = "join"
+    draw_as: ClassVar[str | None] = "join"
     joined: tuple[str, ...]
     defaults: tuple[str, ...]
 
@@ -159,9 +159,9 @@ class SwitchTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     ``{"caseOutput": [case]}`` for a DECISION, as in Conductor.
     """
 
-    # the engine asks _choose which sons run, as for a SwitchNode
-    _routes_sons: ClassVar[bool] = True
-    _viz_kind: ClassVar[str] = "switch"
+    # the engine asks choose_sons which sons run, as for a SwitchNode
+    node_kind: ClassVar[NodeKind] = NodeKind.SWITCH
+    draw_as: ClassVar[str | None] = "switch"
     evaluator: str  # "value-param" or "javascript"
     expression: str  # the input parameter's name, or the script
     decision: bool  # a DECISION (output caseOutput)
@@ -178,7 +178,7 @@ class SwitchTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             return {"caseOutput": [case]}
         return {"evaluationResult": [case], "selectedCase": case}
 
-    def _choose(self, value: Mapping[str, Any]) -> tuple[SchedulingNode[Any, Any], ...]:
+    def choose_sons(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
         """The definition sons that run: the chosen case's entry, or the default's, or none,
         plus every son that is not a case entry (the next step, a join on the switch)."""
         case = None
@@ -226,7 +226,7 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
     checked before any of them runs.
     """
 
-    _viz_kind: ClassVar[str] = "fanout"
+    draw_as: ClassVar[str | None] = "fanout"
     tasks_param: str | None
     input_param: str | None
     registry: Mapping[str, TaskFn] | None

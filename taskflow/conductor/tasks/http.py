@@ -70,7 +70,7 @@ def _body(raw: bytes, charset: str | None) -> Any:
 class HttpTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``HTTP``: see the module docstring."""
 
-    _viz_kind = "task"
+    draw_as = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         spec = task_input.get("http_request")

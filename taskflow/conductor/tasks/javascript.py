@@ -146,7 +146,7 @@ class InlineTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``INLINE``: ``inputParameters.expression`` evaluated by ``evaluatorType``
     (``javascript``/``graaljs``, or ``value-param``); output ``{"result": value}``."""
 
-    _viz_kind = "task"
+    draw_as = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         evaluator = task_input.get("evaluatorType") or "javascript"
@@ -163,7 +163,7 @@ class LambdaTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``LAMBDA``: ``inputParameters.scriptExpression`` run as a function body (it may
     ``return``) with ``$`` the input; output ``{"result": value}``."""
 
-    _viz_kind = "task"
+    draw_as = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         script = task_input.get("scriptExpression")

@@ -149,7 +149,7 @@ def run_jq(task: str, program: str, value: Any, limits: Limits, remaining: float
 class JqTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``JSON_JQ_TRANSFORM``: see the module docstring."""
 
-    _viz_kind = "task"
+    draw_as = "task"
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         program = task_input.get("queryExpression")

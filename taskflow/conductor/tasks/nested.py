@@ -76,7 +76,7 @@ def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
 class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``DO_WHILE``: see the module docstring."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
     body: list[SchedulingNode[Any, Any]]  # the loopOver graph's nodes
     body_refs: tuple[str, ...]  # every task of the body (nested ones included), in order
     condition: str | None
@@ -183,7 +183,7 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
 class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``SUB_WORKFLOW``: see the module docstring."""
 
-    _viz_kind: ClassVar[str] = "task"
+    draw_as: ClassVar[str | None] = "task"
     sub: Workflow
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
