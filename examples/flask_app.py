@@ -36,10 +36,17 @@ thread)::
     curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
     curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
     curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
+    curl 'localhost:8000/products/sku-1?fail=recommendations'  # 200, without recommendations
     curl 'localhost:8000/pool'
     curl 'localhost:8000/metrics'
 
 (``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
+
+Resilience (``docs/guides/resilience.md``): recommendations are optional. A bulkhead keeps that
+backend from holding more than 8 of the pool's threads however slow it gets, a circuit breaker
+stops calling it while it fails, and a fallback renders the page without it (the response lists
+it under ``degraded``). Concurrent requests for the same SKU share one stock call
+(``share_key``); a price call slower than the recent 95th percentile gets a hedged duplicate.
 
 In production, under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the pool
 sizing and why not to ``--preload``)::
@@ -59,8 +66,11 @@ from flask import Flask, Response, g, request
 from loguru import logger
 
 from taskflow import (
+    Bulkhead,
+    CircuitBreaker,
     FlowResult,
     FunctionNode,
+    Hedge,
     ResultState,
     TaskContext,
     TaskScheduling,
@@ -144,9 +154,21 @@ def page(ctx: TaskContext, _: Any) -> dict[str, Any]:
 
 # -- the graph, built once at import ------------------------------------------------------------
 
+# process-wide guards of the recommendations backend, shared by every request
+RECO_BULKHEAD = Bulkhead("recommendations", max_concurrent=8, max_waiting=64)
+RECO_BREAKER = CircuitBreaker("recommendations", failure_ratio=0.5, window=20, min_calls=10,
+                              open_for=5.0)
+
 PAGE = FunctionNode(page)
-FunctionNode(product_info) >> [FunctionNode(price), FunctionNode(stock)] >> PAGE
-FunctionNode(category) >> [FunctionNode(reviews), FunctionNode(recommendations)] >> PAGE
+FunctionNode(product_info) >> [
+    FunctionNode(price, hedge=Hedge(after="p95"), idempotent=True),
+    FunctionNode(stock, share_key=lambda ctx, _: ("stock", ctx["sku"])),
+] >> PAGE
+FunctionNode(category) >> [
+    FunctionNode(reviews),
+    FunctionNode(recommendations, bulkhead=RECO_BULKHEAD, breaker=RECO_BREAKER,
+                 fallback=lambda ctx, error: []),
+] >> PAGE
 
 
 # -- the web layer ------------------------------------------------------------------------------
@@ -177,7 +199,8 @@ def render(result: FlowResult, sku: str) -> tuple[Response, int]:
     body = {"sku": sku, "trace_id": g.trace_id, "flow_id": result.flow_id,
             "elapsed_ms": round(result.elapsed * 1000, 1)}
     if result.ok:
-        return jsonify(body, page=result.outputs["page"], user=g.user), 200
+        return jsonify(body, page=result.outputs["page"], user=g.user,
+                       degraded=sorted(result.degraded)), 200
     failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
     timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)
     if timed_out:

@@ -16,8 +16,11 @@ from loguru import logger
 from taskflow._version import __version__ as __version__
 from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
+    BulkheadFullError,
+    CircuitOpenError,
     CycleError,
     DuplicateNameError,
+    FallbackError,
     FlowDefinitionError,
     FlowFailedError,
     FlowTimeoutError,
@@ -27,6 +30,7 @@ from taskflow.errors import (
     RejectedExecutionError,
     ResultNotAvailableError,
     TaskflowError,
+    UnhashableKeyError,
     UpstreamFailedError,
 )
 from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
@@ -48,6 +52,10 @@ if TYPE_CHECKING:
         ThreadPool,
     )
     from taskflow.report import FlowReport, NodeReport
+    from taskflow.resilience.breaker import CircuitBreaker
+    from taskflow.resilience.bulkhead import Bulkhead
+    from taskflow.resilience.hedge import Hedge
+    from taskflow.resilience.ratelimit import RateLimit
     from taskflow.spec import FlowSpec, load_spec
 
 logger.disable("taskflow")
@@ -68,6 +76,10 @@ _LAZY = {
     "NodeReport": "taskflow.report",
     "FlowSpec": "taskflow.spec",
     "load_spec": "taskflow.spec",
+    "Bulkhead": "taskflow.resilience.bulkhead",
+    "CircuitBreaker": "taskflow.resilience.breaker",
+    "Hedge": "taskflow.resilience.hedge",
+    "RateLimit": "taskflow.resilience.ratelimit",
 }
 
 
@@ -91,8 +103,13 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Alarm",
+    "Bulkhead",
+    "BulkheadFullError",
+    "CircuitBreaker",
+    "CircuitOpenError",
     "CycleError",
     "DuplicateNameError",
+    "FallbackError",
     "FanInResult",
     "FanOutNode",
     "FanOutPolicyError",
@@ -105,6 +122,7 @@ __all__ = [
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",
+    "Hedge",
     "InvalidNodeError",
     "ItemTimeoutError",
     "Join",
@@ -120,6 +138,7 @@ __all__ = [
     "PoolMonitor",
     "PoolSnapshot",
     "ProcessMetrics",
+    "RateLimit",
     "RejectedExecutionError",
     "RejectionPolicy",
     "ResultNotAvailableError",
@@ -132,6 +151,7 @@ __all__ = [
     "TaskflowError",
     "ThreadPool",
     "Thresholds",
+    "UnhashableKeyError",
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",

@@ -187,6 +187,20 @@ class TaskContext(MutableMapping[str, Any]):
         return run.flow_id if run is not None else None
 
     @property
+    def operation_id(self) -> str | None:
+        """A stable id of the asking node's work in this run: ``"<flow_id>:<node>"``, plus
+        ``":<item id>"`` in a fan-out item. The same across the node's retries and hedged
+        attempts (``support.attempt`` tells attempts apart), so pass it to a backend as an
+        idempotency key. None outside a run.
+        """
+        run = self._view()
+        if run is None:
+            return None
+        base = f"{run.flow_id}:{run.caller_name()}"
+        item = getattr(current, "item", None)
+        return base if item is None else f"{base}:{item}"
+
+    @property
     def flow_name(self) -> str | None:
         """The name of the flow using this context (``start(..., name=...)``; by default its
         first node's name), None outside a run."""

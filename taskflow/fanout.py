@@ -504,11 +504,14 @@ class FanOut:
                 if spawn:
                     loops.spawn(self, 1)
                 item_id, item = nxt
+                cur.item = item_id  # ctx.operation_id tells the items apart
                 try:
                     value = cv.copy().run(node.work, ctx, item)
                     ok = True
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False
+                finally:
+                    cur.item = None
                 done = self._settle_item(item_id, token, ok, value)
                 if not ok and done is not None and run.observers:
                     self._item_failed(item_id, value)

@@ -39,6 +39,7 @@ class Plan:
 
     __slots__ = (
         "__weakref__",
+        "any_policy",
         "any_timeout",
         "backoff",
         "est",
@@ -54,6 +55,7 @@ class Plan:
         "nfathers",
         "nodes",
         "optional",
+        "policy",
         "pos",
         "pruned",
         "retries",
@@ -111,6 +113,10 @@ class Plan:
         # and read by the engine to decide whether a ready node deserves a worker loop of its own
         self.est = [-1.0] * len(nodes)
         self.sinks = tuple(not s for s in self.sons)
+        # each node's resilience options (``taskflow.resilience.policy``; None: none), read by
+        # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
+        self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
+        self.any_policy = any(p is not None for p in self.policy)
 
 
 def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:

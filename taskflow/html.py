@@ -160,6 +160,8 @@ def _tooltip(row: _Row, t0: float, show_values: bool) -> str:
                  f"duration {_ms(wr.duration)}")
     if wr.attempts > 1:
         lines.append(f"attempts {wr.attempts}")
+    if wr.marks:
+        lines.append(", ".join(wr.marks))
     if wr.thread:
         lines.append(f"thread {wr.thread}")
     if row.error:
@@ -343,7 +345,8 @@ def _table(rows: list[_Row], t0: float, show_values: bool) -> str:
             (f"<td>{_e(r.name)}{' <span class=note>(critical path)</span>' if r.critical else ''}"
             "</td>"),
             (f'<td><span class="chip" style="background:{fill};border-color:{stroke}">'
-            f"{_e(r.state)}</span></td>"),
+            f"{_e(r.state)}</span>"
+            f"{''.join(f' <span class=note>{_e(m)}</span>' for m in wr.marks)}</td>"),
             f'<td class="num">{wr.attempts}</td>',
             f'<td class="num">{_ms(wait)}</td>',
             f'<td class="num">{_ms(start)}</td>',

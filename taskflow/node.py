@@ -34,6 +34,28 @@ V = TypeVar("V")
 
 # attributes whose change invalidates a compiled plan (see graph.compile_plan)
 _PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"})
+# the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
+_POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
+                  "share_key", "cache_ttl", "cache_size", "priority", "min_budget")
+_POLICY_DEFAULTS: dict[str, Any] = {
+    "bulkhead": None, "breaker": None, "rate_limit": None, "hedge": None, "idempotent": False,
+    "share_key": None, "cache_ttl": None, "cache_size": 1024, "priority": 0, "min_budget": None,
+}
+
+
+class _NoFallback:
+    """The ``fallback`` default: no stand-in value (None is a valid one)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_FALLBACK"
+
+    def __reduce__(self) -> str:
+        return "NO_FALLBACK"
+
+
+NO_FALLBACK: Any = _NoFallback()
 
 
 class NodeState(enum.Enum):
@@ -128,6 +150,21 @@ class SchedulingNode(Generic[T, V]):
         retry_backoff: seconds before the first retry, doubled for each further one. Retries stop
             when the next back-off would not fit the budget.
         join: the :class:`~taskflow.Join` policy deciding when the node runs.
+
+    Resilience options (keyword-only; see the resilience guide; all checked here, a bad one
+    raises ``FlowDefinitionError`` naming the node):
+        bulkhead: a :class:`~taskflow.Bulkhead` capping concurrent attempts across runs.
+        breaker: a :class:`~taskflow.CircuitBreaker`; while open the node fails at once.
+        rate_limit: a :class:`~taskflow.RateLimit` token bucket shared across runs.
+        fallback: a value, or ``fallback(ctx, error)``: the node ends ``DEGRADED`` with it
+            instead of ``EXCEPTION``/``TIMEOUT``.
+        hedge: a :class:`~taskflow.Hedge`: duplicate attempts when the first is slow; needs
+            ``idempotent=True``.
+        idempotent: the task may run more than once for one operation (``ctx.operation_id``).
+        share_key: ``share_key(ctx, param)`` -> a hashable key; concurrent runs with the same
+            key share one attempt. ``cache_ttl``/``cache_size``: keep successes that long.
+        priority: higher first when more nodes are ready than workers are free.
+        min_budget: seconds of budget the node needs to start; less: ``TIMEOUT`` at once.
     """
 
     # set in __init__ (through __dict__, so that construction does not invalidate plans)
@@ -137,6 +174,17 @@ class SchedulingNode(Generic[T, V]):
     retries: int
     retry_backoff: float
     join: Join
+    bulkhead: Any
+    breaker: Any
+    rate_limit: Any
+    fallback: Any
+    hedge: Any
+    idempotent: bool
+    share_key: Any
+    cache_ttl: float | None
+    cache_size: int
+    priority: float
+    min_budget: float | None
     _fathers: list[SchedulingNode[Any, Any]]
     _sons: list[SchedulingNode[Any, Any]]
     _optional: set[int]
@@ -167,6 +215,17 @@ class SchedulingNode(Generic[T, V]):
         retries: int = 0,
         retry_backoff: float = 0.0,
         join: Join = Join.ALL,
+        bulkhead: Any = None,
+        breaker: Any = None,
+        rate_limit: Any = None,
+        fallback: Any = NO_FALLBACK,
+        hedge: Any = None,
+        idempotent: bool = False,
+        share_key: Callable[[TaskContext, Any], Any] | None = None,
+        cache_ttl: float | None = None,
+        cache_size: int = 1024,
+        priority: float = 0,
+        min_budget: float | None = None,
     ) -> None:
         d = self.__dict__
         d["_plans"] = []  # compiled plans that include this node; invalidated on change
@@ -184,6 +243,12 @@ class SchedulingNode(Generic[T, V]):
         d["timeout"] = check_timeout(timeout, f"timeout of node {d['name']!r}")
         d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff)
         d["join"] = join
+        _set_policy(self, {
+            "bulkhead": bulkhead, "breaker": breaker, "rate_limit": rate_limit,
+            "fallback": fallback, "hedge": hedge, "idempotent": idempotent,
+            "share_key": share_key, "cache_ttl": cache_ttl, "cache_size": cache_size,
+            "priority": priority, "min_budget": min_budget,
+        })
 
     # -- the work and the hooks -------------------------------------------------------------
 
@@ -324,6 +389,11 @@ class SchedulingNode(Generic[T, V]):
             d[key] = value
             self._touch()
             return
+        if key in _POLICY_FIELDS and d.get("_run", 1) is None:
+            _set_policy(self, {**{k: d.get(k, _POLICY_DEFAULTS.get(k, NO_FALLBACK))
+                                  for k in _POLICY_FIELDS}, key: value})
+            self._touch()
+            return
         object.__setattr__(self, key, value)
 
     def _touch(self) -> None:
@@ -343,7 +413,8 @@ class SchedulingNode(Generic[T, V]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.__dict__.update(_plans=[], _fathers=[], _sons=[], _optional=set(), _idx=-1)
+        self.__dict__.update(_plans=[], _fathers=[], _sons=[], _optional=set(), _idx=-1,
+                             _policy=None)
 
     def __repr__(self) -> str:
         name = self.__dict__.get("name", "?")
@@ -353,8 +424,39 @@ class SchedulingNode(Generic[T, V]):
         return f"<{type(self).__name__} {name!r} {self.work_result.state.name}>"
 
 
+# the resilience options stay in the caller's process (all their bookkeeping is there), and a
+# lambda fallback or share_key must not stop a node from travelling to a process pool
 _UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
-                        "_plan_cache"})
+                        "_plan_cache", "_policy", "bulkhead", "breaker", "rate_limit", "fallback",
+                        "hedge", "share_key"})
+
+
+def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None:
+    """Check ``options`` and store them with the node's ``NodePolicy`` (None when every option
+    has its default, so such nodes cost the engine nothing)."""
+    d = node.__dict__
+    if all(options[k] is v or options[k] == v and type(options[k]) is type(v)
+           for k, v in _POLICY_DEFAULTS.items()) and options["fallback"] is NO_FALLBACK:
+        d.update(options)
+        d["_policy"] = None
+        return
+    from taskflow.resilience.fallback import Fallback
+    from taskflow.resilience.policy import NodePolicy
+
+    name = d["name"]
+    spec = options["fallback"]
+    policy = NodePolicy(
+        name, fanout=type(node).node_kind is NodeKind.FANOUT,
+        bulkhead=options["bulkhead"], breaker=options["breaker"],
+        rate_limit=options["rate_limit"],
+        fallback=None if spec is NO_FALLBACK else Fallback(spec, node=name),
+        hedge=options["hedge"], idempotent=options["idempotent"],
+        share_key=options["share_key"], cache_ttl=options["cache_ttl"],
+        cache_size=options["cache_size"], priority=options["priority"],
+        min_budget=options["min_budget"],
+    )
+    d.update(options)
+    d["_policy"] = policy
 
 
 def _check_name(name: object) -> None:
@@ -393,7 +495,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
         fn: a callable taking ``(ctx, param)``.
         param: passed as ``param``.
         name: defaults to ``fn.__name__``.
-        **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` as for SchedulingNode.
+        **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` and the resilience
+            options (``bulkhead``, ``fallback``, ...) as for SchedulingNode.
     """
 
     def __init__(

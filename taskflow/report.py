@@ -62,6 +62,10 @@ class NodeReport(BaseModel):
     error: str | None
     cause: str | None
     hook_error: HookErrorReport | None = None
+    hedges: int = 0
+    """Duplicate attempts started (``hedge``)."""
+    shared: bool = False
+    """Its outcome came from another run's call or the cache (``share_key``)."""
 
 
 class FlowReport(BaseModel):
@@ -86,6 +90,8 @@ class FlowReport(BaseModel):
     nodes: list[NodeReport]
     context: dict[str, JsonValue] | None = None
     context_repr: dict[str, str] | None = None
+    degraded: list[str] = []
+    """Nodes that ended DEGRADED (a fallback's value stood in)."""
 
 
 def short(value: Any, limit: int = 200) -> str | None:

@@ -71,6 +71,8 @@ class WorkResult(Generic[V]):
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
+        hedges: duplicate attempts started for it (``hedge``).
+        shared: its outcome came from another run's call or the cache (``share_key``).
 
     A hook that raised is not here (hooks never change a node's outcome): see
     ``FlowResult.hook_errors``.
@@ -80,8 +82,10 @@ class WorkResult(Generic[V]):
         "attempts",
         "exception",
         "finished_at",
+        "hedges",
         "queued_at",
         "result",
+        "shared",
         "started_at",
         "state",
         "thread",
@@ -96,6 +100,22 @@ class WorkResult(Generic[V]):
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.thread: str | None = None
+        self.hedges = 0
+        self.shared = False
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """What the resilience options did to it, for reports and charts: ``"fallback"``
+        (DEGRADED), ``"hedged N"`` (N duplicate attempts), ``"shared"`` (another run's call or
+        the cache gave its outcome)."""
+        marks: tuple[str, ...] = ()
+        if self.state is ResultState.DEGRADED:
+            marks += ("fallback",)
+        if self.hedges:
+            marks += (f"hedged {self.hedges}",)
+        if self.shared:
+            marks += ("shared",)
+        return marks
 
     @property
     def duration(self) -> float | None:
@@ -377,6 +397,8 @@ class FlowResult(Mapping[str, Any]):
                     hook_error=None if hook is None else HookErrorReport(
                         hook=hook.hook, type=type(hook.exception).__name__,
                         message=str(hook.exception)),
+                    hedges=wr.hedges,
+                    shared=wr.shared,
                 )
             )
         context: dict[str, Any] | None = None
@@ -401,6 +423,8 @@ class FlowResult(Mapping[str, Any]):
             nodes=nodes,
             context=context,
             context_repr=context_repr,
+            degraded=[names[i] for i, wr in enumerate(run.results)
+                      if wr.state is ResultState.DEGRADED],
         )
 
     def to_mermaid(self) -> str:

@@ -8,7 +8,7 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from taskflow.context import TaskContext, bind_context, current
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.engine.run import Run
 from taskflow.errors import FlowDefinitionError
 from taskflow.graph import as_top_nodes, compile_plan, select_targets
@@ -57,6 +57,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
     inline = (future is None and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
+    if plan.any_policy:
+        guards.check_executor(plan, caps.remote, type(executor).__name__)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name)
     bind_context(ctx, run)
     return run
@@ -105,8 +107,8 @@ class TaskScheduling:
                name: str | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced by
-        taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
+        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced
+        by taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
         TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
         here, before anything runs.
         """
@@ -122,9 +124,9 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
                     name: str | None = None) -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
-    Arguments as ``TaskScheduling.start`` (``targets`` and ``name`` included). The event loop is never
-    blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer thread.
-    Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    Arguments as ``TaskScheduling.start`` (``targets`` and ``name`` included). The event loop
+    is never blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer
+    thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()

@@ -115,7 +115,8 @@ def run_to_mermaid(result: FlowResult) -> str:
     for name in result:
         wr = result.result_of(name)
         tag = _TAGS[wr.state]
-        label = f"{_gantt_task(name)} {wr.state.name}"
+        marks = wr.marks  # fallback, hedged N, shared
+        label = f"{_gantt_task(name)} {wr.state.name}{''.join(f' - {m}' for m in marks)}"
         if wr.started_at is None:
             at = round(((wr.finished_at or end_of_run) - t0) * 1000)
             lines.append(f"    {label} : milestone, {tag}, {at}, 0ms")

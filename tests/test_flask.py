@@ -103,6 +103,16 @@ def test_failed_backend_call_is_a_502_naming_it(client):
     assert body["failed"] == {"stock": "BackendError('stock backend answered 500')"}
 
 
+def test_failed_optional_backend_renders_the_page_without_it(client, example):
+    response = client.get("/products/sku-13?fail=recommendations")
+
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["page"]["recommendations"] == [] and body["degraded"] == ["recommendations"]
+    assert example.RECO_BULKHEAD.metrics().in_use == 0
+    assert example.RECO_BREAKER.metrics().failures >= 1
+
+
 def test_trace_id_bound_by_the_handler_is_on_taskflow_and_node_log_lines(client, records):
     response = client.get("/products/sku-11?fail=price", headers={"X-Request-Id": "trace-11"})
     flow_id = response.get_json()["flow_id"]

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow.context import TaskContext, attach_view
-from taskflow.engine import executors
+from taskflow.engine import executors, guards
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
 from taskflow.result import ResultState, WorkResult
 
@@ -132,6 +132,14 @@ def _submit(host: RemoteHost, i: int) -> None:
     if plan.fanout[i]:
         host.fan_out_here(i, tname)
         return
+    guarded = plan.any_policy and plan.policy[i] is not None
+    if guarded:
+        gate = guards.admit(host, i)
+        if gate == guards.PARKED:
+            return  # back through dispatch when what it waits for arrives
+        if gate == guards.DONE:
+            host.complete_remote(i, *guards.take_outcome(host, i))
+            return
     wr = host.results[i]
     host.begin_attempt(i, wr, tname, host.node(i))
     now = time.monotonic()
@@ -156,6 +164,8 @@ def _submit(host: RemoteHost, i: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - refused/unpicklable: the node's outcome
             error = exc
     if error is not None:
+        if guarded:
+            guards.attempt_done(host, i, False)
         host.complete_remote(i, None, error)
         return
     with host.lock:
@@ -194,6 +204,8 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
             host.route(i, host.plan.nodes[i], value)
         except BaseException as exc:  # noqa: BLE001
             error = exc
+    if host.plan.any_policy and host.plan.policy[i] is not None:
+        guards.attempt_done(host, i, error is None)  # no hedging here: always True
     if error is not None:
         wr = host.results[i]
         delay = host.retry_delay(i, wr, error)

@@ -82,6 +82,11 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
+``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
+  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
+  executors get a batch in rank order; None (FIFO) otherwise. Fixed at ``begin``.
+``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
+  ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
 
@@ -93,11 +98,18 @@ from                  to
 WAITING               QUEUED (its join fired), TERMINAL (failed fast, skipped, cancelled)
 QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed)
 RUNNING               TERMINAL (its outcome, its timeout), BACKOFF (retry later),
-                      QUEUED (retry at once on a remote executor)
+                      QUEUED (retry at once on a remote executor), PARKED (waits for a
+                      bulkhead slot, a rate-limit token or another run's shared call)
 BACKOFF               QUEUED (back-off over), TERMINAL (timed out, closed)
+PARKED                QUEUED (what it waited for arrived), TERMINAL (timed out, closed)
 TERMINAL              SETTLED (its hook returned and its sons were updated)
 SETTLED               (none)
 ====================  =====================================================================
+A PARKED node holds no worker: its loop went on with another node. The callback that ends its
+wait (a releasing thread, the timer, a resolving thread) moves it to QUEUED under the lock and
+``post``s ``dispatch`` to the owner (``guards.py``). A node with a fallback whose father failed
+moves WAITING -> QUEUED with its failure decided; its worker computes the stand-in, and it ends
+DEGRADED (TERMINAL), its sons running on that value.
 Any other move is a bug in taskflow: it raises :class:`IllegalMoveError` when the debug switch is
 on (``set_strict(True)``; the test suite turns it on) and is logged otherwise.
 
@@ -112,6 +124,8 @@ Invariants
   (admission and claiming happen under the lock).
 * A node's hook runs before its sons are made ready (happens-before).
 * ``loops`` counts loops submitted and not exited, but abandoned ones.
+* Nodes without resilience options (``plan.policy[i] is None``) never reach ``guards``; the
+  engine tests ``plan.any_policy`` first.
 """
 
 from __future__ import annotations
@@ -133,7 +147,7 @@ from loguru import logger
 
 from taskflow import joins, logs
 from taskflow.context import TaskContext, TaskSupport, current, detach_run
-from taskflow.engine import events, executors, inline, loops, remote, timer
+from taskflow.engine import events, executors, guards, inline, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -155,17 +169,18 @@ __all__ = [
 ]
 
 # node lifecycle codes within a run
-WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED = 0, 1, 2, 3, 4, 5
-STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED")
+WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED, PARKED = 0, 1, 2, 3, 4, 5, 6
+STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED", "PARKED")
 LEGAL_MOVES: dict[int, frozenset[int]] = {
     WAITING: frozenset({QUEUED, TERMINAL}),
     QUEUED: frozenset({RUNNING, TERMINAL}),
-    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED}),
+    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED, PARKED}),
     BACKOFF: frozenset({QUEUED, TERMINAL}),
     TERMINAL: frozenset({SETTLED}),
     SETTLED: frozenset(),
+    PARKED: frozenset({QUEUED, TERMINAL}),
 }
-_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(6))
+_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(7))
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
@@ -181,6 +196,7 @@ WATCH = 0.002
 HOOK_GRACE = 0.05
 # the "loop token" of work done outside any loop (remote outcomes, fan-in)
 NO_LOOP = -2
+guards.bind_codes(QUEUED, RUNNING, TERMINAL, PARKED, NO_LOOP)
 
 _SUCCESS = ResultState.SUCCESS
 _DEGRADED = ResultState.DEGRADED
@@ -317,6 +333,8 @@ class Run:
         self.loop_node: dict[int, int] = {}
         self.abandoned: set[int] = set()
         self.remote_futs: dict[int, Future[Any]] = {}
+        self.guards: dict[int, guards.Guard] = {}
+        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
@@ -439,6 +457,8 @@ class Run:
             return
         now = self.t0
         results = self.results
+        if plan.any_policy:
+            self.ranks = guards.rank(plan)
         with self.lock:
             for i in plan.roots:
                 self.move(i, QUEUED)
@@ -586,8 +606,9 @@ class Run:
         """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
         code = self.code
         ready = self.ready
+        ranks = self.ranks
         while ready:
-            i = ready.popleft()
+            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
             if self.slowq[i]:
                 self.slowq[i] = 0
                 self.nslow -= 1
@@ -628,11 +649,18 @@ class Run:
         current.idx = i
         if plan.fanout[i]:
             return self.start_fanout(i, token, node, tname)
+        guarded = plan.any_policy and plan.policy[i] is not None  # resilience options
         while True:
             if wr.state is not _DEFAULT:
                 # settled while queued or between attempts (a join cancelled it, the run
                 # closed): never start an attempt for it
                 return self.late(i, token, None, None)
+            if guarded:
+                gate = guards.admit(self, i)
+                if gate == guards.PARKED:  # it holds no worker while it waits
+                    return self.move_on(token)
+                if gate == guards.DONE:
+                    return self.complete(i, token, *guards.take_outcome(self, i))
             self.begin_attempt(i, wr, tname, node)
             try:
                 value = node.task(self.ctx, node.param)
@@ -642,6 +670,8 @@ class Run:
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
                 error = exc
                 value = None
+            if guarded and not guards.attempt_done(self, i, error is None):
+                return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
                 delay = self.retry_delay(i, wr, error)
                 if delay >= 0.0 and self.node_observers:
@@ -741,6 +771,9 @@ class Run:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
         plan = self.plan
         wr = self.results[i]
+        degraded = None
+        if plan.any_policy and plan.policy[i] is not None:
+            guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
             # the budget ran out while it ran: its outcome does not count, and the run closes
@@ -754,6 +787,8 @@ class Run:
             # its own deadline passed while it ran (a fan-out's policy decides that itself)
             value = None
             error = NodeTimeoutError(self.names[i], t)
+        if error is not None and plan.any_policy and plan.policy[i] is not None:
+            value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
             began = wr.started_at
             if began is not None:  # the node's typical duration (racy by design, see Plan.est)
@@ -763,11 +798,12 @@ class Run:
                 est[i] = d if e < 0.0 else e + (d - e) * 0.25
         late = False
         hooks: list[int] = []
-        has_hook = plan.has_success[i] if error is None else plan.has_fail[i]
+        ok = error is None and degraded is None
+        has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
         # end the run (start returns after its lines and calls)
         watching = self.node_observers
-        loud = self.debug or error is not None
+        loud = self.debug or not ok
         with self.lock:
             if plan.fanout[i]:
                 self.fans.pop(i, None)
@@ -779,7 +815,11 @@ class Run:
                 if error is None:
                     wr.result = value
                     wr.finished_at = now
-                    wr.state = _SUCCESS
+                    if degraded is not None:  # a fallback's value stands in
+                        wr.exception = degraded
+                        wr.state = _DEGRADED
+                    else:
+                        wr.state = _SUCCESS
                     self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
                 else:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
@@ -804,8 +844,7 @@ class Run:
         if has_hook or watching or loud:
             if has_hook:
                 node = self.node(i)
-                self.hook(node.on_success if error is None else node.on_fail, i, wr.attempts,
-                          True)
+                self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
             with self.lock:
                 self.settle_sons(i, hooks, now)
                 nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
@@ -832,6 +871,11 @@ class Run:
             )
         elif self.debug:
             self.log.bind(node=name).debug("late result from node {} dropped", name)
+        return self.move_on(token)
+
+    def move_on(self, token: int) -> int:
+        """Loop ``token`` is done with its node without recording an outcome (a late one, a
+        parked node, a hedge race lost): its next node, or -1 when the loop exits."""
         if token == NO_LOOP:
             return -1
         with self.lock:
@@ -942,6 +986,8 @@ class Run:
                     hooks.append(s)
                     work.append(s)
                 else:
+                    if plan.any_policy and guards.doom(self, s, f, now):
+                        continue  # it has a fallback: queued to end DEGRADED
                     self.fail_fast(s, self.failed_father(s, f), now)
                     hooks.append(s)
                     if not plan.has_fail[s]:
@@ -982,7 +1028,7 @@ class Run:
         while work:
             x = work.pop()
             for p in plan.fathers[x]:
-                if code[p] >= TERMINAL:
+                if code[p] == TERMINAL or code[p] == SETTLED:  # (PARKED sorts above them)
                     continue
                 if any(code[q] == WAITING for q in plan.sons[p]):
                     continue
@@ -998,6 +1044,8 @@ class Run:
                 t = self.node_timers.pop(p, None)
                 if t is not None:
                     t.cancel()
+                if p in self.guards:  # its slot, token or shared-call place goes back
+                    self.post(guards.release, self, (p,), False)
                 work.append(p)  # its own fathers may be unneeded now
 
     def after_settle(self, hooks: list[int], k: int) -> bool:
@@ -1079,7 +1127,7 @@ class Run:
             wr = self.results[i]
             node = self.node(i)
             st = wr.state
-            fn = node.on_success if st is _SUCCESS or st is _DEGRADED else node.on_fail
+            fn = node.on_success if st is _SUCCESS else node.on_fail
             self.call_hook(fn, i, wr.attempts)
 
     def log_outcome(self, i: int) -> None:
@@ -1096,8 +1144,8 @@ class Run:
             if exc is not None and exc.__traceback__ is not None:
                 trace = "\n" + traceback_text(exc).rstrip()
             log.warning("node {} ended {}: {!r}{}", name, st.name, exc, trace)  # noqa: PLE1205 - loguru formats with {}
-        elif st is _CANCELLED:
-            log.info("node {} ended CANCELLED: {}", name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
+        elif st is _CANCELLED or st is _DEGRADED:
+            log.info("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
         else:
             log.debug("node {} ended {}", name, st.name)  # noqa: PLE1205 - loguru formats with {}
 
@@ -1113,10 +1161,14 @@ class Run:
             with self.lock:
                 self.node_timers[i] = entry
 
-    def node_timeout(self, i: int) -> None:
+    def node_timeout(self, i: int, stand_in: Any = None) -> None:
         """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
-        and the abandoned work are handed to the owner."""
+        and the abandoned work are handed to the owner. (A node with a fallback: the owner
+        computes its ``stand_in`` first and calls this again.)"""
         plan = self.plan
+        if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
+                guards.timeout_stand_in(self, i)):
+            return
         fan = self.fans.get(i)
         if fan is not None:
             sealed = fan.seal(True)  # in-flight items are missing from now on
@@ -1125,11 +1177,14 @@ class Run:
             return
         abandoned: Future[Any] | None = None
         with self.lock:
-            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF):
+            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
                 return
             now = _monotonic()
             running = self.code[i] == RUNNING
-            self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
+            if stand_in is not None:
+                guards.end_timed_out(self, i, stand_in, now)
+            else:
+                self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
             self.node_timers.pop(i, None)
             if running and self.mode is REMOTE:
                 abandoned = self.remote_futs.pop(i, None)
@@ -1151,6 +1206,8 @@ class Run:
         """Owner thread: finish what a node timeout started."""
         if abandoned is not None and not abandoned.done():
             self.mark_abandoned([abandoned])
+        if self.guards:
+            guards.release(self, hooks[:1])
         if self.after_settle(hooks, k):
             self.finish()
 
@@ -1200,12 +1257,13 @@ class Run:
             for i, c in enumerate(code):
                 if c == TERMINAL and not claimed[i]:
                     st = results[i].state
-                    if (plan.has_success[i] if st is _SUCCESS or st is _DEGRADED
+                    if (plan.has_success[i] if st is _SUCCESS
                             else plan.has_fail[i] and st is not _SKIPPED):
                         claimed[i] = 1
                         self.owed.append(i)
             fan_futs: list[Future[Any]] = []
             victims = []
+            later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
             for i, wr in enumerate(results):
                 if wr.state is _DEFAULT and i != keep:
                     if state is _TIMEOUT:
@@ -1219,7 +1277,8 @@ class Run:
                         # reported abandoned with the run's own loops, after the lock
                         wr.result, fan_running = fan.abort()
                         fan_futs.extend(fan_running)
-                    self.fail(i, exc, state, now)
+                    if not (plan.any_policy and guards.defer_close(self, i, state, later)):
+                        self.fail(i, exc, state, now)
                     self.move(i, SETTLED)
                     victims.append(i)
                     if plan.has_fail[i] and not claimed[i]:
@@ -1238,18 +1297,24 @@ class Run:
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
         if on_timer:
-            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep)
+            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep,
+                      later)
         else:
-            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep)
+            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
 
     def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
-                   futs: list[Future[Any]], victims: list[int], wait_keep: bool) -> None:
+                   futs: list[Future[Any]], victims: list[int], wait_keep: bool,
+                   later: list[int] | None = None) -> None:
         """Outside the lock: cancel and abandon work, run owed hooks, finish."""
         for t in timers:
             t.cancel()
         self.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
         for f in futs:
             f.cancel()
+        if self.guards:
+            guards.release(self, victims)
+        if later:
+            guards.close_stand_ins(self, later)
         for i in victims:
             self.log_outcome(i)
             if self.node_observers:
@@ -1352,6 +1417,9 @@ class Run:
                     self.move(i, RUNNING)
                     batch.append(i)
             self.nslow = 0
+        if self.ranks is not None:
+            ranks = self.ranks
+            batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
         return batch
 
     def fan_out_here(self, i: int, thread: str) -> None:

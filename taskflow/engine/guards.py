@@ -1,0 +1,680 @@
+"""Request-path resilience at run time: what a run does for a node with a ``NodePolicy``.
+
+Nodes without resilience options never get here: the plan says ``policy[i] is None`` and the
+engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.py`` call:
+
+``admit(run, i)`` (the thread about to start an attempt: a worker loop, the inline caller, or
+  the owner for remote executors; the node is RUNNING, the run's lock is not held). It passes
+  the attempt through the gates, in this order, and answers at once:
+
+  1. an outcome already decided (``DONE``): a failed father for a node with a fallback
+     (``doom``), a shared call that resolved, a cached value;
+  2. ``min_budget``: too little budget left -> ``DONE`` with a TIMEOUT error;
+  3. ``share_key`` (single flight): the first run of a key leads; another waits for the
+     leader's outcome (``PARKED``) or takes a cached value (``DONE``);
+  4. ``breaker.allow()``: open -> ``DONE`` with ``CircuitOpenError``;
+  5. ``rate_limit.reserve(deadline)``: no token before the run's deadline -> ``DONE`` (TIMEOUT);
+     a token later -> ``PARKED`` until then (a timer entry);
+  6. ``bulkhead.acquire(on_grant, deadline)``: a slot -> go on; a ticket -> ``PARKED``; full ->
+     ``DONE`` with ``BulkheadFullError``;
+  7. ``GO``: start the attempt (with ``hedge``, a race whose timer may start duplicates).
+
+  A PARKED node holds no worker: the loop goes on with its next node. Whatever it waits for
+  arrives on some other thread (a slot released by another run's worker, the timer, the
+  thread that resolved a shared call); that callback only stores what arrived and, under the
+  run's lock, moves the node PARKED -> QUEUED and hands ``dispatch`` to the run's owner with
+  ``run.post``. It never calls user code or ``submit``. The node then comes back to ``admit``,
+  which goes on from the gate where it stopped.
+
+``attempt_done(run, i, ok)`` after each attempt: releases the bulkhead slot, counts the outcome
+  in the breaker, records the duration (for ``Hedge(after="p95")``) and settles the hedge race
+  (False: this attempt lost the race, drop its outcome).
+
+``finish(run, i, value, error)`` when the node's outcome is final (``complete``, before the
+  run's deadline is checked): a single-flight leader resolves its shared call, even when its
+  own run has given up, so the runs still waiting get the value.
+
+``stand_in(run, i, error)`` (``complete``, outside the lock): the fallback's value; the node
+  ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
+  Failures decided on threads that may not call user code (the timer's node timeout, the
+  run's deadline under the lock, a failed father under the lock) get their stand-in on the
+  owner's thread: ``timeout_stand_in``, ``defer_close``/``close_stand_ins``, ``doom``.
+
+``release(run, nodes)`` (outside the lock) when nodes ended without their attempt returning (node
+  timeout, the run's deadline): waiting tickets, reservations and shared-call places are given
+  back; a running attempt's slot stays held until it returns (``permit.abandon()``) and the
+  breaker counts it as failed.
+
+Per node the run keeps a :class:`Guard` in ``run.guards`` (created on first use). Its fields are
+guarded by the run's lock where a callback can race the node's own thread (``wait``,
+``outcome``, ``permit`` while parked); the others are written only by the thread that runs the
+node's gates or attempt.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+
+from taskflow.context import current
+from taskflow.engine import events, timer
+from taskflow.errors import (
+    BulkheadFullError,
+    CircuitOpenError,
+    FallbackError,
+    FlowDefinitionError,
+    NodeTimeoutError,
+    UpstreamFailedError,
+)
+from taskflow.result import ResultState
+
+__all__ = [
+    "DONE",
+    "GO",
+    "PARKED",
+    "Guard",
+    "admit",
+    "attempt_done",
+    "bind_codes",
+    "check_executor",
+    "close_stand_ins",
+    "defer_close",
+    "doom",
+    "end_timed_out",
+    "finish",
+    "pop_best",
+    "rank",
+    "release",
+    "stand_in",
+    "take_outcome",
+    "timeout_stand_in",
+]
+
+GO, PARKED, DONE = 0, 1, 2
+# what a parked node waits for (``Guard.wait``)
+_SHARE, _TOKEN, _SLOT = 1, 2, 3
+
+_DEFAULT = ResultState.DEFAULT
+_DEGRADED = ResultState.DEGRADED
+_EXCEPTION = ResultState.EXCEPTION
+_monotonic = time.monotonic
+
+
+class Guard:
+    """One node's resilience bookkeeping in one run."""
+
+    __slots__ = ("attempt", "bpermit", "hedge_timer", "member", "outcome", "permit", "race",
+                 "reservation", "running", "shared", "started", "ticket", "token_timer", "wait")
+
+    def __init__(self) -> None:
+        self.wait = 0  # what the node is parked for (0: nothing); run lock
+        self.outcome: tuple[Any, BaseException | None] | None = None  # decided; run lock
+        self.member: Any = None  # its place in the single flight
+        self.shared = False  # its value came from another run's call or the cache
+        self.bpermit: Any = None  # breaker permit of the current attempt
+        self.reservation: Any = None  # rate-limit token of the next attempt
+        self.ticket: Any = None  # place in the bulkhead's queue
+        self.permit: Any = None  # bulkhead slot of the current attempt
+        self.token_timer: timer.Timer | None = None
+        self.running = False  # an attempt is in flight
+        self.started = 0.0  # when the current attempt started
+        self.race: Any = None  # HedgeRace of the current attempt
+        self.attempt = 0  # this attempt's number in the race
+        self.hedge_timer: timer.Timer | None = None
+
+
+def _guard(run: Any, i: int) -> Guard:
+    g: Guard | None = run.guards.get(i)
+    if g is None:
+        g = run.guards.setdefault(i, Guard())
+    return g
+
+
+def _budget_error(run: Any, i: int, why: str) -> NodeTimeoutError:
+    err = NodeTimeoutError(run.names[i], None if math.isinf(run.budget) else run.budget,
+                           budget=True)
+    if hasattr(err, "add_note"):  # Python 3.10 has no notes: the message stands alone
+        err.add_note(f"taskflow: {why}")
+    return err
+
+
+# -- before an attempt ---------------------------------------------------------------------------
+
+def admit(run: Any, i: int) -> int:
+    """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module)."""
+    plan = run.plan
+    pol = plan.policy[i]
+    g = _guard(run, i)
+    if g.outcome is not None:
+        return DONE
+    now = _monotonic()
+    deadline = run.deadline
+    if pol.min_budget is not None and deadline - now < pol.min_budget:
+        g.outcome = (None, _budget_error(
+            run, i, f"{max(0.0, deadline - now):.3f}s of the budget left; the node needs "
+                    f"min_budget={pol.min_budget:g}s"))
+        return DONE
+    flight = pol.flight
+    if flight is not None and g.member is None:
+        from taskflow.resilience.singleflight import share_key_of
+
+        try:
+            key = share_key_of(pol.share_key, run.ctx, plan.nodes[i].param, node=pol.name)
+        except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
+            g.outcome = (None, exc)
+            return DONE
+        with run.lock:
+            g.wait = _SHARE
+        g.member = member = flight.join(key, partial(_shared, run, i))
+        call = member.call
+        if call.done():  # a cached value
+            with run.lock:
+                g.wait = 0
+            g.shared = True
+            run.results[i].shared = True
+            g.outcome = (call.result(), None)
+            return DONE
+        if not member.leader:
+            with run.lock:
+                if g.wait == _SHARE:
+                    run.move(i, _PARKED)
+                    return PARKED
+            if g.outcome is not None:  # resolved between join and here
+                return DONE
+        else:
+            with run.lock:
+                g.wait = 0
+    breaker = pol.breaker
+    if breaker is not None and g.bpermit is None:
+        try:
+            g.bpermit = breaker.allow()
+        except CircuitOpenError as exc:
+            g.outcome = (None, exc)
+            return DONE
+    limit = pol.rate_limit
+    if limit is not None and g.reservation is None:
+        r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
+        if r is None:
+            _void_breaker(g, pol)
+            g.outcome = (None, _budget_error(
+                run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
+            return DONE
+        g.reservation = r
+        if r.ready_at > now:
+            with run.lock:
+                g.wait = _TOKEN
+                run.move(i, _PARKED)
+            g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
+            return PARKED
+    bulkhead = pol.bulkhead
+    if bulkhead is not None and g.permit is None:
+        with run.lock:
+            g.wait = _SLOT
+        try:
+            got = bulkhead.acquire(partial(_granted, run, i),
+                                   deadline=None if math.isinf(deadline) else deadline)
+        except BulkheadFullError as exc:
+            with run.lock:
+                g.wait = 0
+            _void_breaker(g, pol)
+            g.reservation = None  # its token is spent: the call was refused, not postponed
+            g.outcome = (None, exc)
+            return DONE
+        from taskflow.resilience.bulkhead import Permit
+
+        if isinstance(got, Permit):
+            with run.lock:
+                g.wait = 0
+                g.permit = got
+        else:
+            g.ticket = got
+            with run.lock:
+                if g.wait == _SLOT:  # not granted meanwhile
+                    run.move(i, _PARKED)
+                    return PARKED
+    g.reservation = None  # used by this attempt
+    g.ticket = None
+    g.running = True
+    g.started = now
+    hedge = pol.hedge
+    if hedge is not None:
+        _start_race(run, i, g, pol, now)
+    return GO
+
+
+def take_outcome(run: Any, i: int) -> tuple[Any, BaseException | None]:
+    """The outcome ``admit`` decided (DONE), taken once."""
+    g: Guard = run.guards[i]
+    outcome = g.outcome
+    assert outcome is not None
+    g.outcome = None
+    return outcome
+
+
+def _void_breaker(g: Guard, pol: Any) -> None:
+    """The attempt will not happen: its breaker permit says nothing about the backend."""
+    bp, g.bpermit = g.bpermit, None
+    if bp is not None:
+        pol.breaker.discard(bp)
+
+
+def _requeue(run: Any, i: int) -> int:
+    """Under the run's lock: a parked node may go on; queue it; loops to start."""
+    if run.code[i] != _PARKED:
+        return 0  # still in admit on its own thread: it sees what arrived
+    run.move(i, _QUEUED)
+    run.enqueue(i)
+    return int(run.reserve_loops())
+
+
+def _alive(run: Any, i: int) -> bool:
+    """Under the run's lock: node ``i`` still wants what it waits for."""
+    return not run.closed and run.results[i].state is _DEFAULT
+
+
+def _shared(run: Any, i: int, outcome: Any) -> None:
+    """A shared call resolved, or promoted this run to leader (the resolving thread)."""
+    k = 0
+    with run.lock:
+        g = run.guards.get(i)
+        if g is None or g.wait != _SHARE or not _alive(run, i):
+            return
+        g.wait = 0
+        if not outcome.promoted:
+            g.shared = True
+            run.results[i].shared = True
+            g.outcome = (outcome.value, outcome.error)
+        k = _requeue(run, i)
+    if k:
+        run.post(run.dispatch, k)
+
+
+def _token_ready(run: Any, i: int) -> None:
+    """Timer thread: node ``i``'s rate-limit token is due."""
+    k = 0
+    with run.lock:
+        g = run.guards.get(i)
+        if g is None or g.wait != _TOKEN or not _alive(run, i):
+            return
+        g.wait = 0
+        k = _requeue(run, i)
+    if k:
+        run.post(run.dispatch, k)
+
+
+def _granted(run: Any, i: int, permit: Any) -> None:
+    """A bulkhead slot for node ``i`` (the thread that released it, outside its lock)."""
+    k = 0
+    with run.lock:
+        g = run.guards.get(i)
+        taken = g is not None and g.wait == _SLOT and _alive(run, i)
+        if taken:
+            assert g is not None
+            g.wait = 0
+            g.permit = permit
+            k = _requeue(run, i)
+    if not taken:
+        permit.release()  # the run gave up meanwhile: the next waiter gets it
+        return
+    if k:
+        run.post(run.dispatch, k)
+
+
+# -- hedging ---------------------------------------------------------------------------------------
+
+def _start_race(run: Any, i: int, g: Guard, pol: Any, now: float) -> None:
+    from taskflow.resilience.hedge import HedgeRace
+    from taskflow.resilience.latency import latencies
+
+    race = g.race = HedgeRace(pol.hedge.max_extra)
+    g.attempt = race.launch() or 0
+    delay = pol.hedge.delay(latencies.get(pol))
+    if delay is not None and now + delay < run.deadline:
+        g.hedge_timer = timer.schedule(now + delay, _hedge_due, run, i, race, delay)
+
+
+def _hedge_due(run: Any, i: int, race: Any, delay: float) -> None:
+    """Timer thread: an attempt has run ``delay`` seconds; the owner may start a duplicate."""
+    run.post(_hedge_launch, run, i, race, delay)
+
+
+def _hedge_launch(run: Any, i: int, race: Any, delay: float) -> None:
+    """The owner's thread: start one more attempt of node ``i`` if the race is still open.
+
+    A hedge never queues: without a free bulkhead slot or a rate-limit token now, it is skipped
+    (and tried again after ``delay``)."""
+    pol = run.plan.policy[i]
+    with run.lock:
+        g = run.guards.get(i)
+        if (g is None or g.race is not race or run.closed or run.results[i].state is not _DEFAULT
+                or run.code[i] != _RUNNING):
+            return
+    permit = None
+    if pol.bulkhead is not None:
+        permit = pol.bulkhead.try_acquire()
+    ok = pol.bulkhead is None or permit is not None
+    if ok and pol.rate_limit is not None and not pol.rate_limit.try_take():
+        ok = False
+    n = race.launch() if ok else None
+    if n is None:
+        if permit is not None:
+            permit.release()
+    else:
+        run.results[i].hedges = race.hedges
+        if run.observers:
+            events.event(run.observers, i, "hedge", {"attempt": n})
+        try:
+            run.executor.submit(_hedge_attempt, run, i, race, n, permit)
+        except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt
+            if permit is not None:
+                permit.release()
+            _hedge_outcome(run, i, race, n, None, exc)
+    if race.winner is None and race.hedges < race.max_extra and (
+            _monotonic() + delay < run.deadline):
+        g.hedge_timer = timer.schedule(_monotonic() + delay, _hedge_due, run, i, race, delay)
+
+
+def _hedge_attempt(run: Any, i: int, race: Any, n: int, permit: Any) -> None:
+    """An executor thread: a duplicate attempt of node ``i``."""
+    from taskflow.resilience.latency import latencies
+
+    plan = run.plan
+    node = plan.nodes[i] if plan.stateless[i] else run.node(i)
+    cur = current
+    prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+    cur.run, cur.idx = run, i
+    began = _monotonic()
+    error: BaseException | None = None
+    try:
+        value = run.cv.copy().run(node.task, run.ctx, node.param)
+        if plan.routes[i]:
+            run.route(i, node, value)
+    except BaseException as exc:  # noqa: BLE001 - the attempt's failure is its outcome
+        value, error = None, exc
+    finally:
+        cur.run, cur.idx = prev
+        if permit is not None:
+            permit.release()
+    if error is None:
+        latencies.record(plan.policy[i], _monotonic() - began)
+    _hedge_outcome(run, i, race, n, value, error)
+
+
+def _hedge_outcome(run: Any, i: int, race: Any, n: int, value: Any,
+                   error: BaseException | None) -> None:
+    from taskflow.resilience.hedge import Verdict
+
+    verdict = race.settle(n, error is None)
+    if verdict is Verdict.WON or verdict is Verdict.FAILED:
+        run.complete(i, _NO_LOOP, value, error)
+
+
+# -- after an attempt ----------------------------------------------------------------------------
+
+def attempt_done(run: Any, i: int, ok: bool) -> bool:
+    """An attempt of node ``i`` returned (its own thread). False: it lost a hedge race (or
+    failed while a duplicate still runs): drop its outcome."""
+    pol = run.plan.policy[i]
+    g: Guard | None = run.guards.get(i)
+    if g is None:
+        return True
+    g.running = False
+    permit, g.permit = g.permit, None
+    if permit is not None:
+        permit.release()
+    bp, g.bpermit = g.bpermit, None
+    if bp is not None:
+        pol.breaker.record(bp, ok)
+    race = g.race
+    if race is None:
+        return True
+    from taskflow.resilience.hedge import Verdict
+    from taskflow.resilience.latency import latencies
+
+    if ok:
+        latencies.record(pol, _monotonic() - g.started)
+    verdict = race.settle(g.attempt, ok)
+    if verdict is Verdict.WON or verdict is Verdict.FAILED:
+        t, g.hedge_timer = g.hedge_timer, None
+        if t is not None:
+            t.cancel()
+        g.race = None  # a retry starts a new race
+        return True
+    return False
+
+
+def finish(run: Any, i: int, value: Any, error: BaseException | None) -> None:
+    """Node ``i``'s outcome is final (whatever its run makes of it): a single-flight leader
+    resolves its shared call; hedges stop."""
+    g: Guard | None = run.guards.get(i)
+    if g is None:
+        return
+    t, g.hedge_timer = g.hedge_timer, None
+    if t is not None:
+        t.cancel()
+    member = g.member
+    if member is not None and member.leader and not g.shared:
+        call = member.call
+        if error is None:
+            call.set_result(value)
+        else:
+            call.set_exception(error)
+
+
+# -- fallbacks -------------------------------------------------------------------------------------
+
+def stand_in(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException | None, Any]:
+    """``(value, error, degraded)`` for node ``i`` failing with ``error``: with a fallback,
+    ``(its value, None, error)``, or ``(None, FallbackError, None)`` when it raised; without
+    one (or when nobody will read it), ``(None, error, None)``."""
+    fallback = run.plan.policy[i].fallback
+    if fallback is None or run.closed or run.results[i].state is not _DEFAULT:
+        return None, error, None
+    try:
+        return fallback.value(run.ctx, error), None, error
+    except FallbackError as exc:
+        return None, exc, None
+
+
+def _compute(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException | None]:
+    """The fallback's ``(value, None)`` or ``(None, FallbackError)`` (a thread that may call
+    user code, outside the lock)."""
+    fallback = run.plan.policy[i].fallback
+    cur = current
+    prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+    cur.run, cur.idx = run, i
+    try:
+        return run.cv.copy().run(fallback.value, run.ctx, error), None
+    except FallbackError as exc:
+        return None, exc
+    finally:
+        cur.run, cur.idx = prev
+
+
+def _end(run: Any, i: int, error: BaseException, got: tuple[Any, BaseException | None],
+         now: float) -> None:
+    """Under the lock: node ``i`` ends DEGRADED with the stand-in, or EXCEPTION when the
+    fallback raised."""
+    value, failed = got
+    if failed is not None:
+        run.fail(i, failed, _EXCEPTION, now)
+        return
+    wr = run.results[i]
+    wr.result = value
+    wr.exception = error
+    wr.finished_at = now
+    wr.state = _DEGRADED
+    run.move(i, _TERMINAL)
+
+
+def timeout_stand_in(run: Any, i: int) -> bool:
+    """Timer thread, node ``i``'s own timeout passed: True when the owner takes over (it
+    computes the fallback, then calls ``run.node_timeout(i, stand_in)``)."""
+    if run.plan.policy[i].fallback is None:
+        return False
+    run.post(_timeout_owner, run, i)
+    return True
+
+
+def _timeout_owner(run: Any, i: int) -> None:
+    with run.lock:
+        if run.closed or run.results[i].state is not _DEFAULT:
+            return
+    error = NodeTimeoutError(run.names[i], run.plan.timeout[i])
+    got = _compute(run, i, error)
+    run.node_timeout(i, (error, got))
+
+
+def end_timed_out(run: Any, i: int, stand: tuple[Any, Any], now: float) -> None:
+    """Under the lock (``node_timeout``): end node ``i`` with the stand-in computed for it."""
+    error, got = stand
+    _end(run, i, error, got, now)
+
+
+def defer_close(run: Any, i: int, state: ResultState, later: list[int]) -> bool:
+    """Under the lock, the run closing: True when node ``i``'s TIMEOUT gets a stand-in instead
+    (it leaves the live states now; ``close_stand_ins`` writes its outcome before any hook)."""
+    pol = run.plan.policy[i]
+    if pol is None or pol.fallback is None or state is not ResultState.TIMEOUT:
+        return False
+    run.move(i, _TERMINAL)
+    later.append(i)
+    return True
+
+
+def close_stand_ins(run: Any, later: list[int]) -> None:
+    """Outside the lock, on the closing owner's thread: the stand-ins of ``defer_close``."""
+    for i in later:
+        error = NodeTimeoutError(run.names[i], run.budget, budget=True)
+        got = _compute(run, i, error)
+        with run.lock:
+            value, failed = got
+            wr = run.results[i]
+            wr.finished_at = _monotonic()
+            if failed is None:
+                wr.result = value
+                wr.exception = error
+                wr.state = _DEGRADED
+            else:
+                wr.exception = failed
+                wr.state = _EXCEPTION
+
+
+def doom(run: Any, s: int, f: int, now: float) -> bool:
+    """Under the lock, father ``f`` failed son ``s``: True when ``s`` has a fallback; it is
+    queued with the failure decided, and its worker computes the stand-in."""
+    pol = run.plan.policy[s]
+    if pol is None or pol.fallback is None:
+        return False
+    f = run.failed_father(s, f)
+    err = UpstreamFailedError(run.names[s], run.names[f])
+    err.__cause__ = run.results[f].exception
+    g = _guard(run, s)
+    g.outcome = (None, err)
+    run.move(s, _QUEUED)
+    run.results[s].queued_at = now
+    run.enqueue(s)
+    return True
+
+
+# -- dispatch order -----------------------------------------------------------------------------
+
+def rank(plan: Any) -> list[tuple[float, float]]:
+    """Each node's dispatch rank in a run of a plan with resilience options: (``priority``,
+    longest remaining path to a sink), the path weighted by each node's typical duration so
+    far (``plan.est``; an unmeasured node counts as the median of the measured ones)."""
+    from taskflow.resilience.dispatch import node_weights, remaining_paths
+
+    est = plan.est
+    n = len(plan.nodes)
+    weights = node_weights(range(n), lambda i: est[i] if est[i] >= 0.0 else None)
+    paths = remaining_paths(dict(enumerate(plan.sons)), weights)
+    return [(0.0 if p is None else p.priority, paths[i]) for i, p in enumerate(plan.policy)]
+
+
+def pop_best(ready: Any, ranks: list[tuple[float, float]]) -> int:
+    """Under the run's lock: remove and return the ready node to start first (highest rank,
+    then the earliest queued)."""
+    if len(ready) == 1:
+        return int(ready.popleft())
+    best = 0
+    top = ranks[ready[0]]
+    for k in range(1, len(ready)):
+        r = ranks[ready[k]]
+        if r > top:
+            best, top = k, r
+    i = int(ready[best])
+    del ready[best]
+    return i
+
+
+# -- giving back -----------------------------------------------------------------------------------
+
+def release(run: Any, nodes: Iterable[int], failed: bool = True) -> None:
+    """Outside the lock: nodes ended without their attempt returning (see the module).
+    ``failed``: they timed out (a running attempt counts as failed in the breaker); False:
+    cancelled (it counts for nothing)."""
+    guards = run.guards
+    policy = run.plan.policy
+    for i in nodes:
+        g: Guard | None = guards.get(i)
+        if g is None:
+            continue
+        pol = policy[i]
+        for t in (g.token_timer, g.hedge_timer):
+            if t is not None:
+                t.cancel()
+        ticket, g.ticket = g.ticket, None
+        if ticket is not None:
+            ticket.cancel()  # False: granted meanwhile; _granted gives the slot back
+        running = g.running
+        permit = g.permit
+        if permit is not None:
+            if running:
+                permit.abandon()  # held until the attempt returns (attempt_done releases it)
+            else:
+                g.permit = None
+                permit.release()
+        bp = g.bpermit
+        if bp is not None:
+            if running and failed:
+                pol.breaker.record(bp, False)  # a TIMEOUT counts as a failure
+            else:
+                _void_breaker(g, pol)
+        r, g.reservation = g.reservation, None
+        if r is not None:
+            r.cancel()
+        member = g.member
+        if member is not None and not g.shared:
+            if member.leader:
+                if not running:
+                    member.resign()  # the attempt never started: another run may lead
+            else:
+                member.leave()
+
+
+def check_executor(plan: Any, remote: bool, executor_name: str) -> None:
+    """Before a run starts: hedging needs the run's own threads (duplicates are cancelled
+    through ``ctx.cancelled``), so a hedged node cannot run on a remote executor."""
+    if not remote:
+        return
+    for pol in plan.policy:
+        if pol is not None and pol.hedge is not None:
+            raise FlowDefinitionError(
+                f"node {pol.name!r}: hedge is not supported on {executor_name} (a process "
+                "executor); run the node on a thread pool, or drop hedge"
+            )
+
+
+# the run's codes and loop token, set by run.py when it imports this module (no import cycle)
+_QUEUED = _RUNNING = _TERMINAL = _PARKED = _NO_LOOP = 0
+
+
+def bind_codes(queued: int, running: int, terminal: int, parked: int, no_loop: int) -> None:
+    """Called once by ``run.py``: the node codes this module moves nodes between."""
+    global _QUEUED, _RUNNING, _TERMINAL, _PARKED, _NO_LOOP
+    _QUEUED, _RUNNING, _TERMINAL, _PARKED, _NO_LOOP = queued, running, terminal, parked, no_loop
+

@@ -1,0 +1,50 @@
+"""Degraded, hedged and shared nodes in reports, the HTML page and the Gantt chart."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import LONG, SHORT
+
+from taskflow import FunctionNode, Hedge, TaskContext, TaskScheduling
+
+
+def test_report_html_and_gantt_mark_resilience_outcomes():
+    release = threading.Event()
+
+    def boom(ctx, param):
+        raise ValueError("down")
+
+    calls = []
+
+    def replica(ctx, param):
+        calls.append(1)
+        if len(calls) == 1:
+            release.wait(LONG)
+        return "price"
+
+    reco = FunctionNode(boom, name="reco", fallback=[])
+    price = FunctionNode(replica, name="price", hedge=Hedge(after=SHORT / 5), idempotent=True)
+    stock = FunctionNode(lambda c, p: 7, name="stock", share_key=lambda c, p: "k",
+                         cache_ttl=LONG)
+    with ThreadPoolExecutor(4) as pool:
+        TaskScheduling.start(stock, executor=pool, timeout=LONG)  # fills the cache
+        try:
+            result = TaskScheduling.start([reco, price, stock], executor=pool, timeout=LONG,
+                                          context=TaskContext())
+        finally:
+            release.set()
+    assert result.result_of("reco").marks == ("fallback",)
+    assert result.result_of("price").marks == ("hedged 1",)
+    assert result.result_of("stock").marks == ("shared",)
+    report = result.report()
+    assert report.degraded == ["reco"]
+    nodes = {n.name: n for n in report.nodes}
+    assert nodes["price"].hedges == 1 and nodes["stock"].shared
+    gantt = result.to_mermaid()
+    assert "reco DEGRADED - fallback" in gantt
+    assert "price SUCCESS - hedged 1" in gantt
+    assert "stock SUCCESS - shared" in gantt
+    html = result.to_html()
+    assert "hedged 1" in html and "shared" in html and "fallback" in html
