@@ -80,6 +80,14 @@ MONITOR = PoolMonitor(POOL, interval=5.0).start()  # samples every 5 s; alarms g
 logger.enable("taskflow")  # taskflow's lines (WARNING for failed nodes) carry the trace id
 
 
+def production_logging() -> None:
+    """The production setting: INFO and up, one JSON object per line (``record.extra`` holds
+    ``trace_id``, and on taskflow's lines ``flow_id``, ``flow`` and ``node``). For taskflow's
+    per-node DEBUG lines while debugging: ``level="DEBUG"`` and ``taskflow.logs.log_nodes()``."""
+    logger.remove()
+    logger.add(sys.stderr, level="INFO", serialize=True)
+
+
 class BackendError(RuntimeError):
     """A backend call failed."""
 
@@ -219,8 +227,5 @@ application = get_wsgi_application()
 if __name__ == "__main__":
     from django.core.management import execute_from_command_line
 
-    logger.remove()
-    logger.add(sys.stderr, level="INFO",
-               format="{time:HH:mm:ss.SSS} {level: <7} [{extra[trace_id]}] {message}")
-    logger.configure(extra={"trace_id": "-"})
+    production_logging()
     execute_from_command_line(sys.argv)

@@ -20,6 +20,11 @@ the task travels: put what it needs into the context, as ``sku`` here.) A node t
 budget keeps running in its thread (threads cannot be killed) after the handler returned: it
 should poll ``ctx.cancelled`` and leave ``request`` alone by then.
 
+Logging: the module enables taskflow's lines; taskflow writes one only when a node fails (a
+WARNING with the traceback as text) unless per-node DEBUG lines are asked for
+(``taskflow.logs.log_nodes()``). ``production_logging()`` (run directly, or under gunicorn with
+``examples/gunicorn.conf.py``) writes JSON lines at INFO, each with the request's ``trace_id``.
+
 ``GET /pool`` returns the shared pool's metrics as JSON (queue size, active threads, abandoned
 threads still running, queue-wait and run-time percentiles, ...); ``GET /metrics`` serves the
 pool monitor's latest sample (pool and process figures) for Prometheus.
@@ -51,6 +56,7 @@ sizing and why not to ``--preload``)::
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from typing import Any
@@ -77,6 +83,14 @@ BUDGET = 0.5  # seconds a page may take, queueing included
 POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
 MONITOR = PoolMonitor(POOL, interval=5.0).start()  # samples every 5 s; alarms go to the log
 logger.enable("taskflow")  # taskflow's lines (WARNING for failed nodes) carry the trace id
+
+
+def production_logging() -> None:
+    """The production setting: INFO and up, one JSON object per line (``record.extra`` holds
+    ``trace_id``, and on taskflow's lines ``flow_id``, ``flow`` and ``node``). For taskflow's
+    per-node DEBUG lines while debugging: ``level="DEBUG"`` and ``taskflow.logs.log_nodes()``."""
+    logger.remove()
+    logger.add(sys.stderr, level="INFO", serialize=True)
 
 app = Flask(__name__)
 
@@ -216,10 +230,5 @@ def prometheus() -> Response:
 
 
 if __name__ == "__main__":
-    import sys
-
-    logger.remove()
-    logger.add(sys.stderr, level="INFO",
-               format="{time:HH:mm:ss.SSS} {level: <7} [{extra[trace_id]}] {message}")
-    logger.configure(extra={"trace_id": "-"})
+    production_logging()
     app.run(port=8000, threaded=True)

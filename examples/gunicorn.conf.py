@@ -52,6 +52,17 @@ bind = ["127.0.0.1:8000"]
 accesslog = "-"
 
 
+def post_worker_init(worker: object) -> None:
+    """Each worker, once the app is loaded: log lines as JSON at INFO, the production setting
+    (the examples' ``production_logging()``; taskflow writes a line only for a failed node)."""
+    import sys
+
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="INFO", serialize=True)
+
+
 def post_fork(server: object, worker: object) -> None:
     """Where to create per-process pools and monitors if you do preload (see the docstring).
 

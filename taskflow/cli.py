@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TextIO
 
 import taskflow
+from taskflow import logs
 from taskflow._version import __version__
 
 SHADOWED_HINT = (
@@ -372,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.remove()
         logger.add(log_sink(sys.stderr), level="DEBUG")  # one escaped line per record
         logger.enable("taskflow")
+        logs.log_nodes()  # every node's attempts and outcome
     if args.command == "demo":
         try:
             return _demo(args, sys.stdout, sys.stderr)

@@ -134,11 +134,15 @@ def gate(make_executor: object) -> Iterator[object]:
 
 @pytest.fixture
 def taskflow_logs() -> Iterator[list[dict[str, object]]]:
-    """Enable taskflow's loguru logs and collect their records (dicts with level, message, extra)."""
+    """Enable taskflow's loguru logs, per-node DEBUG lines included, and collect their records
+    (dicts with level, message, extra)."""
     from loguru import logger
+
+    from taskflow import logs
 
     records: list[dict[str, object]] = []
     logger.enable("taskflow")
+    logs.log_nodes()
     handler_id = logger.add(
         lambda message: records.append(message.record), level="DEBUG", format="{message}"
     )
@@ -147,6 +151,7 @@ def taskflow_logs() -> Iterator[list[dict[str, object]]]:
     finally:
         logger.remove(handler_id)
         logger.disable("taskflow")
+        logs.log_nodes(False)
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +183,15 @@ class Flaky:
         if n <= self.failures:
             raise ConnectionError(f"attempt {n} refused")
         return "ok"
+
+
+@pytest.fixture
+def node_lines() -> Iterator[None]:
+    """Per-node DEBUG lines on (``taskflow.logs.log_nodes``) for the test."""
+    from taskflow import logs
+
+    logs.log_nodes()
+    try:
+        yield
+    finally:
+        logs.log_nodes(False)

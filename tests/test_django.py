@@ -146,7 +146,8 @@ def test_prometheus_scrape_shows_the_pool(client, example):
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
 
 
-def test_16_threads_x_10_requests_at_once_do_not_cross_talk(example, records, monkeypatch):
+def test_16_threads_x_10_requests_at_once_do_not_cross_talk(example, records, monkeypatch,
+                                                            node_lines):
     # 160 requests on 2 cores: a generous budget, so the test checks isolation, not speed
     monkeypatch.setattr(example, "BUDGET", LONG)
     threads, per_thread = 16, 10

@@ -278,3 +278,48 @@ def test_uninstrument_stops_tracing(traces: Traces) -> None:
     with ThreadPoolExecutor(2) as pool:
         TaskScheduling.start(FunctionNode(const, 1, name="a"), executor=pool, timeout=LONG)
     assert traces.spans() == []
+
+
+def test_a_hedge_told_by_the_engine_is_an_event_of_the_node_span(traces: Traces) -> None:
+    # how the resilience code tells observers that it started a duplicate attempt
+    from taskflow.context import current
+
+    def hedged(ctx: Any, param: Any) -> str:
+        run = current.run
+        events.event(run.observers, current.idx, "hedge", {"attempt": 2, "after": 0.05})
+        return "ok"
+
+    with ThreadPoolExecutor(2) as pool:
+        result = TaskScheduling.start(FunctionNode(hedged, name="stock"), executor=pool,
+                                      timeout=LONG)
+    span = traces.nodes(result.flow_id)[("stock", 1)]
+    (hedge,) = [e for e in span.events if e.name == "taskflow.hedge"]
+    assert dict(hedge.attributes) == {"taskflow.attempt": 2, "taskflow.after": 0.05}
+
+
+def test_a_hedged_node_has_a_hedge_event_on_its_span(traces: Traces) -> None:
+    from taskflow import Hedge
+
+    second = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def slow_then_fast(ctx: Any, param: Any) -> str:
+        with lock:
+            calls.append(1)
+            n = len(calls)
+        if n == 1:
+            second.wait(LONG)  # the first attempt is slow until its hedge came
+            return "first"
+        second.set()
+        return "hedge"
+
+    node = FunctionNode(slow_then_fast, name="stock", hedge=Hedge(after=SHORT / 5),
+                        idempotent=True)
+    with ThreadPoolExecutor(4) as pool:
+        result = TaskScheduling.start(node, executor=pool, timeout=LONG)
+    assert result.ok
+    span = traces.nodes(result.flow_id)[("stock", 1)]
+    (hedge,) = [e for e in span.events if e.name == "taskflow.hedge"]
+    assert hedge.attributes["taskflow.attempt"] == 1  # the first duplicate
+    assert span.attributes["taskflow.state"] == "SUCCESS"

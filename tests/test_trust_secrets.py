@@ -26,6 +26,7 @@ from taskflow import (
     TaskContext,
     TaskScheduling,
     TaskSupport,
+    logs,
 )
 from taskflow.stats import FlowStats
 from taskflow.web import make_app
@@ -54,9 +55,11 @@ def _collect(diagnose: bool) -> Iterator[list[str]]:
     sink_id = logger.add(sink, level="DEBUG", format="{message} {extra} {exception}",
                          diagnose=diagnose)
     logger.enable("taskflow")
+    logs.log_nodes()  # every line taskflow can write, per-node DEBUG lines included
     try:
         yield seen
     finally:
+        logs.log_nodes(False)
         logger.disable("taskflow")
         logger.remove(sink_id)
 

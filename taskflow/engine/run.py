@@ -145,7 +145,7 @@ from typing import Any
 
 from loguru import logger
 
-from taskflow import joins
+from taskflow import joins, logs
 from taskflow.context import TaskContext, TaskSupport, current, detach_run
 from taskflow.engine import events, executors, guards, inline, loops, remote, timer
 from taskflow.errors import (
@@ -228,7 +228,10 @@ def set_strict(on: bool) -> None:
 
 
 def _debug_enabled() -> bool:
-    """Whether a DEBUG line from taskflow would reach any loguru sink (checked once per run)."""
+    """Whether per-node DEBUG lines are on (``taskflow.logs.log_nodes``) and would reach a
+    loguru sink (checked once per run)."""
+    if not logs.logging_nodes():
+        return False
     try:
         core = logger._core  # type: ignore[attr-defined]
         if not core.handlers or core.min_level > 10:
@@ -347,9 +350,9 @@ class Run:
 
     @property
     def log(self) -> Any:
-        """The run's logger (bound to its flow id)."""
+        """The run's logger (bound to its flow id and name; ``node`` None: the whole run)."""
         if self._log is None:
-            self._log = logger.bind(flow_id=self.flow_id)
+            self._log = logger.bind(flow_id=self.flow_id, flow=self.flow_name, node=None)
         return self._log
 
     def node(self, i: int) -> Any:
@@ -797,8 +800,10 @@ class Run:
         hooks: list[int] = []
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
-        # observers hear of the node before its settlement can let another thread end the run
+        # observers and the log hear of the node before its settlement can let another thread
+        # end the run (start returns after its lines and calls)
         watching = self.node_observers
+        loud = self.debug or not ok
         with self.lock:
             if plan.fanout[i]:
                 self.fans.pop(i, None)
@@ -820,7 +825,7 @@ class Run:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
-                if not has_hook and not watching:
+                if not has_hook and not watching and not loud:
                     self.settle_sons(i, hooks, now)
                     nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
                         else -1
@@ -834,9 +839,9 @@ class Run:
             timer_entry.cancel()
         if watching:
             events.completed(watching, i, wr.attempts, wr.exception)
-        if self.debug or not ok:
+        if loud:
             self.log_outcome(i)
-        if has_hook or watching:
+        if has_hook or watching or loud:
             if has_hook:
                 node = self.node(i)
                 self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
@@ -1132,7 +1137,13 @@ class Run:
         st = wr.state
         log = self.log.bind(node=name)
         if st is _EXCEPTION or st is _TIMEOUT:
-            log.warning("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
+            exc = wr.exception
+            # the traceback as text (never opt(exception=...): diagnose=True sinks would print
+            # the frames' variables); a node failed fast has none
+            trace = ""
+            if exc is not None and exc.__traceback__ is not None:
+                trace = "\n" + traceback_text(exc).rstrip()
+            log.warning("node {} ended {}: {!r}{}", name, st.name, exc, trace)  # noqa: PLE1205 - loguru formats with {}
         elif st is _CANCELLED or st is _DEGRADED:
             log.info("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
         else:
