@@ -169,8 +169,10 @@ LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
-# how many ready fast nodes share one loop
+# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
+# FAST_TASK of their expected work)
 FAST_BATCH = 4
+FAST_SCAN = 8
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
@@ -454,11 +456,13 @@ class Run:
         """Under lock: how many new loops to start for the ready nodes (and count them).
 
         Thread executors: one loop per ready node expected to be slow (never measured, or
-        ``plan.est`` at or above ``FAST_TASK``), plus one per ``FAST_BATCH`` fast ones (one less
-        if the calling loop goes on with a fast node ``nxt``: it will take them next), less the
-        loops already submitted and not started. Starting a loop costs a thread
-        wake-up, which is more than a fast node, so a flow of fast nodes runs in few loops while
-        slow (I/O) nodes still each get their own. Other modes: one per ready node.
+        ``plan.est`` at or above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of
+        their expected work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes
+        share one loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes
+        on with a fast node ``nxt`` (it will take them next), less the loops already submitted
+        and not started. Starting a loop costs a thread wake-up, which is more than a fast node,
+        so a flow of fast nodes runs in few loops while slow (I/O) nodes still each get their
+        own. Other modes: one per ready node.
         """
         ready = self.ready
         free = self.max_loops - self.loops
@@ -466,9 +470,16 @@ class Run:
             return 0
         if self.mode is LOOPS:
             slow = self.nslow
-            # fast ones: a loop per FAST_BATCH of them, less the calling loop if it goes on
-            # with a fast node
-            k = slow + (len(ready) - slow + FAST_BATCH - 1) // FAST_BATCH
+            fast = len(ready) - slow
+            if 0 < fast and len(ready) <= FAST_SCAN:
+                # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
+                est, slowq = self.plan.est, self.slowq
+                work = sum([est[i] for i in ready if not slowq[i]])
+                k = slow + max(1, math.ceil(work / FAST_TASK))
+            else:
+                # fast ones: a loop per FAST_BATCH of them
+                k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
+            # less the calling loop if it goes on with a fast node
             if k > slow and nxt >= 0 and 0.0 <= self.plan.est[nxt] < FAST_TASK:
                 k -= 1
             # loops already on their way will each take one: do not start more than needed
@@ -484,21 +495,26 @@ class Run:
         self.loops += k
         return k
 
-    def watchdog(self, progress: int) -> None:
+    def watchdog(self, progress: int, grow: int = 1) -> None:
         """Timer thread: ready nodes were left to the loops there are. If none of those loops
-        finished a node since (a node expected to be fast is not), the owner starts loops for the
-        ready nodes; while ready nodes remain, look again later."""
+        finished a node since (a node expected to be fast is not, or the loops waited for the
+        GIL or a CPU), the owner starts ``grow`` more loops for the ready nodes, unless one is
+        already on its way; while ready nodes remain, look again later, doubling ``grow`` while
+        there is still no progress. A busy process so does not get a loop per ready node that
+        would mostly find nothing left to do, and a real stall still gets loops within a few
+        looks."""
         with self.lock:
             self.watch = None
             if self.closed or not self.ready:
                 return
             k = 0
-            if self.progress == progress:
-                k = min(len(self.ready), self.max_loops - self.loops)
+            if self.progress == progress and not self.starting:
+                k = min(grow, len(self.ready), self.max_loops - self.loops)
                 if k > 0:
                     self.loops += k
                     self.starting += k
-            self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
+            self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress,
+                                        grow * 2 if k > 0 else 1)
         if k > 0:
             self.post(self.dispatch, k)
 
