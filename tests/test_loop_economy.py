@@ -131,3 +131,45 @@ def test_watchdog_adds_no_loop_while_one_is_on_its_way(monkeypatch: pytest.Monke
         assert result.ok and len(result) == 10
     finally:
         pool.shutdown(wait=True)
+
+
+def _order_with_queued_work(markers: int, son_est: float) -> list[str]:
+    """On a one-worker pool, ``a1`` queues ``markers`` tasks on the pool and returns; in what
+    order do the markers and its son ``a2`` run?"""
+    order: list[str] = []
+    pool = ThreadPoolExecutor(1, thread_name_prefix="tfyield")
+
+    def a1(ctx: Any, param: Any) -> None:
+        order.append("a1")
+        for k in range(markers):
+            pool.submit(order.append, f"m{k + 1}")
+
+    def a2(ctx: Any, param: Any) -> None:
+        order.append("a2")
+
+    first = FunctionNode(a1, name="a1")
+    first >> FunctionNode(a2, name="a2")
+    try:
+        assert TaskScheduling.start(first, executor=pool, timeout=LONG).ok  # compile, warm up
+        plan = compile_plan((first,))
+        plan.est[plan.index["a1"]] = 0.05
+        plan.est[plan.index["a2"]] = son_est
+        order.clear()
+        assert TaskScheduling.start(first, executor=pool, timeout=LONG).ok
+    finally:
+        pool.shutdown(wait=True)
+    return order
+
+
+def test_a_loop_leaves_its_thread_to_work_queued_before_its_slow_son() -> None:
+    # the pool is behind (3 tasks wait): the son, expected slow, queues behind them instead of
+    # overtaking them in the loop that ran its father (cross-run fairness on a shared pool)
+    assert _order_with_queued_work(3, 0.05) == ["a1", "m1", "m2", "m3", "a2"]
+
+
+def test_a_loop_keeps_a_fast_son_and_ignores_a_short_queue() -> None:
+    # a fast son is not worth an executor round trip; a couple of queued tasks are usually
+    # ones just submitted, their workers waking up (BACKLOG)
+    assert _order_with_queued_work(3, 1e-6) == ["a1", "a2", "m1", "m2", "m3"]
+    assert run_mod.BACKLOG == 2
+    assert _order_with_queued_work(2, 0.05) == ["a1", "a2", "m1", "m2"]
