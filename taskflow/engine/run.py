@@ -79,7 +79,7 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
 ``backlog``: a probe of how many tasks wait in the executor's queue (``executors.backlog``;
-  None when unknown or not in LOOPS mode), fixed at creation: see ``next_after``.
+  None when unknown or not in LOOPS mode), fixed at creation: see ``next_node``.
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
@@ -176,7 +176,7 @@ FAST_TASK = 0.0002
 FAST_BATCH = 4
 FAST_SCAN = 8
 # more tasks than this waiting in the executor's queue means the pool is behind (fewer are
-# typically tasks just submitted, their workers waking up): see ``Run.next_after``
+# typically tasks just submitted, their workers waking up): see ``Run.next_node``
 BACKLOG = 2
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
@@ -590,10 +590,27 @@ class Run:
         finally:
             cur.run, cur.idx = prev
 
-    def next_node(self, token: int) -> int:
-        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
+    def next_node(self, token: int, after: bool = False) -> int:
+        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1).
+
+        ``after``: the loop has just completed a node. If the executor then has more than
+        ``BACKLOG`` tasks waiting in its queue and the next ready node is known to be slow, the
+        loop exits instead: the node gets a loop of its own at the back of the queue
+        (``reserve_loops``, right after) and the thread serves the waiting tasks first,
+        typically other runs' nodes that became ready earlier. Otherwise, under a saturated
+        pool, a run whose loops keep going overtakes older runs' queued work: the pool serves
+        runs in the order their loops finish rather than the order they asked (lower throughput
+        and a longer tail in ``benchmarks/concurrency.py``). Nodes never measured or fast keep
+        the loop (a chain never pays an executor round trip per node).
+        """
         code = self.code
         ready = self.ready
+        if after and ready and self.plan.est[ready[0]] >= FAST_TASK and token >= 0:
+            backlog = self.backlog
+            if backlog is not None and backlog() > BACKLOG:
+                self.loops -= 1
+                self.loop_node.pop(token, None)
+                return -1
         while ready:
             i = ready.popleft()
             if self.slowq[i]:
@@ -606,25 +623,6 @@ class Run:
         self.loops -= 1
         self.loop_node.pop(token, None)
         return -1
-
-    def next_after(self, token: int) -> int:
-        """Under lock: the next node of a loop that has just completed one (``next_node``),
-        unless the executor has more than ``BACKLOG`` tasks waiting in its queue and the next
-        ready node is known to be slow: then the loop exits and the node gets a loop of its own at the back of the
-        queue (``reserve_loops``, right after), so the thread serves the waiting tasks first,
-        typically other runs' nodes that became ready earlier. Without that, under a saturated
-        pool a run whose loops keep going would overtake older runs' queued work, and the pool
-        would serve runs in the order their loops finish rather than the order they asked
-        (``benchmarks/concurrency.py``: lower throughput and a longer tail). Nodes never
-        measured or fast keep the loop (a chain never pays an executor round trip per node)."""
-        ready = self.ready
-        if ready and token >= 0 and self.backlog is not None:
-            e = self.plan.est[ready[0]]
-            if e >= FAST_TASK and self.backlog() > BACKLOG:
-                self.loops -= 1
-                self.loop_node.pop(token, None)
-                return -1
-        return self.next_node(token)
 
     def engine_error(self, i: int, token: int, exc: BaseException) -> int:
         """An exception in taskflow's own code while running node ``i``: the node fails with it
@@ -795,8 +793,8 @@ class Run:
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
                 if not has_hook:
                     self.settle_sons(i, hooks, now)
-                    nxt = self.next_after(token) if token >= -1 and token not in self.abandoned \
-                        else -1
+                    nxt = self.next_node(token, True) \
+                        if token >= -1 and token not in self.abandoned else -1
                     k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
@@ -810,7 +808,8 @@ class Run:
             self.hook(node.on_success if error is None else node.on_fail, i, wr.attempts, True)
             with self.lock:
                 self.settle_sons(i, hooks, now)
-                nxt = self.next_after(token) if token >= -1 and token not in self.abandoned else -1
+                nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned \
+                    else -1
                 k = self.reserve_loops(nxt)
                 fin = self.settled(i)
         if hooks:
