@@ -15,10 +15,29 @@ Graphs (both defined once and shared by every caller):
   for both runners), ``aggregate`` does no I/O.
 * ``no-op 20``: 20 no-op nodes in 4 layers of 5 (each with 1-2 fathers in the layer above).
 
-Per measurement: flows/s (flows over wall time), p50 and p99 latency of one flow as seen by its
-caller, and gc collections per 1,000 flows (``gc.get_stats()`` deltas, all generations). Each
-figure is reported as the taskflow/hand-written ratio of the same round, then the median over
-rounds (flows/s above 1 and latencies below 1 favour taskflow).
+Per measurement: flows/s (flows over wall time), p50, p99 and mean latency of one flow as seen by
+its caller, process CPU time per flow (``time.process_time``, all threads) and gc collections per
+1,000 flows (``gc.get_stats()`` deltas, all generations). Each figure is reported as the
+taskflow/hand-written ratio of the same round, then the median over rounds (flows/s above 1 and
+latencies below 1 favour taskflow).
+
+Physical bounds (:func:`bounds`), printed beside the figures so a reader sees how close each
+runner is to what is possible, not only to the other. With per-node service times ``s`` (the
+sleeps), ``W`` pool threads and ``N`` callers in a closed loop (each caller starts its next flow
+as soon as the last returns):
+
+* pool capacity: a flow occupies the pool for ``S = sum(s)`` thread-seconds, so at most
+  ``W / S`` flows/s (no runner may run nodes outside the pool: ``start``'s caller never runs user
+  code, it must return at its deadline whatever a task does);
+* critical path: no flow takes less than ``C`` (the longest path of ``s``), so ``N`` callers do at
+  most ``N / C`` flows/s;
+* mean-latency floor (Little's law, ``N = flows/s x mean latency``): ``max(C, N * S / W)``. A p99
+  below it is only possible if the slowest 1 % of flows wait far longer (reported as the mean
+  those flows would need). It holds in steady state: the ends of a measurement (callers start
+  together and finish apart) let a short one (``--quick``) dip a few per cent below it.
+
+Each runner's *efficiency* is its flows/s over the bound. The no-op graph has no such bound
+(``S = C = 0``): it is limited by CPU time under the GIL, hence the CPU-per-flow column.
 
     python benchmarks/concurrency.py               # 5 rounds (a few minutes)
     python benchmarks/concurrency.py --quick       # a short smoke run (3 rounds, fewer flows)
@@ -41,9 +60,10 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
+from graphlib import TopologicalSorter
 from typing import Any
 
 from overhead import Graph, build, handwritten, layers  # the hand-written runner, by import
@@ -74,6 +94,86 @@ def backend_sleeps(graph: Graph, seed: int = 9) -> dict[str, float]:
     return {name: 0.0 if name == "aggregate" else rnd.uniform(0.001, 0.020) for name in graph}
 
 
+# -- what is physically possible ----------------------------------------------------------------
+
+FLOWS_TARGET = 1.1  # issue 9: flows/s >= 1.1x the hand-written runner
+P99_TARGET = 0.8  # and p99 <= 0.8x
+TAIL = 0.01  # the share of flows above the p99
+
+
+def critical_path(graph: Graph, service: Mapping[str, float]) -> float:
+    """The longest path through ``graph`` with node ``n`` taking ``service[n]`` seconds."""
+    finish: dict[str, float] = {}
+    for name in TopologicalSorter(graph).static_order():
+        finish[name] = service[name] + max((finish[f] for f in graph[name]), default=0.0)
+    return max(finish.values(), default=0.0)
+
+
+def bounds(graph: Graph, service: Mapping[str, float], workers: int,
+           callers: int) -> dict[str, Any]:
+    """What no runner can beat: ``callers`` threads starting flows back to back on a pool of
+    ``workers`` threads, node ``n`` occupying a pool thread for ``service[n]`` seconds.
+
+    ``max_flows_per_s`` is the lower of the pool's capacity (``workers / work``) and the
+    critical-path limit (``callers / critical_path``); ``mean_latency_floor_ms`` follows from
+    Little's law (``callers / max_flows_per_s``, i.e. ``max(critical_path, callers * work /
+    workers)``). Without service times (no-op nodes) there is no such bound: every limit is None.
+    """
+    work = sum(service[n] for n in graph)
+    crit = critical_path(graph, service)
+    pool = workers / work if work > 0 else None
+    path = callers / crit if crit > 0 else None
+    limits = [(x, why) for x, why in ((pool, "pool"), (path, "critical path")) if x is not None]
+    best, why = min(limits) if limits else (None, None)
+    return {
+        "work_ms": work * 1e3,
+        "critical_path_ms": crit * 1e3,
+        "max_flows_per_s_pool": pool,
+        "max_flows_per_s_critical_path": path,
+        "max_flows_per_s": best,
+        "limited_by": why,
+        "mean_latency_floor_ms": callers / best * 1e3 if best else None,
+    }
+
+
+def reachable(b: Mapping[str, Any], hand_flows_per_s: float,
+              hand_p99_ms: float) -> dict[str, Any]:
+    """Whether issue 9's targets against a hand-written runner measured at ``hand_flows_per_s``
+    and ``hand_p99_ms`` can be met at all, given the bounds ``b`` (None: no physical bound).
+
+    flows/s: ``1.1 x hand_flows_per_s`` must not exceed ``max_flows_per_s``. p99: ``0.8 x
+    hand_p99_ms`` must not be below the critical path (every flow takes at least that); below
+    the mean-latency floor it is possible only by making the slowest 1 % of flows wait long
+    enough to bring the mean back up: ``tail_mean_ms`` is the mean those flows would need.
+    """
+    best, floor, crit = b["max_flows_per_s"], b["mean_latency_floor_ms"], b["critical_path_ms"]
+    if best is None:
+        return {"flows_per_s": None, "p99": None, "p99_target_ms": None, "tail_mean_ms": None}
+    target = P99_TARGET * hand_p99_ms
+    tail = None
+    if target < crit:
+        p99: bool | None = False
+    elif target < floor:
+        p99 = False
+        tail = (floor - (1 - TAIL) * target) / TAIL
+    else:
+        p99 = True
+    return {"flows_per_s": FLOWS_TARGET * hand_flows_per_s <= best, "p99": p99,
+            "p99_target_ms": target, "tail_mean_ms": tail}
+
+
+def sleep_overshoot(service: Mapping[str, float], repeat: int = 5) -> float:
+    """Seconds ``time.sleep(s)`` overruns ``s`` on this machine (median over the graph's sleeps)."""
+    over = []
+    for s in service.values():
+        if s > 0:
+            for _ in range(repeat):
+                t = time.perf_counter()
+                time.sleep(s)
+                over.append(time.perf_counter() - t - s)
+    return statistics.median(over) if over else 0.0
+
+
 def sleep_task(ctx: Any, seconds: float) -> None:
     if seconds:
         time.sleep(seconds)
@@ -86,6 +186,7 @@ class Workload:
         self.label = label
         self.graph = graph
         self.sleeps = sleeps
+        self.service: dict[str, float] = dict(sleeps) if sleeps else dict.fromkeys(graph, 0.0)
         if sleeps is None:
             self.tops = build(graph)
             self.work: dict[str, Callable[[], Any]] | None = None
@@ -145,9 +246,11 @@ def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]
     before = gc.get_stats()
     barrier.wait()
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     after = gc.get_stats()
     samples = sorted(x for lat in latencies for x in lat)
     collections = [a["collections"] - b["collections"] for a, b in zip(after, before, strict=True)]
@@ -157,6 +260,8 @@ def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]
         "flows_per_s": len(samples) / wall,
         "p50_ms": _pct(samples, 0.50) * 1e3,
         "p99_ms": _pct(samples, 0.99) * 1e3,
+        "mean_ms": statistics.fmean(samples) * 1e3,
+        "cpu_ms_per_flow": cpu * 1e3 / len(samples),
         "gc_per_1000": [c * 1000 / len(samples) for c in collections],
     }
 
@@ -184,6 +289,8 @@ def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
     with ThreadPoolExecutor(workers, thread_name_prefix="bench-pool") as pool:
         for w in workloads:
             runners = {which: w.runner(which, pool, budget) for which in ("taskflow", "hand")}
+            over = sleep_overshoot(w.service)
+            slept = {n: s + over if s else 0.0 for n, s in w.service.items()}
             for callers in callers_list:
                 flows = callers * flows_per_caller[w.label]
                 for run in runners.values():  # warm-up: pool threads, compiled plan, allocator
@@ -198,8 +305,25 @@ def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
                              f"p99 {figures['taskflow']['p99_ms']:.1f} ms, hand-written "
                              f"{figures['hand']['flows_per_s']:.0f} flows/s "
                              f"p99 {figures['hand']['p99_ms']:.1f} ms")
-                rows.append(_summarise(w.label, callers, flows, per_round))
+                row = _summarise(w.label, callers, flows, per_round)
+                row["bounds"] = bounds(w.graph, w.service, workers, callers)
+                row["bounds_with_overshoot"] = bounds(w.graph, slept, workers, callers)
+                row["bounds_with_overshoot"]["sleep_overshoot_ms"] = over * 1e3
+                _against_bounds(row)
+                rows.append(row)
     return rows
+
+
+def _against_bounds(row: dict[str, Any]) -> None:
+    """Add each runner's efficiency against the row's bounds and whether the targets are
+    reachable at all."""
+    b = row["bounds"]
+    best, floor = b["max_flows_per_s"], b["mean_latency_floor_ms"]
+    for which in ("taskflow", "hand"):
+        r = row[which]
+        r["efficiency"] = r["flows_per_s"] / best if best else None
+        r["mean_vs_floor"] = r["mean_ms"] / floor if floor else None
+    row["targets_reachable"] = reachable(b, row["hand"]["flows_per_s"], row["hand"]["p99_ms"])
 
 
 def _summarise(label: str, callers: int, flows: int,
@@ -218,13 +342,19 @@ def _summarise(label: str, callers: int, flows: int,
         "gc_per_1000": _median([_ratio(gc_total(f["taskflow"]), gc_total(f["hand"]))
                                 for f in per_round]),
     }
+    p99s = [r for r in (_ratio(f["taskflow"]["p99_ms"], f["hand"]["p99_ms"]) for f in per_round)
+            if r is not None]
     out: dict[str, Any] = {"graph": label, "callers": callers, "flows_per_round": flows,
-                           "ratio": ratios}
+                           "ratio": ratios,
+                           # the p99 of one round is noisy: the spread of its ratio over rounds
+                           "p99_ratio_range": [min(p99s), max(p99s)] if p99s else None}
     for which in ("taskflow", "hand"):
         out[which] = {
             "flows_per_s": med(which, "flows_per_s"),
             "p50_ms": med(which, "p50_ms"),
             "p99_ms": med(which, "p99_ms"),
+            "mean_ms": med(which, "mean_ms"),
+            "cpu_ms_per_flow": med(which, "cpu_ms_per_flow"),
             "gc_per_1000": [statistics.median(f[which]["gc_per_1000"][g] for f in per_round)
                             for g in range(3)],
             "failed": sum(f[which]["failed"] for f in per_round),
@@ -274,19 +404,61 @@ def _fmt(x: float | None, spec: str = ".2f", suffix: str = "x") -> str:
 
 def print_table(rows: list[dict[str, Any]], header: str) -> None:
     print(header)
-    print("| graph | callers | flows/s | p50 | p99 | gc/1k flows | taskflow flows/s, p99 "
-          "| hand-written flows/s, p99 |")
+    print("| graph | callers | flows/s | p50 | p99 (range over rounds) | gc/1k flows "
+          "| taskflow flows/s, p99 | hand-written flows/s, p99 |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         r, tf, hw = row["ratio"], row["taskflow"], row["hand"]
+        spread = row["p99_ratio_range"]
+        p99 = _fmt(r["p99"]) + ("" if spread is None else f" ({spread[0]:.2f}-{spread[1]:.2f})")
         print(f"| {row['graph']} | {row['callers']} | {_fmt(r['flows_per_s'])} | "
-              f"{_fmt(r['p50'])} | {_fmt(r['p99'])} | {_fmt(r['gc_per_1000'])} | "
+              f"{_fmt(r['p50'])} | {p99} | {_fmt(r['gc_per_1000'])} | "
               f"{tf['flows_per_s']:.0f}, {tf['p99_ms']:.1f} ms | "
               f"{hw['flows_per_s']:.0f}, {hw['p99_ms']:.1f} ms |")
     failed = sum(row["taskflow"]["failed"] + row["hand"]["failed"] for row in rows)
     met = sum(row["meets_targets"] for row in rows)
     print(f"targets (flows/s >= 1.1x and p99 <= 0.8x): met in {met} of {len(rows)} rows; "
           f"failed flows: {failed}")
+    print()
+    print_bounds(rows)
+
+
+def _reach(ok: bool | None, note: str = "") -> str:
+    return "n/a" if ok is None else "yes" if ok else f"no{note}"
+
+
+def print_bounds(rows: list[dict[str, Any]]) -> None:
+    """The physical bounds of each row and how close each runner gets (see ``bounds``)."""
+    print("physical bounds (no-op graph: none, CPU-bound); efficiency = flows/s over the bound; "
+          "mean/floor = mean latency over the mean-latency floor")
+    print("| graph | callers | bound flows/s (limit) | mean-latency floor | taskflow: efficiency, "
+          "mean/floor, CPU/flow | hand-written: efficiency, mean/floor, CPU/flow "
+          "| flows/s >= 1.1x reachable | p99 <= 0.8x reachable |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        b, reach = row["bounds"], row["targets_reachable"]
+        bound = ("none" if b["max_flows_per_s"] is None
+                 else f"{b['max_flows_per_s']:.0f} ({b['limited_by']})")
+        floor = _fmt(b["mean_latency_floor_ms"], ".1f", " ms")
+        runners = []
+        for which in ("taskflow", "hand"):
+            r = row[which]
+            runners.append(f"{_fmt(r['efficiency'], '.0%', '')}, {_fmt(r['mean_vs_floor'])}, "
+                           f"{r['cpu_ms_per_flow']:.2f} ms")
+        note = ""
+        if reach["p99"] is False:
+            tail = reach["tail_mean_ms"]
+            note = (f" (target {reach['p99_target_ms']:.1f} ms < critical path)" if tail is None
+                    else f" (target {reach['p99_target_ms']:.1f} ms < floor: the slowest 1 % "
+                         f"would need a mean of {tail / 1e3:.2f} s)")
+        print(f"| {row['graph']} | {row['callers']} | {bound} | {floor} | {runners[0]} | "
+              f"{runners[1]} | {_reach(reach['flows_per_s'])} | {_reach(reach['p99'], note)} |")
+    over = {row["graph"]: row["bounds_with_overshoot"] for row in rows
+            if row["bounds"]["max_flows_per_s"] is not None}
+    for graph, b in over.items():
+        print(f"{graph}: work {b['work_ms']:.1f} ms per flow and critical path "
+              f"{b['critical_path_ms']:.2f} ms with this machine's time.sleep overshoot "
+              f"(+{b['sleep_overshoot_ms']:.2f} ms per call); nominal bounds above")
 
 
 def main(argv: list[str] | None = None) -> int:

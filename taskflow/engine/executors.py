@@ -11,6 +11,7 @@ that run tasks in other processes (``ProcessPoolExecutor`` and subclasses such a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -19,6 +20,7 @@ from loguru import logger
 __all__ = [
     "Capabilities",
     "DeclaresCapabilities",
+    "backlog",
     "capabilities",
     "mark_abandoned",
     "pickler",
@@ -97,6 +99,19 @@ def capabilities(executor: Executor) -> Capabilities:
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         return Capabilities(n, False)
     return Capabilities(_default_parallelism(), False)
+
+
+def backlog(executor: Executor) -> Callable[[], int] | None:
+    """A cheap probe of how many tasks wait in ``executor``'s queue, or None when that is not
+    known (the engine then assumes none are waiting). Known: ``ThreadPoolExecutor`` and its
+    subclasses, also behind a wrapper (``unwrap``): the size of its work queue."""
+    inner = executor if type(executor) is ThreadPoolExecutor else unwrap(executor)
+    if isinstance(inner, ThreadPoolExecutor):
+        qsize = getattr(getattr(inner, "_work_queue", None), "qsize", None)
+        if callable(qsize):
+            probe: Callable[[], int] = qsize
+            return probe
+    return None
 
 
 def pickler(caps: Capabilities) -> Any:

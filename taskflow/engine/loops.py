@@ -71,6 +71,10 @@ def _start(owner: LoopOwner, token: int) -> None:
 
 def _done(owner: LoopOwner, token: int, fut: Future[Any]) -> None:
     """Done-callback of a loop future (any thread, possibly under the executor's locks)."""
+    if token not in owner.unstarted:
+        # the common case: the loop ran (a token leaves ``unstarted`` once and never returns;
+        # reading the set without the lock is atomic), so the lock is not needed to say so
+        return
     with owner.lock:
         if token not in owner.unstarted:
             return

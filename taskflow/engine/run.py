@@ -81,6 +81,8 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
   new ones). ``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed while ready
   nodes are left to busy loops (if no loop completes a node in ``WATCH`` seconds, the owner
   starts loops for them).
+``backlog``: a probe of how many tasks wait in the executor's queue (``executors.backlog``;
+  None when unknown or not in LOOPS mode), fixed at creation: see ``next_node``.
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
   remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
@@ -188,8 +190,13 @@ LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
-# how many ready fast nodes share one loop
+# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
+# FAST_TASK of their expected work)
 FAST_BATCH = 4
+FAST_SCAN = 8
+# more tasks than this waiting in the executor's queue means the pool is behind (fewer are
+# typically tasks just submitted, their workers waking up): see ``Run.next_node``
+BACKLOG = 2
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
@@ -321,6 +328,7 @@ class Run:
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
         self.loops = 0
         self.max_loops = caps.parallelism
+        self.backlog = executors.backlog(executor) if self.mode is LOOPS else None
         self.progress = 0
         self.starting = 0  # loops reserved and not started yet (they will each pop a node)
         self.nslow = 0  # ready entries expected to be slow when queued (see reserve_loops)
@@ -488,11 +496,13 @@ class Run:
         """Under lock: how many new loops to start for the ready nodes (and count them).
 
         Thread executors: one loop per ready node expected to be slow (never measured, or
-        ``plan.est`` at or above ``FAST_TASK``), plus one per ``FAST_BATCH`` fast ones (one less
-        if the calling loop goes on with a fast node ``nxt``: it will take them next), less the
-        loops already submitted and not started. Starting a loop costs a thread
-        wake-up, which is more than a fast node, so a flow of fast nodes runs in few loops while
-        slow (I/O) nodes still each get their own. Other modes: one per ready node.
+        ``plan.est`` at or above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of
+        their expected work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes
+        share one loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes
+        on with a fast node ``nxt`` (it will take them next), less the loops already submitted
+        and not started. Starting a loop costs a thread wake-up, which is more than a fast node,
+        so a flow of fast nodes runs in few loops while slow (I/O) nodes still each get their
+        own. Other modes: one per ready node.
         """
         ready = self.ready
         free = self.max_loops - self.loops
@@ -500,9 +510,16 @@ class Run:
             return 0
         if self.mode is LOOPS:
             slow = self.nslow
-            # fast ones: a loop per FAST_BATCH of them, less the calling loop if it goes on
-            # with a fast node
-            k = slow + (len(ready) - slow + FAST_BATCH - 1) // FAST_BATCH
+            fast = len(ready) - slow
+            if 0 < fast and len(ready) <= FAST_SCAN:
+                # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
+                est, slowq = self.plan.est, self.slowq
+                work = sum([est[i] for i in ready if not slowq[i]])
+                k = slow + max(1, math.ceil(work / FAST_TASK))
+            else:
+                # fast ones: a loop per FAST_BATCH of them
+                k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
+            # less the calling loop if it goes on with a fast node
             if k > slow and nxt >= 0 and 0.0 <= self.plan.est[nxt] < FAST_TASK:
                 k -= 1
             # loops already on their way will each take one: do not start more than needed
@@ -518,21 +535,26 @@ class Run:
         self.loops += k
         return k
 
-    def watchdog(self, progress: int) -> None:
+    def watchdog(self, progress: int, grow: int = 1) -> None:
         """Timer thread: ready nodes were left to the loops there are. If none of those loops
-        finished a node since (a node expected to be fast is not), the owner starts loops for the
-        ready nodes; while ready nodes remain, look again later."""
+        finished a node since (a node expected to be fast is not, or the loops waited for the
+        GIL or a CPU), the owner starts ``grow`` more loops for the ready nodes, unless one is
+        already on its way; while ready nodes remain, look again later, doubling ``grow`` while
+        there is still no progress. A busy process so does not get a loop per ready node that
+        would mostly find nothing left to do, and a real stall still gets loops within a few
+        looks."""
         with self.lock:
             self.watch = None
             if self.closed or not self.ready:
                 return
             k = 0
-            if self.progress == progress:
-                k = min(len(self.ready), self.max_loops - self.loops)
+            if self.progress == progress and not self.starting:
+                k = min(grow, len(self.ready), self.max_loops - self.loops)
                 if k > 0:
                     self.loops += k
                     self.starting += k
-            self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress)
+            self.watch = timer.schedule(_monotonic() + WATCH, self.watchdog, self.progress,
+                                        grow * 2 if k > 0 else 1)
         if k > 0:
             self.post(self.dispatch, k)
 
@@ -602,10 +624,27 @@ class Run:
         finally:
             cur.run, cur.idx = prev
 
-    def next_node(self, token: int) -> int:
-        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1)."""
+    def next_node(self, token: int, after: bool = False) -> int:
+        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1).
+
+        ``after``: the loop has just completed a node. If the executor then has more than
+        ``BACKLOG`` tasks waiting in its queue and the next ready node is known to be slow, the
+        loop exits instead: the node gets a loop of its own at the back of the queue
+        (``reserve_loops``, right after) and the thread serves the waiting tasks first,
+        typically other runs' nodes that became ready earlier. Otherwise, under a saturated
+        pool, a run whose loops keep going overtakes older runs' queued work: the pool serves
+        runs in the order their loops finish rather than the order they asked (lower throughput
+        and a longer tail in ``benchmarks/concurrency.py``). Nodes never measured or fast keep
+        the loop (a chain never pays an executor round trip per node).
+        """
         code = self.code
         ready = self.ready
+        if after and ready and self.plan.est[ready[0]] >= FAST_TASK and token >= 0:
+            backlog = self.backlog
+            if backlog is not None and backlog() > BACKLOG:
+                self.loops -= 1
+                self.loop_node.pop(token, None)
+                return -1
         ranks = self.ranks
         while ready:
             i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
@@ -827,8 +866,8 @@ class Run:
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
                 if not has_hook and not watching and not loud:
                     self.settle_sons(i, hooks, now)
-                    nxt = self.next_node(token) if token >= -1 and token not in self.abandoned \
-                        else -1
+                    nxt = self.next_node(token, True) \
+                        if token >= -1 and token not in self.abandoned else -1
                     k = self.reserve_loops(nxt)
                     fin = self.settled(i)
         if late:
@@ -847,7 +886,8 @@ class Run:
                 self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
             with self.lock:
                 self.settle_sons(i, hooks, now)
-                nxt = self.next_node(token) if token >= -1 and token not in self.abandoned else -1
+                nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned \
+                    else -1
                 k = self.reserve_loops(nxt)
                 fin = self.settled(i)
         if hooks:
