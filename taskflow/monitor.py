@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, ParamSpec, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
@@ -128,13 +128,17 @@ def _stdlib_work_item_fits() -> bool:
 _STDLIB_FITS: Final = _stdlib_work_item_fits()
 
 
-class _TimedWorkItem(_cft._WorkItem[Any]):
+class _TimedWorkItem:
     """A stdlib ``ThreadPoolExecutor`` work item that times and counts its task.
 
     A ``MonitoredExecutor`` puts it on a stdlib pool's queue itself, so monitoring adds no
     call frame and no argument packing to a task (a wrapping callable alone made no-op
-    throughput 7-12 % slower).
+    throughput 7-12 % slower). The pool's threads only call ``run()`` and read ``future`` (to
+    cancel or fail queued items), as for the stdlib's ``_WorkItem``; ``__slots__`` makes it
+    cheaper to build than a ``_WorkItem``, which pays back part of the timing.
     """
+
+    __slots__ = ("args", "fn", "future", "kwargs", "mon", "submitted_at")
 
     def __init__(
         self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...],
@@ -149,31 +153,31 @@ class _TimedWorkItem(_cft._WorkItem[Any]):
 
     def run(self) -> None:
         """Run in a pool thread, as the stdlib's ``_WorkItem.run``, counting the task."""
-        if not self.future.set_running_or_notify_cancel():
+        future = self.future
+        if not future.set_running_or_notify_cancel():
             return  # cancelled before it started: its _MonitoredFuture counted that
         try:
             st: _ThreadStats = self.mon._tls.stats
         except AttributeError:
             st = self.mon._register_thread()
-        st.started += 1
+        n = st.started
+        st.started = n + 1
         start = _monotonic()
         try:
             result = self.fn(*self.args, **self.kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
-            st.record_failure(self.submitted_at, start)
-            self.future.set_exception(exc)
-            # break the cycle frame -> self -> future -> exc -> frame, as the stdlib does
-            self = None  # type: ignore[assignment]  # noqa: PLW0642
+            st.finish_failed(n, self.submitted_at, start)
+            future.set_exception(exc)
+            # break the cycle frame -> future -> exc -> traceback -> frame, as the stdlib does
+            self = future = None  # type: ignore[assignment]  # noqa: PLW0642
         else:
-            run = _monotonic() - start
-            i = st.samples & _MASK
-            st.samples += 1
-            st.waits[i] = start - self.submitted_at
-            st.runs[i] = run
-            st.wait_total += start - self.submitted_at
-            st.run_total += run
-            st.completed += 1
-            self.future.set_result(result)
+            end = _monotonic()
+            submitted_at = self.submitted_at
+            st.ring[n & _MASK] = (submitted_at, start, end)
+            st.wait_total += start - submitted_at
+            st.run_total += end - start
+            st.completed = n + 1
+            future.set_result(result)
 
 
 class _MonitoredFuture(Future[Any]):
@@ -199,41 +203,40 @@ class _MonitoredFuture(Future[Any]):
         return cancelled
 
 
-class _ThreadStats:
-    """Counters of the tasks one thread ran for a ``MonitoredExecutor``.
+_NO_SAMPLE: Final = (0.0, 0.0, 0.0)
 
-    Only the owning thread writes them, so workers never take the monitor's lock. The writer
-    bumps ``started`` before a task runs, ``completed`` after it, then ``failed``; a reader
-    reads ``failed``, then ``completed``, then ``started``, so it always sees ``failed <=
-    completed <= started`` (``started - completed`` is the task the thread runs now).
+
+class _ThreadStats:
+    """Counts and times of the tasks one thread ran for a ``MonitoredExecutor``.
+
+    Only the owning thread writes them, so workers take no lock per task. A thread runs one
+    task at a time: its ``n``-th task (from 0) sets ``started = n + 1`` before it runs; when
+    it ends, its clock readings ``(submitted, started, ended)`` go to ``ring[n %
+    SAMPLES_KEPT]`` (one store, so a reader never sees half a sample) and into the totals,
+    then ``completed = n + 1``, then (if it raised) ``failed += 1``. A reader reads
+    ``failed``, then ``completed``, then ``started``, so it always sees ``failed <= completed
+    <= started``; the ring's first ``min(completed, SAMPLES_KEPT)`` entries are the thread's
+    most recent samples.
     """
 
-    __slots__ = (
-        "completed", "failed", "run_total", "runs", "samples", "started", "thread", "wait_total",
-        "waits",
-    )
+    __slots__ = ("completed", "failed", "ring", "run_total", "started", "thread", "wait_total")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.thread = thread
         self.started = 0
         self.completed = 0
         self.failed = 0
-        self.samples = 0
-        self.waits = [0.0] * _RING
-        self.runs = [0.0] * _RING
+        self.ring: list[tuple[float, float, float]] = [_NO_SAMPLE] * _RING
         self.wait_total = 0.0
         self.run_total = 0.0
 
-    def record_failure(self, submitted_at: float, start: float) -> None:
-        """Count a task that raised (the success path is inlined in ``MonitoredExecutor._run``)."""
+    def finish_failed(self, n: int, submitted_at: float, start: float) -> None:
+        """Count the ``n``-th task, which raised (the success path is inlined by callers)."""
         end = _monotonic()
-        i = self.samples & _MASK
-        self.samples += 1
-        self.waits[i] = start - submitted_at
-        self.runs[i] = end - start
+        self.ring[n & _MASK] = (submitted_at, start, end)
         self.wait_total += start - submitted_at
         self.run_total += end - start
-        self.completed += 1
+        self.completed = n + 1
         self.failed += 1
 
 
@@ -333,9 +336,20 @@ class MonitoredExecutor(Executor):
         Raises:
             Exception: whatever the inner executor's ``submit`` raises (counted as a rejection).
         """
-        next(self._submitted)  # counted before it can start: queued is never negative
         if self._direct:
-            return self._submit_direct(fn, args, kwargs)
+            # ThreadPoolExecutor.submit of the inner stdlib pool, inlined, with a
+            # _TimedWorkItem: one call frame per task, as the bare pool has
+            inner: Any = self._inner
+            with inner._shutdown_lock, _cft._global_shutdown_lock:
+                next(self._submitted)  # counted before it can start: queued is never negative
+                if inner._broken or inner._shutdown or _cft._shutdown:
+                    self._reject_direct(inner)
+                direct = _MonitoredFuture()
+                direct._taskflow_monitor = self
+                inner._work_queue.put(_TimedWorkItem(direct, fn, args, kwargs, self, _monotonic()))
+                inner._adjust_thread_count()
+            return direct
+        next(self._submitted)  # counted before it can start: queued is never negative
         item: _Tracked | None = None
         try:
             if self._in_process:
@@ -365,30 +379,16 @@ class MonitoredExecutor(Executor):
             future.add_done_callback(item.done)
         return future
 
-    def _submit_direct(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Future[Any]:
-        """``ThreadPoolExecutor.submit`` of the inner stdlib pool, with a ``_TimedWorkItem``."""
-        inner: Any = self._inner
-        with inner._shutdown_lock, _cft._global_shutdown_lock:
-            if inner._broken:
-                self._count_rejected()
-                raise _cft.BrokenThreadPool(inner._broken)
-            if inner._shutdown or _cft._shutdown:
-                self._count_rejected()
-                raise RuntimeError(
-                    "cannot schedule new futures after shutdown" if inner._shutdown
-                    else "cannot schedule new futures after interpreter shutdown"
-                )
-            future = _MonitoredFuture()
-            future._taskflow_monitor = self
-            inner._work_queue.put(_TimedWorkItem(future, fn, args, kwargs, self, _monotonic()))
-            inner._adjust_thread_count()
-        return future
-
-    def _count_rejected(self) -> None:
+    def _reject_direct(self, inner: Any) -> NoReturn:
+        """Count and raise the refusal of a task by a broken or shut-down stdlib pool."""
         with self._lock:
             self._rejected += 1
+        if inner._broken:
+            raise _cft.BrokenThreadPool(inner._broken)
+        raise RuntimeError(
+            "cannot schedule new futures after shutdown" if inner._shutdown
+            else "cannot schedule new futures after interpreter shutdown"
+        )
 
     def _run(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -396,27 +396,26 @@ class MonitoredExecutor(Executor):
     ) -> Any:
         """Run one task in the inner executor's thread (in_process); the monitored hot path.
 
-        A few writes to counters only this thread writes and two clock reads; no lock.
+        A few writes to fields only this thread writes and two clock reads; no lock (see
+        ``_ThreadStats``).
         """
         try:
             st: _ThreadStats = self._tls.stats
         except AttributeError:
             st = self._register_thread()
-        st.started += 1
+        n = st.started
+        st.started = n + 1
         start = _monotonic()
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            st.record_failure(submitted_at, start)
+            st.finish_failed(n, submitted_at, start)
             raise
-        run = _monotonic() - start
-        i = st.samples & _MASK
-        st.samples += 1
-        st.waits[i] = start - submitted_at
-        st.runs[i] = run
+        end = _monotonic()
+        st.ring[n & _MASK] = (submitted_at, start, end)
         st.wait_total += start - submitted_at
-        st.run_total += run
-        st.completed += 1
+        st.run_total += end - start
+        st.completed = n + 1
         return result
 
     def _scan_cancelled(self) -> None:
@@ -513,18 +512,18 @@ class MonitoredExecutor(Executor):
             failed, completed = self._failed, self._completed
             started = self._retired_started
             wait_total, run_total = self._retired_wait_total, self._retired_run_total
-            stats = list(self._stats)
-            for st in stats:
+            for st in self._stats:
                 # in this order (see _ThreadStats): failed <= completed <= started
                 failed += st.failed
-                completed += st.completed
+                done = st.completed
+                completed += done
                 started += st.started
                 wait_total += st.wait_total
                 run_total += st.run_total
-            for st in stats:
-                n = st.samples
-                waits += st.waits if n >= _RING else st.waits[:n]
-                runs += st.runs if n >= _RING else st.runs[:n]
+                # the most recent samples: the whole ring once it went round
+                for q, b, e in st.ring if done >= _RING else st.ring[:done]:
+                    waits.append(b - q)
+                    runs.append(e - b)
             pending = list(self._pending.values())
             ab_running = 0
             for future, counted in list(self._abandoned.items()):
