@@ -31,7 +31,6 @@ import math
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -42,6 +41,7 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field
 
+from taskflow import _fork
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
 from taskflow.prometheus import render_prometheus
@@ -71,8 +71,6 @@ _QUEUED: Final = 0  # handed to the inner executor, outcome not seen yet
 _DONE: Final = 2  # its outcome is counted (or it was rejected)
 
 _monitor_seq = itertools.count()
-_all_monitored: weakref.WeakSet[MonitoredExecutor] = weakref.WeakSet()
-_all_monitors: weakref.WeakSet[PoolMonitor] = weakref.WeakSet()
 
 
 # ---------------------------------------------------------------------- MonitoredExecutor
@@ -309,7 +307,7 @@ class MonitoredExecutor(Executor):
         self._largest_seen = 0
         # not in_process: the inner futures not done yet, to ask them running()
         self._pending: dict[int, Future[Any]] = {}
-        _all_monitored.add(self)
+        _fork.register(self, hold="_lock")  # the child starts its counts over
 
     @property
     def executor(self) -> Executor:
@@ -789,7 +787,8 @@ class PoolMonitor:
         self._thread_cpu: dict[int, float] = {}
         self._vanished_cpu = 0.0
         self._cpu_high = 0.0
-        _all_monitors.add(self)
+        # the child samples its own process, its sampling thread running again
+        _fork.register(self, hold="_lock")
 
     @property
     def thresholds(self) -> Thresholds:
@@ -1055,37 +1054,3 @@ def _safe(read: Callable[[], _R]) -> _R | None:
         return read()
     except (psutil.Error, OSError, NotImplementedError):
         return None
-
-
-# ---------------------------------------------------------------------- fork
-# Like taskflow.pool: each monitor's lock is held across os.fork(), so the child never inherits
-# it locked by a thread that does not exist there; in the child, MonitoredExecutors start their
-# counts over and PoolMonitors read the child's process and restart their sampling thread.
-_forking: list[MonitoredExecutor | PoolMonitor] = []
-
-
-def _before_fork() -> None:
-    held: list[MonitoredExecutor | PoolMonitor] = [*_all_monitored, *_all_monitors]
-    for obj in held:
-        obj._lock.acquire()
-    _forking[:] = held
-
-
-def _after_fork_in_parent() -> None:
-    for obj in _forking:
-        obj._lock.release()
-    _forking.clear()
-
-
-def _after_fork_in_child() -> None:
-    for obj in _forking:
-        obj._after_fork_in_child()
-    _forking.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
