@@ -45,6 +45,11 @@ from taskflow import _fork
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
 from taskflow.prometheus import render_prometheus
+from taskflow.resilience.breaker import BreakerMetrics
+from taskflow.resilience.bulkhead import BulkheadMetrics
+from taskflow.resilience.export import Exportable, Sample, registered
+from taskflow.resilience.ratelimit import RateLimitMetrics
+from taskflow.resilience.singleflight import SingleFlightMetrics
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -718,6 +723,13 @@ class PoolSnapshot(BaseModel):
     """CPU seconds (user + system) used so far by the pool's live threads, when known."""
     alarms: tuple[Alarm, ...] = ()
     """Alarms fired by this sample (silenced ones are left out)."""
+    resilience: tuple[
+        BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics, ...
+    ] = ()
+    """``metrics()`` of the bulkheads, rate limits and circuit breakers the monitor exports (see
+    ``PoolMonitor``'s ``resilience``), in their order."""
+    resilience_samples: tuple[Sample, ...] = Field(default=(), repr=False)
+    """The same objects' Prometheus series, read in the same sample."""
 
 
 class PoolMonitor:
@@ -736,9 +748,20 @@ class PoolMonitor:
         history_size: Samples kept by ``history()``.
         name: The pool's name in alarms and metrics; defaults to the pool's own name.
         thread_name_prefix: The monitor thread is named ``f"{prefix}-monitor-{name}"``.
+        resilience: The bulkheads, rate limits, circuit breakers (and single flights) whose
+            metrics each sample carries (``PoolSnapshot.resilience``) and the Prometheus output
+            shows (series labelled ``bulkhead``, ``rate_limit``, ``breaker``, ``single_flight``;
+            a breaker's state is the gauge ``taskflow_breaker_state``, 1 for its current
+            state). ``None`` (the default): every ``Bulkhead``, ``RateLimit`` and
+            ``CircuitBreaker`` alive in the process when the sample is taken (each registers
+            itself when made; a second live object of the same kind and name is not
+            registered, see :mod:`taskflow.resilience.export`). ``()``: none.
 
     Raises:
-        ValueError: ``interval <= 0``, ``history_size < 1`` or an unknown or invalid threshold.
+        ValueError: ``interval <= 0``, ``history_size < 1``, an unknown or invalid threshold,
+            or two ``resilience`` objects of one kind with the same name (their series would
+            clash).
+        TypeError: a ``resilience`` object has no ``metrics()``/``prometheus_samples()``.
 
     Use it as a context manager (``with PoolMonitor(pool) as monitor: ...``) or call ``start``
     and ``stop``. The monitor never shuts the executor down.
@@ -754,6 +777,7 @@ class PoolMonitor:
         history_size: int = 600,
         name: str | None = None,
         thread_name_prefix: str = "taskflow",
+        resilience: Iterable[Exportable] | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
@@ -763,6 +787,7 @@ class PoolMonitor:
             thresholds = Thresholds()
         elif not isinstance(thresholds, Thresholds):
             thresholds = Thresholds.model_validate(dict(thresholds))
+        self._resilience = None if resilience is None else _check_resilience(resilience)
         self._executor = executor
         self._interval = float(interval)
         self._thresholds = thresholds
@@ -876,6 +901,9 @@ class PoolMonitor:
         pool = self._metrics() if self._metrics is not None else None
         process = self._read_process()
         worker_cpu = self._worker_cpu(pool)
+        objects = registered() if self._resilience is None else self._resilience
+        resilience = tuple(obj.metrics() for obj in objects)
+        resilience_samples = tuple(s for obj in objects for s in obj.prometheus_samples())
         now, mono = time.time(), time.monotonic()
         with self._lock:
             last = self._last
@@ -889,7 +917,8 @@ class PoolMonitor:
                 alarms = self._evaluate(pool, last.pool if last is not None else None, now, mono)
             snap = PoolSnapshot(
                 pool_name=self._name, timestamp=now, monotonic=mono, pool=pool, process=process,
-                tps=tps, worker_cpu_s=worker_cpu, alarms=alarms,
+                tps=tps, worker_cpu_s=worker_cpu, alarms=alarms, resilience=resilience,
+                resilience_samples=resilience_samples,
             )
             if record:
                 self._history.append(snap)
@@ -1046,6 +1075,26 @@ def _queue_wait_check(
         "times the nodes each request runs at once; or lower the load"
     )
     return kind, ratio, t.queue_wait_ratio, message
+
+
+def _check_resilience(objects: Iterable[Exportable]) -> tuple[Exportable, ...]:
+    """The resilience objects a monitor was given, checked before it samples anything."""
+    out = tuple(objects)
+    seen: set[tuple[type, str]] = set()
+    for obj in out:
+        if not (callable(getattr(obj, "metrics", None))
+                and callable(getattr(obj, "prometheus_samples", None))):
+            raise TypeError(
+                f"resilience objects need metrics() and prometheus_samples(), got {obj!r}"
+            )
+        key = (type(obj), obj.name)
+        if key in seen:
+            raise ValueError(
+                f"two {type(obj).__name__} objects named {obj.name!r} in resilience: their "
+                "series would clash; give them distinct names"
+            )
+        seen.add(key)
+    return out
 
 
 def _safe(read: Callable[[], _R]) -> _R | None:
