@@ -10,8 +10,8 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+from conftest import PrometheusSeries, parse_prometheus
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from resilience_helpers import FakeClock
 
 from taskflow.monitor import PoolMonitor
@@ -30,21 +30,7 @@ from taskflow.resilience import (
 )
 from taskflow.resilience.export import register, registered
 
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse(text: str) -> tuple[dict[str, str], Series]:
-    """Family name -> type, and every sample, as prometheus_client's parser reads them."""
-    types: dict[str, str] = {}
-    series: Series = {}
-    for fam in text_string_to_metric_families(text):
-        assert fam.name not in types, f"family {fam.name!r} appears twice"
-        types[fam.name] = fam.type
-        for s in fam.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in series, f"series {key} appears twice"
-            series[key] = s.value
-    return types, series
+Series = PrometheusSeries
 
 
 @pytest.fixture
@@ -78,8 +64,8 @@ def test_explicit_objects_are_in_every_snapshot_and_the_prometheus_output(pool: 
     assert isinstance(c, BreakerMetrics) and c.state is BreakerState.OPEN
     assert monitor.history() == [first, second]
 
-    text_types, text = parse(monitor.to_prometheus())
-    client_types, client = parse(generate_latest(registry).decode())
+    text_types, text = parse_prometheus(monitor.to_prometheus())
+    client_types, client = parse_prometheus(generate_latest(registry).decode())
     assert text_types == client_types
     label = ("bulkhead", "mon-inventory")
     assert text_types["taskflow_bulkhead_in_use"] == "gauge"
@@ -116,7 +102,7 @@ def test_resilience_counters_never_decrease_across_scrapes(pool: ThreadPool) -> 
         except CircuitOpenError:
             pass  # open: refused, counted as rejected
         clock.advance(0.6)
-        types, series = parse(monitor.to_prometheus())
+        types, series = parse_prometheus(monitor.to_prometheus())
         counters = {k: v for k, v in series.items()
                     if k[0].endswith("_total") and k[0].removesuffix("_total") in types
                     and types[k[0].removesuffix("_total")] == "counter"
@@ -141,13 +127,13 @@ def test_by_default_every_live_primitive_is_exported_once(pool: ThreadPool) -> N
     assert {("BulkheadMetrics", "registry-unique-bh"), ("BreakerMetrics", "registry-unique-br")} <= names
     registry = CollectorRegistry()
     registry.register(PoolCollector(*monitors))  # both export the registry: each series once
-    _, series = parse(generate_latest(registry).decode())
+    _, series = parse_prometheus(generate_latest(registry).decode())
     assert series[("taskflow_bulkhead_max_concurrent", (("bulkhead", "registry-unique-bh"),))] == 3
     assert series[("taskflow_breaker_state",
                    (("breaker", "registry-unique-br"), ("state", "closed")))] == 1
     del live, shadow, breaker, snap
     gc.collect()
-    _, series = parse(monitors[0].to_prometheus())
+    _, series = parse_prometheus(monitors[0].to_prometheus())
     assert not any("registry-unique" in value for key in series for _, value in key[1])
     assert PoolMonitor(pool, resilience=()).sample().resilience == ()
 
