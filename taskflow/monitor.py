@@ -31,21 +31,26 @@ import math
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, ParamSpec, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field
 
+from taskflow import _fork
 from taskflow.errors import traceback_text
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pool import ThreadPool
 from taskflow.prometheus import render_prometheus
+from taskflow.resilience.breaker import BreakerMetrics
+from taskflow.resilience.bulkhead import BulkheadMetrics
+from taskflow.resilience.export import Exportable, Sample, registered
+from taskflow.resilience.ratelimit import RateLimitMetrics
+from taskflow.resilience.singleflight import SingleFlightMetrics
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -72,8 +77,6 @@ _QUEUED: Final = 0  # handed to the inner executor, outcome not seen yet
 _DONE: Final = 2  # its outcome is counted (or it was rejected)
 
 _monitor_seq = itertools.count()
-_all_monitored: weakref.WeakSet[MonitoredExecutor] = weakref.WeakSet()
-_all_monitors: weakref.WeakSet[PoolMonitor] = weakref.WeakSet()
 
 
 # ---------------------------------------------------------------------- MonitoredExecutor
@@ -129,13 +132,17 @@ def _stdlib_work_item_fits() -> bool:
 _STDLIB_FITS: Final = _stdlib_work_item_fits()
 
 
-class _TimedWorkItem(_cft._WorkItem[Any]):
+class _TimedWorkItem:
     """A stdlib ``ThreadPoolExecutor`` work item that times and counts its task.
 
     A ``MonitoredExecutor`` puts it on a stdlib pool's queue itself, so monitoring adds no
     call frame and no argument packing to a task (a wrapping callable alone made no-op
-    throughput 7-12 % slower).
+    throughput 7-12 % slower). The pool's threads only call ``run()`` and read ``future`` (to
+    cancel or fail queued items), as for the stdlib's ``_WorkItem``; ``__slots__`` makes it
+    cheaper to build than a ``_WorkItem``, which pays back part of the timing.
     """
+
+    __slots__ = ("args", "fn", "future", "kwargs", "mon", "submitted_at")
 
     def __init__(
         self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...],
@@ -150,31 +157,31 @@ class _TimedWorkItem(_cft._WorkItem[Any]):
 
     def run(self) -> None:
         """Run in a pool thread, as the stdlib's ``_WorkItem.run``, counting the task."""
-        if not self.future.set_running_or_notify_cancel():
+        future = self.future
+        if not future.set_running_or_notify_cancel():
             return  # cancelled before it started: its _MonitoredFuture counted that
         try:
             st: _ThreadStats = self.mon._tls.stats
         except AttributeError:
             st = self.mon._register_thread()
-        st.started += 1
+        n = st.started
+        st.started = n + 1
         start = _monotonic()
         try:
             result = self.fn(*self.args, **self.kwargs)
         except BaseException as exc:  # noqa: BLE001 - the task's outcome, as in stdlib
-            st.record_failure(self.submitted_at, start)
-            self.future.set_exception(exc)
-            # break the cycle frame -> self -> future -> exc -> frame, as the stdlib does
-            self = None  # type: ignore[assignment]
+            st.finish_failed(n, self.submitted_at, start)
+            future.set_exception(exc)
+            # break the cycle frame -> future -> exc -> traceback -> frame, as the stdlib does
+            self = future = None  # type: ignore[assignment]
         else:
-            run = _monotonic() - start
-            i = st.samples & _MASK
-            st.samples += 1
-            st.waits[i] = start - self.submitted_at
-            st.runs[i] = run
-            st.wait_total += start - self.submitted_at
-            st.run_total += run
-            st.completed += 1
-            self.future.set_result(result)
+            end = _monotonic()
+            submitted_at = self.submitted_at
+            st.ring[n & _MASK] = (submitted_at, start, end)
+            st.wait_total += start - submitted_at
+            st.run_total += end - start
+            st.completed = n + 1
+            future.set_result(result)
 
 
 class _MonitoredFuture(Future[Any]):
@@ -200,41 +207,40 @@ class _MonitoredFuture(Future[Any]):
         return cancelled
 
 
-class _ThreadStats:
-    """Counters of the tasks one thread ran for a ``MonitoredExecutor``.
+_NO_SAMPLE: Final = (0.0, 0.0, 0.0)
 
-    Only the owning thread writes them, so workers never take the monitor's lock. The writer
-    bumps ``started`` before a task runs, ``completed`` after it, then ``failed``; a reader
-    reads ``failed``, then ``completed``, then ``started``, so it always sees ``failed <=
-    completed <= started`` (``started - completed`` is the task the thread runs now).
+
+class _ThreadStats:
+    """Counts and times of the tasks one thread ran for a ``MonitoredExecutor``.
+
+    Only the owning thread writes them, so workers take no lock per task. A thread runs one
+    task at a time: its ``n``-th task (from 0) sets ``started = n + 1`` before it runs; when
+    it ends, its clock readings ``(submitted, started, ended)`` go to ``ring[n %
+    SAMPLES_KEPT]`` (one store, so a reader never sees half a sample) and into the totals,
+    then ``completed = n + 1``, then (if it raised) ``failed += 1``. A reader reads
+    ``failed``, then ``completed``, then ``started``, so it always sees ``failed <= completed
+    <= started``; the ring's first ``min(completed, SAMPLES_KEPT)`` entries are the thread's
+    most recent samples.
     """
 
-    __slots__ = (
-        "completed", "failed", "run_total", "runs", "samples", "started", "thread", "wait_total",
-        "waits",
-    )
+    __slots__ = ("completed", "failed", "ring", "run_total", "started", "thread", "wait_total")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.thread = thread
         self.started = 0
         self.completed = 0
         self.failed = 0
-        self.samples = 0
-        self.waits = [0.0] * _RING
-        self.runs = [0.0] * _RING
+        self.ring: list[tuple[float, float, float]] = [_NO_SAMPLE] * _RING
         self.wait_total = 0.0
         self.run_total = 0.0
 
-    def record_failure(self, submitted_at: float, start: float) -> None:
-        """Count a task that raised (the success path is inlined in ``MonitoredExecutor._run``)."""
+    def finish_failed(self, n: int, submitted_at: float, start: float) -> None:
+        """Count the ``n``-th task, which raised (the success path is inlined by callers)."""
         end = _monotonic()
-        i = self.samples & _MASK
-        self.samples += 1
-        self.waits[i] = start - submitted_at
-        self.runs[i] = end - start
+        self.ring[n & _MASK] = (submitted_at, start, end)
         self.wait_total += start - submitted_at
         self.run_total += end - start
-        self.completed += 1
+        self.completed = n + 1
         self.failed += 1
 
 
@@ -307,7 +313,7 @@ class MonitoredExecutor(Executor):
         self._largest_seen = 0
         # not in_process: the inner futures not done yet, to ask them running()
         self._pending: dict[int, Future[Any]] = {}
-        _all_monitored.add(self)
+        _fork.register(self, hold="_lock")  # the child starts its counts over
 
     @property
     def executor(self) -> Executor:
@@ -334,9 +340,20 @@ class MonitoredExecutor(Executor):
         Raises:
             Exception: whatever the inner executor's ``submit`` raises (counted as a rejection).
         """
-        next(self._submitted)  # counted before it can start: queued is never negative
         if self._direct:
-            return self._submit_direct(fn, args, kwargs)
+            # ThreadPoolExecutor.submit of the inner stdlib pool, inlined, with a
+            # _TimedWorkItem: one call frame per task, as the bare pool has
+            inner: Any = self._inner
+            with inner._shutdown_lock, _cft._global_shutdown_lock:
+                next(self._submitted)  # counted before it can start: queued is never negative
+                if inner._broken or inner._shutdown or _cft._shutdown:
+                    self._reject_direct(inner)
+                direct = _MonitoredFuture()
+                direct._taskflow_monitor = self
+                inner._work_queue.put(_TimedWorkItem(direct, fn, args, kwargs, self, _monotonic()))
+                inner._adjust_thread_count()
+            return direct
+        next(self._submitted)  # counted before it can start: queued is never negative
         item: _Tracked | None = None
         try:
             if self._in_process:
@@ -366,30 +383,16 @@ class MonitoredExecutor(Executor):
             future.add_done_callback(item.done)
         return future
 
-    def _submit_direct(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Future[Any]:
-        """``ThreadPoolExecutor.submit`` of the inner stdlib pool, with a ``_TimedWorkItem``."""
-        inner: Any = self._inner
-        with inner._shutdown_lock, _cft._global_shutdown_lock:
-            if inner._broken:
-                self._count_rejected()
-                raise _cft.BrokenThreadPool(inner._broken)
-            if inner._shutdown or _cft._shutdown:
-                self._count_rejected()
-                raise RuntimeError(
-                    "cannot schedule new futures after shutdown" if inner._shutdown
-                    else "cannot schedule new futures after interpreter shutdown"
-                )
-            future = _MonitoredFuture()
-            future._taskflow_monitor = self
-            inner._work_queue.put(_TimedWorkItem(future, fn, args, kwargs, self, _monotonic()))
-            inner._adjust_thread_count()
-        return future
-
-    def _count_rejected(self) -> None:
+    def _reject_direct(self, inner: Any) -> NoReturn:
+        """Count and raise the refusal of a task by a broken or shut-down stdlib pool."""
         with self._lock:
             self._rejected += 1
+        if inner._broken:
+            raise _cft.BrokenThreadPool(inner._broken)
+        raise RuntimeError(
+            "cannot schedule new futures after shutdown" if inner._shutdown
+            else "cannot schedule new futures after interpreter shutdown"
+        )
 
     def _run(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -397,27 +400,26 @@ class MonitoredExecutor(Executor):
     ) -> Any:
         """Run one task in the inner executor's thread (in_process); the monitored hot path.
 
-        A few writes to counters only this thread writes and two clock reads; no lock.
+        A few writes to fields only this thread writes and two clock reads; no lock (see
+        ``_ThreadStats``).
         """
         try:
             st: _ThreadStats = self._tls.stats
         except AttributeError:
             st = self._register_thread()
-        st.started += 1
+        n = st.started
+        st.started = n + 1
         start = _monotonic()
         try:
             result = fn(*args, **kwargs)
         except BaseException:
-            st.record_failure(submitted_at, start)
+            st.finish_failed(n, submitted_at, start)
             raise
-        run = _monotonic() - start
-        i = st.samples & _MASK
-        st.samples += 1
-        st.waits[i] = start - submitted_at
-        st.runs[i] = run
+        end = _monotonic()
+        st.ring[n & _MASK] = (submitted_at, start, end)
         st.wait_total += start - submitted_at
-        st.run_total += run
-        st.completed += 1
+        st.run_total += end - start
+        st.completed = n + 1
         return result
 
     def _scan_cancelled(self) -> None:
@@ -514,18 +516,18 @@ class MonitoredExecutor(Executor):
             failed, completed = self._failed, self._completed
             started = self._retired_started
             wait_total, run_total = self._retired_wait_total, self._retired_run_total
-            stats = list(self._stats)
-            for st in stats:
+            for st in self._stats:
                 # in this order (see _ThreadStats): failed <= completed <= started
                 failed += st.failed
-                completed += st.completed
+                done = st.completed
+                completed += done
                 started += st.started
                 wait_total += st.wait_total
                 run_total += st.run_total
-            for st in stats:
-                n = st.samples
-                waits += st.waits if n >= _RING else st.waits[:n]
-                runs += st.runs if n >= _RING else st.runs[:n]
+                # the most recent samples: the whole ring once it went round
+                for q, b, e in st.ring if done >= _RING else st.ring[:done]:
+                    waits.append(b - q)
+                    runs.append(e - b)
             pending = list(self._pending.values())
             ab_running = 0
             for future, counted in list(self._abandoned.items()):
@@ -722,6 +724,13 @@ class PoolSnapshot(BaseModel):
     """CPU seconds (user + system) used so far by the pool's live threads, when known."""
     alarms: tuple[Alarm, ...] = ()
     """Alarms fired by this sample (silenced ones are left out)."""
+    resilience: tuple[
+        BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics, ...
+    ] = ()
+    """``metrics()`` of the bulkheads, rate limits and circuit breakers the monitor exports (see
+    ``PoolMonitor``'s ``resilience``), in their order."""
+    resilience_samples: tuple[Sample, ...] = Field(default=(), repr=False)
+    """The same objects' Prometheus series, read in the same sample."""
 
 
 class PoolMonitor:
@@ -740,9 +749,20 @@ class PoolMonitor:
         history_size: Samples kept by ``history()``.
         name: The pool's name in alarms and metrics; defaults to the pool's own name.
         thread_name_prefix: The monitor thread is named ``f"{prefix}-monitor-{name}"``.
+        resilience: The bulkheads, rate limits, circuit breakers (and single flights) whose
+            metrics each sample carries (``PoolSnapshot.resilience``) and the Prometheus output
+            shows (series labelled ``bulkhead``, ``rate_limit``, ``breaker``, ``single_flight``;
+            a breaker's state is the gauge ``taskflow_breaker_state``, 1 for its current
+            state). ``None`` (the default): every ``Bulkhead``, ``RateLimit`` and
+            ``CircuitBreaker`` alive in the process when the sample is taken (each registers
+            itself when made; a second live object of the same kind and name is not
+            registered, see :mod:`taskflow.resilience.export`). ``()``: none.
 
     Raises:
-        ValueError: ``interval <= 0``, ``history_size < 1`` or an unknown or invalid threshold.
+        ValueError: ``interval <= 0``, ``history_size < 1``, an unknown or invalid threshold,
+            or two ``resilience`` objects of one kind with the same name (their series would
+            clash).
+        TypeError: a ``resilience`` object has no ``metrics()``/``prometheus_samples()``.
 
     Use it as a context manager (``with PoolMonitor(pool) as monitor: ...``) or call ``start``
     and ``stop``. The monitor never shuts the executor down.
@@ -758,6 +778,7 @@ class PoolMonitor:
         history_size: int = 600,
         name: str | None = None,
         thread_name_prefix: str = "taskflow",
+        resilience: Iterable[Exportable] | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
@@ -767,6 +788,7 @@ class PoolMonitor:
             thresholds = Thresholds()
         elif not isinstance(thresholds, Thresholds):
             thresholds = Thresholds.model_validate(dict(thresholds))
+        self._resilience = None if resilience is None else _check_resilience(resilience)
         self._executor = executor
         self._interval = float(interval)
         self._thresholds = thresholds
@@ -791,7 +813,8 @@ class PoolMonitor:
         self._thread_cpu: dict[int, float] = {}
         self._vanished_cpu = 0.0
         self._cpu_high = 0.0
-        _all_monitors.add(self)
+        # the child samples its own process, its sampling thread running again
+        _fork.register(self, hold="_lock")
 
     @property
     def thresholds(self) -> Thresholds:
@@ -879,6 +902,9 @@ class PoolMonitor:
         pool = self._metrics() if self._metrics is not None else None
         process = self._read_process()
         worker_cpu = self._worker_cpu(pool)
+        objects = registered() if self._resilience is None else self._resilience
+        resilience = tuple(obj.metrics() for obj in objects)
+        resilience_samples = tuple(s for obj in objects for s in obj.prometheus_samples())
         now, mono = time.time(), time.monotonic()
         with self._lock:
             last = self._last
@@ -892,7 +918,8 @@ class PoolMonitor:
                 alarms = self._evaluate(pool, last.pool if last is not None else None, now, mono)
             snap = PoolSnapshot(
                 pool_name=self._name, timestamp=now, monotonic=mono, pool=pool, process=process,
-                tps=tps, worker_cpu_s=worker_cpu, alarms=alarms,
+                tps=tps, worker_cpu_s=worker_cpu, alarms=alarms, resilience=resilience,
+                resilience_samples=resilience_samples,
             )
             if record:
                 self._history.append(snap)
@@ -1053,43 +1080,29 @@ def _queue_wait_check(
     return kind, ratio, t.queue_wait_ratio, message
 
 
+def _check_resilience(objects: Iterable[Exportable]) -> tuple[Exportable, ...]:
+    """The resilience objects a monitor was given, checked before it samples anything."""
+    out = tuple(objects)
+    seen: set[tuple[type, str]] = set()
+    for obj in out:
+        if not (callable(getattr(obj, "metrics", None))
+                and callable(getattr(obj, "prometheus_samples", None))):
+            raise TypeError(
+                f"resilience objects need metrics() and prometheus_samples(), got {obj!r}"
+            )
+        key = (type(obj), obj.name)
+        if key in seen:
+            raise ValueError(
+                f"two {type(obj).__name__} objects named {obj.name!r} in resilience: their "
+                "series would clash; give them distinct names"
+            )
+        seen.add(key)
+    return out
+
+
 def _safe(read: Callable[[], _R]) -> _R | None:
     """A psutil reading, or ``None`` where the platform or permissions do not give it."""
     try:
         return read()
     except (psutil.Error, OSError, NotImplementedError):
         return None
-
-
-# ---------------------------------------------------------------------- fork
-# Like taskflow.pool: each monitor's lock is held across os.fork(), so the child never inherits
-# it locked by a thread that does not exist there; in the child, MonitoredExecutors start their
-# counts over and PoolMonitors read the child's process and restart their sampling thread.
-_forking: list[MonitoredExecutor | PoolMonitor] = []
-
-
-def _before_fork() -> None:
-    held: list[MonitoredExecutor | PoolMonitor] = [*_all_monitored, *_all_monitors]
-    for obj in held:
-        obj._lock.acquire()
-    _forking[:] = held
-
-
-def _after_fork_in_parent() -> None:
-    for obj in _forking:
-        obj._lock.release()
-    _forking.clear()
-
-
-def _after_fork_in_child() -> None:
-    for obj in _forking:
-        obj._after_fork_in_child()
-    _forking.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )

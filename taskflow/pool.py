@@ -46,7 +46,6 @@ executor) is in :mod:`taskflow.monitor` and still importable from here.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 import weakref
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from loguru import logger
 
+from taskflow import _fork
 from taskflow.errors import RejectedExecutionError
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 
@@ -87,7 +87,6 @@ _RETIRE: Final = -2.0  # in place of a park timeout: "this worker has exited"
 
 _pool_seq = itertools.count()
 _live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # not shut down yet
-_all_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # for fork handling
 _interpreter_exiting = False
 
 
@@ -119,39 +118,6 @@ else:  # pragma: no cover - CPython always has it since 3.9
     import atexit
 
     atexit.register(_python_exit)
-
-# Fork: the child has only the thread that forked. Each pool's lock is held across the fork, so
-# the child never inherits it locked by a thread that does not exist there; the child's pools
-# then start over with no threads (see ThreadPool._after_fork_in_child).
-_forking: list[ThreadPool] = []
-
-
-def _before_fork() -> None:
-    pools = list(_all_pools)
-    for pool in pools:
-        pool._lock.acquire()
-    _forking[:] = pools
-
-
-def _after_fork_in_parent() -> None:
-    for pool in _forking:
-        pool._lock.release()
-    _forking.clear()
-
-
-def _after_fork_in_child() -> None:
-    for pool in _forking:
-        pool._after_fork_in_child()
-    _forking.clear()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
-
 
 class RejectionPolicy(str, Enum):
     """What ``ThreadPool.submit`` does when every thread is busy and the queue is full.
@@ -284,7 +250,8 @@ class ThreadPool(Executor):
 
         self._max_workers = max_size  # read by the engine to guess parallelism
         _live_pools.add(self)
-        _all_pools.add(self)
+        # its lock is held across a fork; the child gets the pool back empty
+        _fork.register(self, hold="_lock")
 
     # ------------------------------------------------------------------ configuration
     @property

@@ -21,8 +21,12 @@ from taskflow.metrics import Percentiles, PoolMetrics
 
 if TYPE_CHECKING:
     from taskflow.monitor import PoolMonitor, PoolSnapshot
+    from taskflow.resilience.export import Sample
 
-__all__ = ["Family", "PoolCollector", "families", "render_prometheus"]
+__all__ = [
+    "Family", "PoolCollector", "families", "render_families", "render_prometheus",
+    "sample_families",
+]
 
 # (name, type, help, value of the snapshot's PoolMetrics)
 _POOL_FAMILIES: list[tuple[str, str, str, Callable[[PoolMetrics], float | int | None]]] = [
@@ -86,11 +90,32 @@ class Family:
             self.samples.append((name, labels, float(value)))
 
 
+def sample_families(samples: Iterable[Sample], *, prefix: str = "taskflow") -> list[Family]:
+    """Group the samples of resilience primitives (bulkheads, rate limits, breakers) by family.
+
+    Each family appears once, in the order first seen; a series (family and labels) seen
+    again is left out, so objects exported by several monitors appear once.
+    """
+    out: dict[str, Family] = {}
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for sample in samples:
+        key = (sample.family, sample.labels)
+        if key in seen:
+            continue
+        seen.add(key)
+        fam = out.get(sample.family)
+        if fam is None:
+            fam = out[sample.family] = Family(f"{prefix}_{sample.family}", sample.kind, sample.help)
+        fam.add(fam.name, dict(sample.labels), sample.value)
+    return list(out.values())
+
+
 def families(snapshots: Iterable[PoolSnapshot], *, prefix: str = "taskflow") -> list[Family]:
     """The metric families of snapshots of one or more pools (label ``pool``).
 
-    Process figures are taken from the first snapshot. Families with no known sample are left
-    out.
+    Process figures are taken from the first snapshot; the resilience primitives' families
+    (``PoolSnapshot.resilience_samples``) follow, each series once. Families with no known
+    sample are left out.
     """
     snaps = list(snapshots)
     out: list[Family] = []
@@ -142,6 +167,7 @@ def families(snapshots: Iterable[PoolSnapshot], *, prefix: str = "taskflow") -> 
                      "Context switches of the process.")
         fam.add(fam.name, {"kind": "voluntary"}, p.ctx_switches_voluntary)
         fam.add(fam.name, {"kind": "involuntary"}, p.ctx_switches_involuntary)
+    out += sample_families((x for s in snaps for x in s.resilience_samples), prefix=prefix)
     return [f for f in out if f.samples]
 
 
@@ -155,8 +181,14 @@ def render_prometheus(snapshots: Iterable[PoolSnapshot], *, prefix: str = "taskf
         snapshots: Samples of distinct pools (e.g. each monitor's ``sample(record=False)``).
         prefix: Prepended to every metric name.
     """
+    return render_families(families(snapshots, prefix=prefix))
+
+
+def render_families(fams: Iterable[Family]) -> str:
+    """Families in the Prometheus text exposition format (0.0.4), ending with a newline, or
+    ``""`` when there are none."""
     out: list[str] = []
-    for fam in families(snapshots, prefix=prefix):
+    for fam in fams:
         out.append(f"# HELP {fam.name} {fam.help}")
         out.append(f"# TYPE {fam.name} {fam.kind}")
         for name, labels, value in fam.samples:

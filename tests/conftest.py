@@ -17,6 +17,25 @@ SCALE = float(os.environ.get("TASKFLOW_TEST_DELAY_SCALE", "1.0"))
 SHORT = 0.05 * SCALE
 MEDIUM = 0.5 * SCALE
 LONG = 10.0 * SCALE
+
+PrometheusSeries = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_prometheus(text: str) -> tuple[dict[str, str], PrometheusSeries]:
+    """Family name -> type, and every sample, as prometheus_client's parser reads them; a
+    family or a series that appears twice fails the test."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    types: dict[str, str] = {}
+    series: PrometheusSeries = {}
+    for fam in text_string_to_metric_families(text):
+        assert fam.name not in types, f"family {fam.name!r} appears twice"
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in series, f"series {key} appears twice"
+            series[key] = s.value
+    return types, series
 # scheduling tolerance for "returns about when it should" checks on a busy 2-core machine
 EPS = 0.25 * SCALE
 

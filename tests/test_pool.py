@@ -838,3 +838,59 @@ def test_a_monitored_stdlib_pool_counts_each_cancellation_once(
     running.result(timeout=LONG)
     m = mon.metrics()
     assert conserved(m) and (m.completed_task_count, m.active_count) == (1, 0)
+
+
+class _StepClock:
+    """A fake ``time.monotonic`` for the monitor: it moves only when a task moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("inner", ["stdlib", "ThreadPool"])
+def test_monitored_timings_add_up_exactly_across_ring_laps(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates, monkeypatch: pytest.MonkeyPatch,
+    inner: str,
+) -> None:
+    """Queue-wait and run totals count every task, and the percentiles the latest 1024 of one
+    thread, however many times its ring of samples went round; failures are timed too."""
+    import taskflow.monitor
+
+    clock = _StepClock()
+    monkeypatch.setattr(taskflow.monitor, "_monotonic", clock)
+    pool = ThreadPoolExecutor(1) if inner == "stdlib" else ThreadPool(1)
+    mon = monitored(pool)
+    blocker = mon.submit(gates.blocker)  # submitted at 0, starts at 0
+    gates.await_started(1)
+    clock.now = 1.0
+    n = 2500  # more than two laps of the 1024-sample ring
+    durations = [(i % 7 + 1) / 1024 for i in range(n)]  # binary fractions: sums are exact
+
+    def task(i: int) -> int:
+        clock.now += durations[i]
+        if i % 10 == 3:
+            raise ValueError(i)
+        return i
+
+    futures = [mon.submit(task, i) for i in range(n)]  # all submitted at 1.0
+    clock.now = 10.0
+    gates.gate.set()  # the blocker ends at 10.0: ran 10 s; task 0 starts at 10.0
+    wait([blocker, *futures], timeout=LONG)
+    assert sum(f.exception() is not None for f in futures) == n // 10
+
+    starts = [10.0 + sum(durations[:i]) for i in range(n)]
+    m = mon.metrics()
+    assert (m.completed_task_count, m.failed_task_count) == (n + 1, n // 10)
+    assert m.queue_wait_total_s == pytest.approx(sum(s - 1.0 for s in starts), rel=1e-12)
+    assert m.run_time_total_s == pytest.approx(10.0 + sum(durations), rel=1e-12)
+    recent_runs = durations[-1024:]
+    recent_waits = [s - 1.0 for s in starts[-1024:]]
+    assert m.run_time_s is not None and m.queue_wait_s is not None
+    assert (m.run_time_s.count, m.queue_wait_s.count) == (1024, 1024)
+    assert m.run_time_s.avg == pytest.approx(sum(recent_runs) / 1024, rel=1e-9)
+    assert (m.run_time_s.min, m.run_time_s.max) == (1 / 1024, 7 / 1024)
+    assert m.queue_wait_s.min == pytest.approx(min(recent_waits), rel=1e-12)
+    assert m.queue_wait_s.max == pytest.approx(max(recent_waits), rel=1e-12)

@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor
 
 import pytest
 from conftest import LONG
@@ -138,3 +139,87 @@ def test_a_fork_while_tasks_run_leaves_them_to_the_parent() -> None:
     assert running.result(timeout=LONG) == "parent"
     assert queued.result(timeout=LONG) == "queued"
     pool.shutdown()
+
+
+def _flow_on(executor: Executor) -> tuple[str, str]:
+    """A flow whose slow node times out (the timer thread ends it) and a run started with
+    ``submit`` that the caller does not wait on (the coordinator closes it after its budget)."""
+    from taskflow import FunctionNode, TaskScheduling
+
+    slow = FunctionNode(lambda c, p: time.sleep(0.3), name="slow", timeout=0.02)
+    quick = FunctionNode(lambda c, p: 7, name="quick")
+    started = TaskScheduling.start([slow, quick], executor=executor, timeout=LONG)
+    hung = FunctionNode(lambda c, p: time.sleep(0.3), name="hung")
+    submitted = TaskScheduling.submit(hung, executor=executor, timeout=0.02).result(timeout=LONG)
+    return started.result_of("slow").state.name, submitted.result_of("hung").state.name
+
+
+def test_a_forked_child_uses_pool_monitor_timer_and_coordinator_together() -> None:
+    """Every background thread and lock of the library at once, forked while another thread
+    keeps submitting and sampling (so their locks are taken during the fork)."""
+    pool = ThreadPool(4, name="shared")
+    monitored = MonitoredExecutor(pool, name="shared-monitored")
+    monitor = PoolMonitor(monitored, interval=0.02).start()
+    assert _flow_on(monitored) == ("TIMEOUT", "TIMEOUT")  # timer and coordinator now exist
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            monitored.submit(int).result(timeout=LONG)
+            monitor.sample(record=False)
+
+    hammer = threading.Thread(target=busy, name="hammer")
+    hammer.start()
+
+    def child() -> None:
+        assert _flow_on(monitored) == ("TIMEOUT", "TIMEOUT")
+        m = monitored.metrics()
+        assert m.task_count >= 3 and m.task_count == m.completed_task_count + (m.active_count or 0)
+        deadline = time.monotonic() + LONG
+        while (snap := monitor.latest()) is None or snap.pool is None or not snap.pool.task_count:
+            assert time.monotonic() < deadline, f"the monitor does not sample in the child: {snap}"
+            time.sleep(0.01)
+        assert snap.process.pid == os.getpid()
+        names = {t.name for t in threading.enumerate()}
+        assert {"taskflow-timer", "taskflow-monitor-shared-monitored"} <= names, names
+        assert "hammer" not in names
+        monitor.stop()
+        pool.shutdown(wait=False)
+
+    try:
+        run_in_child(child)
+    finally:
+        stop.set()
+        hammer.join(LONG)
+        monitor.stop()
+        pool.shutdown()
+    assert not hammer.is_alive()
+
+
+def test_the_fork_registry_repairs_every_object_even_when_one_hook_raises() -> None:
+    from taskflow import _fork
+
+    class Repairable:
+        def __init__(self, log: list[str], name: str, fail: bool = False) -> None:
+            self._lock = threading.Lock()
+            self.log, self.name, self.fail = log, name, fail
+
+        def _after_fork_in_child(self) -> None:
+            self._lock = threading.Lock()
+            self.log.append(self.name)
+            if self.fail:
+                raise RuntimeError("a broken hook")
+
+    with pytest.raises(TypeError, match="no method 'missing'"):
+        _fork.register(Repairable([], "x"), after_in_child="missing")
+    log: list[str] = []
+    objects = [Repairable(log, "a"), Repairable(log, "b", fail=True), Repairable(log, "c")]
+    for obj in objects:
+        _fork.register(obj, hold="_lock")
+
+    def child() -> None:
+        assert log == ["a", "b", "c"]  # in registration order, past the one that raised
+        assert not any(obj._lock.locked() for obj in objects)
+
+    run_in_child(child)
+    assert log == [] and not any(obj._lock.locked() for obj in objects)  # the parent's

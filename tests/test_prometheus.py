@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import LONG
+from conftest import LONG, PrometheusSeries, parse_prometheus
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from taskflow.monitor import MonitoredExecutor, PoolMonitor
 from taskflow.pool import ThreadPool
@@ -36,19 +35,7 @@ GAUGES = {
 }
 SUMMARIES = {"taskflow_pool_queue_wait_seconds", "taskflow_pool_run_seconds"}
 
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parse(text: str) -> tuple[dict[str, str], Series]:
-    """Family name -> type, and every sample, as prometheus_client's parser reads them."""
-    types: dict[str, str] = {}
-    series: Series = {}
-    for fam in text_string_to_metric_families(text):
-        assert fam.name not in types, f"family {fam.name!r} appears twice"
-        types[fam.name] = fam.type
-        for s in fam.samples:
-            series[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return types, series
+Series = PrometheusSeries
 
 
 def counter_series(types: dict[str, str], series: Series) -> Series:
@@ -92,7 +79,7 @@ def test_the_text_endpoint_parses_with_the_expected_types(pool: ThreadPool) -> N
     fill(pool, 3, 0.0)
     monitor = PoolMonitor(pool)
     monitor.sample()
-    types, series = parse(monitor.to_prometheus())
+    types, series = parse_prometheus(monitor.to_prometheus())
     for name in COUNTERS:
         assert types.get(name) == "counter", name
     for name in GAUGES:
@@ -110,7 +97,7 @@ def test_counters_never_decrease_while_the_pool_resizes(pool: ThreadPool) -> Non
     seen: list[Series] = []
 
     def scrape() -> None:
-        types, series = parse(monitor.to_prometheus())
+        types, series = parse_prometheus(monitor.to_prometheus())
         counters = counter_series(types, series)
         assert ("taskflow_pool_worker_cpu_seconds_total", (("pool", "api"),)) in counters
         if seen:
@@ -141,16 +128,17 @@ def test_counters_never_decrease_while_the_pool_resizes(pool: ThreadPool) -> Non
 
 
 def test_the_collector_samples_at_scrape_time_with_the_same_families(pool: ThreadPool) -> None:
-    monitor = PoolMonitor(pool, interval=3600)
+    # resilience=(): no other test's bulkhead, collected between two scrapes, changes the families
+    monitor = PoolMonitor(pool, interval=3600, resilience=())
     registry = CollectorRegistry()
     registry.register(PoolCollector(monitor))
     fill(pool, 2, 0.0)
-    types, series = parse(generate_latest(registry).decode())
+    types, series = parse_prometheus(generate_latest(registry).decode())
     assert series[("taskflow_pool_completed_total", (("pool", "api"),))] == 2
     fill(pool, 2, 0.0)
-    types2, series2 = parse(generate_latest(registry).decode())
+    types2, series2 = parse_prometheus(generate_latest(registry).decode())
     assert series2[("taskflow_pool_completed_total", (("pool", "api"),))] == 4  # not stale
-    text_types, _ = parse(monitor.to_prometheus())
+    text_types, _ = parse_prometheus(monitor.to_prometheus())
     assert types2 == text_types == types
     assert monitor.history() == []  # scrapes are not recorded
 
@@ -160,7 +148,7 @@ def test_a_monitored_stdlib_pool_exports_the_same_counters() -> None:
         mon = MonitoredExecutor(inner, name="stdlib")
         for f in [mon.submit(burn, 0.0) for _ in range(5)]:
             f.result(timeout=LONG)
-        types, series = parse(PoolMonitor(mon).to_prometheus())
+        types, series = parse_prometheus(PoolMonitor(mon).to_prometheus())
     assert types["taskflow_pool_worker_cpu_seconds"] == "counter"
     assert series[("taskflow_pool_completed_total", (("pool", "stdlib"),))] == 5
     assert series[("taskflow_pool_tasks_total", (("pool", "stdlib"),))] == 5

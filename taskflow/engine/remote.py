@@ -19,7 +19,6 @@ The coordinator thread is process-wide, started on first use, and started afresh
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 import threading
 import time
@@ -33,6 +32,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from taskflow import _fork
 from taskflow.context import TaskContext, attach_view
 from taskflow.engine import executors, guards
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
@@ -288,8 +288,7 @@ class Coordinator:
 
 coordinator = Coordinator()
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=coordinator.after_fork_in_child)
+_fork.register(coordinator, after_in_child="after_fork_in_child")
 
 
 class RemoteRunView:

@@ -5,7 +5,7 @@ with ``submit`` (a ``start`` caller watches its own budget). A callback must be 
 call user code or ``executor.submit``: the engine's callbacks only move a run's state under its
 lock and hand the rest (hooks, submissions) to the run's own threads. An exception in one is logged
 and the thread goes on. The thread is started on first use, never per run, and again in a forked
-child (``os.register_at_fork``). A cancelled entry drops its references at once, so nothing it
+child (``taskflow._fork``). A cancelled entry drops its references at once, so nothing it
 pointed to is kept alive until its time comes.
 
 Times at or beyond ``threading.TIMEOUT_MAX`` from now are never due (an entry for them is kept
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
+
+from taskflow import _fork
 
 __all__ = ["Timer", "TimerThread", "schedule", "timer_thread"]
 
@@ -115,5 +116,4 @@ class TimerThread:
 timer_thread = TimerThread()
 schedule = timer_thread.schedule
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=timer_thread.after_fork_in_child)
+_fork.register(timer_thread, after_in_child="after_fork_in_child")

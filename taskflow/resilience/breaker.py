@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import FlowDefinitionError
 from taskflow.resilience.errors import CircuitOpenError
-from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.export import Sample, register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds, rebuild
 from taskflow.resilience.process import track
 
@@ -125,6 +125,7 @@ class CircuitBreaker:
         self._clock = clock
         self._start_fresh()
         track(self)
+        register(self, "breaker")  # PoolMonitor exports it
 
     def _start_fresh(self) -> None:
         # _lock guards every field below and BreakerPermit.done of this breaker's permits

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow.resilience.callbacks import run_callbacks
 from taskflow.resilience.errors import BulkheadFullError
-from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.export import Sample, register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, rebuild
 from taskflow.resilience.process import track
 
@@ -169,6 +169,7 @@ class Bulkhead:
         self._epoch = 0  # +1 at each fork: permits and tickets of an older epoch are ignored
         self._start_fresh()
         track(self)
+        register(self, "bulkhead")  # PoolMonitor exports it
 
     def _start_fresh(self) -> None:
         # _lock guards: max_concurrent (after __init__), _in_use, _queue, _waiting, _dead, every Ticket.state/permit and

@@ -3,16 +3,26 @@
 Each primitive gives ``prometheus_samples()``; ``render_prometheus`` groups the samples of many
 objects so every family appears once with one series per object (label ``bulkhead``,
 ``breaker``, ``rate_limit`` or ``single_flight``), as the text exposition format requires.
-``PoolMonitor.to_prometheus`` can append the output for the objects it is given.
+
+Every ``Bulkhead``, ``RateLimit`` and ``CircuitBreaker`` also enters a process-wide weak
+registry when it is made (``register``; ``registered()`` lists the live ones). A
+:class:`~taskflow.monitor.PoolMonitor` built without ``resilience=`` exports the registered
+objects with its pool: in ``latest()``/``history()`` and in its Prometheus output. A name is
+registered once per kind: while the first object of that name lives, a second one of the same
+kind and name is not registered (its series would clash with the first's); hand it to a monitor
+explicitly with ``PoolMonitor(..., resilience=[...])`` under a name of its own.
 """
 
 from __future__ import annotations
 
-import math
+import threading
+import weakref
 from collections.abc import Iterable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Exportable", "Sample", "render_prometheus"]
+from taskflow import _fork
+
+__all__ = ["Exportable", "Sample", "register", "registered", "render_prometheus"]
 
 
 class Sample(NamedTuple):
@@ -26,21 +36,71 @@ class Sample(NamedTuple):
 
 
 class Exportable(Protocol):
-    """Anything with ``prometheus_samples()``: every primitive in this package."""
+    """A named primitive with metrics: every primitive in this package."""
+
+    name: str
 
     def prometheus_samples(self) -> list[Sample]: ...
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    def metrics(self) -> Any: ...
 
 
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+class _Registry:
+    """The named primitives alive in this process, for ``PoolMonitor``.
+
+    ``_lock`` guards ``_objects``: ``(kind, name)`` -> a weak reference to the first live object
+    of that kind and name. Dead references are dropped by ``add`` and ``live``, never by a
+    weakref callback (one could run during a garbage collection inside a locked section).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[tuple[str, str], weakref.ref[Exportable]] = {}
+        _fork.register(self, hold="_lock")
+
+    def add(self, kind: str, obj: Exportable) -> bool:
+        with self._lock:
+            self._prune_locked()
+            key = (kind, obj.name)
+            if key in self._objects:
+                return False
+            self._objects[key] = weakref.ref(obj)
+            return True
+
+    def live(self) -> list[Exportable]:
+        with self._lock:
+            self._prune_locked()
+            refs = list(self._objects.values())
+        return [obj for ref in refs if (obj := ref()) is not None]
+
+    def _prune_locked(self) -> None:
+        for key in [k for k, ref in self._objects.items() if ref() is None]:
+            del self._objects[key]
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # the objects live on in the child, registered
+
+
+_registry = _Registry()
+
+
+def register(obj: Exportable, kind: str) -> bool:
+    """Add ``obj`` to the process-wide registry ``PoolMonitor`` exports by default.
+
+    Args:
+        obj: A named primitive (held weakly).
+        kind: Its kind, as in its series' label: ``"bulkhead"``, ``"rate_limit"``, ``"breaker"``.
+
+    Returns:
+        False when a live object of the same kind and name is registered already (``obj`` is
+        then not registered).
+    """
+    return _registry.add(kind, obj)
+
+
+def registered() -> list[Exportable]:
+    """The registered primitives still alive, in the order they were made."""
+    return _registry.live()
 
 
 def render_prometheus(objects: Iterable[Exportable], *, prefix: str = "taskflow") -> str:
@@ -53,18 +113,8 @@ def render_prometheus(objects: Iterable[Exportable], *, prefix: str = "taskflow"
     Returns:
         The text, ending with a newline, or ``""`` when there is nothing to export.
     """
-    families: dict[str, tuple[str, str, list[Sample]]] = {}
-    for obj in objects:
-        for sample in obj.prometheus_samples():
-            entry = families.setdefault(sample.family, (sample.kind, sample.help, []))
-            entry[2].append(sample)
-    out: list[str] = []
-    for family, (kind, help_text, samples) in families.items():
-        name = f"{prefix}_{family}"
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        for s in samples:
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
-            out.append(f"{name}{{{labels}}} {_number(s.value)}" if labels
-                       else f"{name} {_number(s.value)}")
-    return "\n".join(out) + "\n" if out else ""
+    from taskflow.prometheus import render_families, sample_families
+
+    return render_families(
+        sample_families((s for obj in objects for s in obj.prometheus_samples()), prefix=prefix)
+    )

@@ -13,9 +13,9 @@ pickling, which also sends a fresh copy (``options.rebuild``).
 
 from __future__ import annotations
 
-import os
-import weakref
 from typing import Protocol
+
+from taskflow import _fork
 
 __all__ = ["track"]
 
@@ -24,19 +24,7 @@ class _Forkable(Protocol):
     def _after_fork(self) -> None: ...
 
 
-_live: weakref.WeakSet[_Forkable] = weakref.WeakSet()
-
-
 def track(obj: _Forkable) -> None:
-    """Have ``obj._after_fork()`` called in the child of every later fork."""
-    _live.add(obj)
-
-
-def _after_fork_in_child() -> None:
-    # runs in the child right after fork, while it has one thread: no lock can be contended
-    for obj in list(_live):
-        obj._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    """Have ``obj._after_fork()`` called in the child of every later fork (the library's one
+    at-fork registry, :mod:`taskflow._fork`, runs it while the child has one thread)."""
+    _fork.register(obj, after_in_child="_after_fork")

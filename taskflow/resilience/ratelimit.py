@@ -32,7 +32,7 @@ from threading import Lock
 
 from pydantic import BaseModel, ConfigDict
 
-from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.export import Sample, register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
 from taskflow.resilience.process import track
 
@@ -117,6 +117,7 @@ class RateLimit:
         self._clock = clock
         self._start_fresh()
         track(self)
+        register(self, "rate_limit")  # PoolMonitor exports it
 
     def _start_fresh(self) -> None:
         clock = self._clock
