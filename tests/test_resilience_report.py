@@ -11,12 +11,8 @@ from conftest import LONG, SHORT
 from taskflow import FunctionNode, Hedge, TaskContext, TaskScheduling
 
 
-def test_report_html_and_gantt_mark_resilience_outcomes():
-    release = threading.Event()
-
-    def boom(ctx, param):
-        raise ValueError("down")
-
+def hedged_price(release: threading.Event) -> FunctionNode:
+    """A hedged ``price`` node whose first attempt waits for ``release``: the duplicate wins."""
     calls = []
 
     def replica(ctx, param):
@@ -25,8 +21,17 @@ def test_report_html_and_gantt_mark_resilience_outcomes():
             release.wait(LONG)
         return "price"
 
+    return FunctionNode(replica, name="price", hedge=Hedge(after=SHORT / 5), idempotent=True)
+
+
+def test_report_html_and_gantt_mark_resilience_outcomes():
+    release = threading.Event()
+
+    def boom(ctx, param):
+        raise ValueError("down")
+
     reco = FunctionNode(boom, name="reco", fallback=[])
-    price = FunctionNode(replica, name="price", hedge=Hedge(after=SHORT / 5), idempotent=True)
+    price = hedged_price(release)
     stock = FunctionNode(lambda c, p: 7, name="stock", share_key=lambda c, p: "k",
                          cache_ttl=LONG)
     with ThreadPoolExecutor(4) as pool:
@@ -62,16 +67,8 @@ def test_graph_and_timeline_of_the_html_page_show_the_marks():
     """Regression: the marks were only in the table and tooltips; the graph said ``SUCCESS · 29.4
     ms`` for a hedged node and the timeline nothing."""
     release = threading.Event()
-    calls = []
-
-    def replica(ctx, param):
-        calls.append(1)
-        if len(calls) == 1:
-            release.wait(LONG)
-        return "price"
-
     reco = FunctionNode(lambda c, p: 1 / 0, name="reco", fallback=[])
-    price = FunctionNode(replica, name="price", hedge=Hedge(after=SHORT / 5), idempotent=True)
+    price = hedged_price(release)
     plain = FunctionNode(lambda c, p: 1, name="plain")
     with ThreadPoolExecutor(4) as pool:
         try:
