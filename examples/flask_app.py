@@ -27,7 +27,8 @@ WARNING with the traceback as text) unless per-node DEBUG lines are asked for
 
 ``GET /pool`` returns the shared pool's metrics as JSON (queue size, active threads, abandoned
 threads still running, queue-wait and run-time percentiles, ...); ``GET /metrics`` serves the
-pool monitor's latest sample (pool and process figures) for Prometheus.
+pool monitor's latest sample (pool and process figures) and the recommendations bulkhead's and
+breaker's figures for Prometheus.
 
 Run it from the repository's root (Flask's development server serves each request in its own
 thread)::
@@ -79,6 +80,7 @@ from taskflow import (
 )
 from taskflow.monitor import PoolMonitor
 from taskflow.pool import ThreadPool
+from taskflow.resilience import render_prometheus
 
 BUDGET = 0.5  # seconds a page may take, queueing included
 POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
@@ -227,8 +229,9 @@ def pool_metrics() -> Response:
 
 @app.get("/metrics")
 def prometheus() -> Response:
-    """The monitor's latest sample of the pool and the process, for a Prometheus scrape."""
-    return Response(MONITOR.to_prometheus(),
+    """The monitor's latest sample of the pool and the process, and the recommendations
+    backend's bulkhead and breaker (slots in use, rejections, state), for a Prometheus scrape."""
+    return Response(MONITOR.to_prometheus() + render_prometheus([RECO_BULKHEAD, RECO_BREAKER]),
                     content_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -146,6 +146,10 @@ def test_prometheus_scrape_shows_the_pool(client, example):
     assert response.status_code == 200
     text = response.data.decode()
     assert f'taskflow_pool_core_size{{pool="{example.POOL.name}"}} 32' in text
+    # the resilience guards of recommendations (issue 12: their metrics in the scrape)
+    assert 'taskflow_bulkhead_max_concurrent{bulkhead="recommendations"} 8' in text
+    assert 'taskflow_breaker_state{breaker="recommendations",state=' in text
+    assert text.count("# TYPE taskflow_pool_core_size ") == 1
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
 
 
