@@ -15,7 +15,8 @@ travel, so pass the fields you need instead). A middleware binds a trace id with
 taskflow's log lines and the nodes' own lines.
 
 A budget overrun is a ``504`` naming the nodes that timed out, a failed backend call a ``502``
-naming it. ``GET /pool`` returns the pool's metrics as JSON; ``GET /metrics`` the pool monitor's
+naming it, except recommendations: optional, with a fallback (the page renders without them and
+lists them under ``degraded``). ``GET /pool`` returns the pool's metrics as JSON; ``GET /metrics`` the pool monitor's
 latest sample for Prometheus.
 
 Run it from the repository's root with Django's development server::
@@ -24,6 +25,7 @@ Run it from the repository's root with Django's development server::
     curl -H 'X-User: ann' 'localhost:8000/products/sku-10086'
     curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
     curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
+    curl 'localhost:8000/products/sku-1?fail=recommendations'  # 200, without recommendations
     curl 'localhost:8000/pool'
     curl 'localhost:8000/metrics'
 
@@ -150,7 +152,12 @@ def page(ctx: TaskContext, _: Any) -> dict[str, Any]:
 
 PAGE = FunctionNode(page)
 FunctionNode(product_info) >> [FunctionNode(price), FunctionNode(stock)] >> PAGE
-FunctionNode(category) >> [FunctionNode(reviews), FunctionNode(recommendations)] >> PAGE
+# recommendations are optional: cut at 0.2 s, and on any failure the page renders without them
+# (``flask_app.py`` adds a bulkhead and a circuit breaker; docs/guides/resilience.md)
+FunctionNode(category) >> [
+    FunctionNode(reviews),
+    FunctionNode(recommendations, timeout=0.2, fallback=lambda ctx, error: []),
+] >> PAGE
 
 
 # -- the web layer ------------------------------------------------------------------------------
@@ -175,7 +182,8 @@ def trace_middleware(get_response: Handler) -> Handler:
 
 def product_detail(request: HttpRequest, sku: str) -> JsonResponse:
     ctx = TaskContext(request=request, sku=sku)
-    result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET, context=ctx)
+    result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET, name="product_detail",
+                                  context=ctx)
     return render(request, result, sku)
 
 
@@ -188,7 +196,8 @@ def render(request: HttpRequest, result: FlowResult, sku: str) -> JsonResponse:
         "elapsed_ms": round(result.elapsed * 1000, 1),
     }
     if result.ok:
-        body.update(page=result.outputs["page"], user=request.headers.get("X-User"))
+        body.update(page=result.outputs["page"], user=request.headers.get("X-User"),
+                    degraded=sorted(result.degraded))
         return JsonResponse(body)
     failed = result.failed  # name -> WorkResult, EXCEPTION or TIMEOUT
     timed_out = sorted(name for name, wr in failed.items() if wr.state is ResultState.TIMEOUT)

@@ -27,7 +27,8 @@ WARNING with the traceback as text) unless per-node DEBUG lines are asked for
 
 ``GET /pool`` returns the shared pool's metrics as JSON (queue size, active threads, abandoned
 threads still running, queue-wait and run-time percentiles, ...); ``GET /metrics`` serves the
-pool monitor's latest sample (pool and process figures) for Prometheus.
+pool monitor's latest sample (pool and process figures) and the recommendations bulkhead's and
+breaker's figures for Prometheus.
 
 Run it from the repository's root (Flask's development server serves each request in its own
 thread)::
@@ -37,6 +38,7 @@ thread)::
     curl 'localhost:8000/products/sku-1?slow=reviews'     # a 504 naming reviews and page
     curl 'localhost:8000/products/sku-1?fail=stock'       # a 502 naming stock
     curl 'localhost:8000/products/sku-1?fail=recommendations'  # 200, without recommendations
+    curl 'localhost:8000/products/sku-1?slow=recommendations'  # 200, without recommendations
     curl 'localhost:8000/pool'
     curl 'localhost:8000/metrics'
 
@@ -44,8 +46,8 @@ thread)::
 
 Resilience (``docs/guides/resilience.md``): recommendations are optional. A bulkhead keeps that
 backend from holding more than 8 of the pool's threads however slow it gets, a circuit breaker
-stops calling it while it fails, and a fallback renders the page without it (the response lists
-it under ``degraded``). Concurrent requests for the same SKU share one stock call
+stops calling it while it fails, a node timeout cuts it at 0.2 s when it is slow, and a fallback
+renders the page without it (the response lists it under ``degraded``). Concurrent requests for the same SKU share one stock call
 (``share_key``); a price call slower than the recent 95th percentile gets a hedged duplicate.
 
 In production, under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the pool
@@ -78,6 +80,7 @@ from taskflow import (
 )
 from taskflow.monitor import PoolMonitor
 from taskflow.pool import ThreadPool
+from taskflow.resilience import render_prometheus
 
 BUDGET = 0.5  # seconds a page may take, queueing included
 POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
@@ -91,6 +94,7 @@ def production_logging() -> None:
     per-node DEBUG lines while debugging: ``level="DEBUG"`` and ``taskflow.logs.log_nodes()``."""
     logger.remove()
     logger.add(sys.stderr, level="INFO", serialize=True)
+
 
 app = Flask(__name__)
 
@@ -158,6 +162,8 @@ def page(ctx: TaskContext, _: Any) -> dict[str, Any]:
 RECO_BULKHEAD = Bulkhead("recommendations", max_concurrent=8, max_waiting=64)
 RECO_BREAKER = CircuitBreaker("recommendations", failure_ratio=0.5, window=20, min_calls=10,
                               open_for=5.0)
+# a slow recommendations call is cut at 0.2 s (and degraded) while the page still has budget
+RECO_TIMEOUT = 0.2
 
 PAGE = FunctionNode(page)
 FunctionNode(product_info) >> [
@@ -167,7 +173,7 @@ FunctionNode(product_info) >> [
 FunctionNode(category) >> [
     FunctionNode(reviews),
     FunctionNode(recommendations, bulkhead=RECO_BULKHEAD, breaker=RECO_BREAKER,
-                 fallback=lambda ctx, error: []),
+                 timeout=RECO_TIMEOUT, fallback=lambda ctx, error: []),
 ] >> PAGE
 
 
@@ -189,7 +195,7 @@ def echo_trace_id(response: Response) -> Response:
 @app.get("/products/<sku>")
 def product_detail(sku: str) -> tuple[Response, int]:
     with logger.contextualize(trace_id=g.trace_id):
-        result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET,
+        result = TaskScheduling.start(PAGE, executor=POOL, timeout=BUDGET, name="product_detail",
                                       context=TaskContext(sku=sku))
     return render(result, sku)
 
@@ -223,10 +229,10 @@ def pool_metrics() -> Response:
 
 @app.get("/metrics")
 def prometheus() -> Response:
-    """The monitor's latest sample of the pool and the process, for a Prometheus scrape."""
-    return Response(MONITOR.to_prometheus(),
+    """The monitor's latest sample of the pool and the process, and the recommendations
+    backend's bulkhead and breaker (slots in use, rejections, state), for a Prometheus scrape."""
+    return Response(MONITOR.to_prometheus() + render_prometheus([RECO_BULKHEAD, RECO_BREAKER]),
                     content_type="text/plain; version=0.0.4; charset=utf-8")
-
 
 
 if __name__ == "__main__":

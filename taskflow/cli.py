@@ -305,7 +305,7 @@ def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         pool.shutdown(wait=True, cancel_futures=True)
     if args.html is not None:
         with open(args.html, "w", encoding="utf-8") as page:
-            page.write(run.result.to_html(flow="product_detail"))
+            page.write(run.result.to_html())
         print(f"run page written to {terminal_safe(args.html)}", file=err)
     if args.json:
         print(json_terminal_safe(run.result.report().model_dump_json(indent=2)), file=out)

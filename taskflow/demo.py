@@ -47,6 +47,8 @@ DEFAULT_SKU = "sku-10086"
 PRODUCT_SIDE = ("product_info", "price", "stock")
 ITEM_SIDE = ("category", "reviews", "recommendations")
 NODE_NAMES = (*PRODUCT_SIDE, *ITEM_SIDE, "aggregate")
+# The run's flow name (``start(..., name=...)``): in its report, HTML page, logs and traces.
+FLOW_NAME = "product_detail"
 
 # The context key naming the node that the demo makes raise (``--fail NODE``).
 FAIL_KEY = "fail_node"
@@ -285,7 +287,8 @@ def run_demo(
         ctx[FAIL_KEY] = fail
     if echo is not None:
         ctx[ECHO_KEY] = echo
-    result = TaskScheduling.start(build_flow(sku), executor=executor, timeout=timeout, context=ctx)
+    result = TaskScheduling.start(build_flow(sku), executor=executor, timeout=timeout, context=ctx,
+                                  name=FLOW_NAME)
     run = DemoRun(result)
     if fail is None:
         try:

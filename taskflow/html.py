@@ -258,10 +258,17 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 16:.1f}" text-anchor="middle" '
             f'fill="{colour}" font-weight="600">{_e(label)}</text>'
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 31:.1f}" text-anchor="middle" '
-            f'fill="{colour}">{_e(r.state)} \u00b7 {_e(_ms(r.wr.duration))}</text></a>'
+            f'fill="{colour}">{_e(_fit(_box_detail(r), _BOX_W - 12))}</text></a>'
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def _box_detail(row: _Row) -> str:
+    """A graph box's second line: the state and duration, or the state and the node's marks
+    (fallback, hedged N, shared: the duration is in its tooltip and row)."""
+    marks = row.wr.marks
+    return f"{row.state}{_SEP}{', '.join(marks) if marks else _ms(row.wr.duration)}"
 
 
 # -- the Gantt chart -----------------------------------------------------------------------------
@@ -283,7 +290,10 @@ def _gantt_svg(rows: list[_Row], t0: float, end: float, show_values: bool) -> st
                                         r.index))
     span = max(end - t0, 1e-6)
     scale = _CHART_W / span
-    width = _LABEL_W + _CHART_W + _PAD * 2
+    # room right of the bars for the marks (fallback, hedged N, shared) when a node has some
+    marks_w = max((len(", ".join(r.wr.marks)) * _CHAR_W + 8 for r in rows if r.wr.marks),
+                  default=0.0)
+    width = _LABEL_W + _CHART_W + _PAD * 2 + math.ceil(marks_w)
     height = _AXIS_H + len(order) * (_BAR_H + _BAR_GAP) + _PAD
     out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="Gantt chart of the run">')]
@@ -320,6 +330,10 @@ def _gantt_svg(rows: list[_Row], t0: float, end: float, show_values: bool) -> st
             mx = _LABEL_W + ((wr.finished_at if wr.finished_at is not None else end) - t0) * scale
             parts.append(f'<path d="M{mx:.1f},{y + 2}l6,{_BAR_H / 2 - 2}l-6,{_BAR_H / 2 - 2}'
                          f'l-6,{-(_BAR_H / 2 - 2)}z" fill="{fill}" stroke="{stroke}"/>')
+        if wr.marks:
+            at = _LABEL_W + ((wr.finished_at if wr.finished_at is not None else end) - t0) * scale
+            parts.append(f'<text x="{at + 8:.1f}" y="{y + _BAR_H - 5}" fill="#555">'
+                         f'{_e(", ".join(wr.marks))}</text>')
         parts.append("</a>")
         out.append("".join(parts))
     out.append("</svg>")

@@ -702,10 +702,11 @@ class Flow:
 
     def start(self, *, executor: Executor, timeout: float | None = None,
               context: TaskContext | None = None) -> FlowResult:
-        """Run the flow (``TaskScheduling.start``); ``timeout`` None uses the spec's budget."""
+        """Run the flow (``TaskScheduling.start``) under the spec's name (the run's flow name in
+        its report, logs, traces and statistics); ``timeout`` None uses the spec's budget."""
         budget = self.timeout if timeout is None else timeout
         return TaskScheduling.start(list(self.nodes.values()), executor=executor, timeout=budget,
-                                    context=context)
+                                    context=context, name=self.name or None)
 
     def to_mermaid(self, result: FlowResult | None = None) -> str:
         """A Mermaid flowchart of the flow (coloured by state for a run ``result``)."""

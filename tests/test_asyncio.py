@@ -22,6 +22,7 @@ import conftest
 import pytest
 import remote_tasks as rt
 from conftest import EPS, LONG, SCALE, SHORT
+from loguru import logger
 
 from taskflow import FunctionNode, ResultState, TaskContext, TaskSupport, run_async
 
@@ -233,6 +234,7 @@ def asgi() -> Iterator[Any]:
     module.POOL.prestart_core_threads()
     yield module
     module.POOL.shutdown(wait=True)
+    logger.disable("taskflow")  # the app enabled taskflow's logs; other suites expect them off
     sys.modules.pop("asgi_app_example", None)
 
 
@@ -273,3 +275,18 @@ def test_asgi_app_maps_the_budget_to_504_and_failures_to_502(asgi):
 
     assert slow_status == 504 and slow["timed_out"] == ["page", "reviews"]
     assert fail_status == 502 and list(failed["failed"]) == ["stock"]
+
+
+def test_asgi_app_logs_a_failed_node_under_its_flow_name(asgi):
+    """Regression: the ASGI example logged nothing (taskflow's lines were never enabled) and ran
+    as flow 'page'; now a failed backend is one WARNING line with flow, flow_id and node."""
+    records: list[Any] = []
+    sink = logger.add(records.append, level="INFO", format="{message}")
+    try:
+        status, body = asyncio.run(asgi_get(asgi.app, "/products/c", "fail=stock"))
+    finally:
+        logger.remove(sink)
+    assert status == 502
+    mine = [m.record for m in records if m.record["extra"].get("flow_id") == body["flow_id"]]
+    assert [(r["level"].name, r["extra"]["flow"], r["extra"]["node"]) for r in mine
+            if r["extra"]["node"] == "stock"] == [("WARNING", "product_detail", "stock")]

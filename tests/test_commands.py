@@ -4,12 +4,14 @@ The commands are parsed from the files, so a changed README or docstring cannot 
 works: each ``bash`` block of README.md, the taskflow, example and server commands of the
 documentation site's ``bash`` blocks, and each ``Run it``/``Use it`` literal block (``::``) of
 an example's docstring. A command line is run with the same words, from the repository's root,
-with two substitutions only: ``python`` is this interpreter and a console script (``flask``,
+with three substitutions only: ``python`` is this interpreter and a console script (``flask``,
 ``gunicorn``, ``uvicorn``, ``taskflow``) is the one installed next to it; a server's port (8000
-as printed) becomes a free port, bound to 127.0.0.1 as printed. A ``curl`` line is sent to the
-server started just above it with the same URL and headers (through urllib, bounded by a
+as printed) becomes a free port, bound to 127.0.0.1 as printed; a file the command writes
+(``--html FILE``) goes to a temporary directory, and must be written. A ``curl`` line is sent to
+the server started just above it with the same URL and headers (through urllib, bounded by a
 timeout); its comment, when it says ``a 504 naming reviews and page``, is what the answer must
-show, otherwise it must be a 200. Servers are always stopped, their whole process group.
+show, when it says ``200, without recommendations`` the answer must list them under
+``degraded``, otherwise it must be a 200. Servers are always stopped, their whole process group.
 
 ``pip install`` and ``pytest`` are not run from inside pytest: the test checks that ``.ci/run``
 runs them exactly as printed (and CI does). A command of a kind this file does not know fails
@@ -48,7 +50,9 @@ SERVER_START_TIMEOUT = 60.0  # seconds a server may take to accept connections
 REQUEST_TIMEOUT = 15.0  # seconds per request
 CONSOLE_SCRIPTS = ("flask", "gunicorn", "uvicorn", "taskflow")
 SERVERS = ("flask", "gunicorn", "uvicorn")
-EXAMPLES_WITH_COMMANDS = ("flask_app", "django_app", "asgi_app", "gunicorn.conf")
+EXAMPLES_WITH_COMMANDS = ("flask_app", "django_app", "asgi_app", "gunicorn.conf",
+                          "conductor_notifications")
+OUTPUT_OPTIONS = ("--html",)  # options naming a file the command writes
 
 
 @dataclass
@@ -97,7 +101,9 @@ def docstring_blocks(name: str) -> list[Block]:
     doc = text.split('"""', 2)[1]
     blocks = []
     for match in re.finditer(r"::\n\n((?:    .*\n|\n)+)", doc):
-        lines = [ln[4:] for ln in match.group(1).splitlines() if ln.startswith("    ")]
+        # ``\`` continuations (written ``\\`` in a docstring that is not raw)
+        joined = re.sub(r"\\{1,2}\n\s*", " ", match.group(1))
+        lines = [ln[4:] for ln in joined.splitlines() if ln.startswith("    ")]
         commands = [ln for ln in lines if shlex.split(ln, comments=True)[:1]
                     and shlex.split(ln, comments=True)[0] in (*CONSOLE_SCRIPTS, "python", "curl")]
         if commands:
@@ -215,6 +221,7 @@ def curl(words: list[str], comment: str, server: Server | None, origin: str) -> 
     if not url.startswith("http"):
         url = "http://" + url
     expected = re.search(r"a (\d{3}) naming (.+)", comment)
+    degraded = re.search(r"200, without (\w+)", comment)
     status = int(expected.group(1)) if expected else 200
     names = re.split(r",\s*|\s+and\s+", expected.group(2).strip()) if expected else []
     request = urllib.request.Request(url, headers=headers)
@@ -226,6 +233,9 @@ def curl(words: list[str], comment: str, server: Server | None, origin: str) -> 
     assert got == status, f"{origin}: {shlex.join(words)} -> {got}: {body[:500]}\n{server.output()}"
     for name in names:
         assert repr(name)[1:-1] in body, f"{origin}: {name!r} not in the answer {body[:500]}"
+    if degraded:
+        assert degraded.group(1) in json.loads(body)["degraded"], (
+            f"{origin}: {shlex.join(words)}: {degraded.group(1)!r} not degraded in {body[:500]}")
     if url.endswith("/metrics"):
         assert "# TYPE" in body, body[:500]
     elif "json" in body[:1] or body.startswith("{"):
@@ -237,14 +247,23 @@ def expected_exit(words: list[str]) -> int:
     return 1 if "--fail" in words else 0
 
 
-def run_one_shot(words: list[str], origin: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv_of(words), cwd=ROOT, env=env(), capture_output=True, text=True,
+def run_one_shot(words: list[str], origin: str,
+                 tmp_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv, outputs = argv_of(words), []
+    for i, word in enumerate(argv[:-1]):
+        if word in OUTPUT_OPTIONS:
+            assert tmp_path is not None, f"{origin}: {shlex.join(words)} writes a file"
+            argv[i + 1] = str(tmp_path / Path(argv[i + 1]).name)
+            outputs.append(Path(argv[i + 1]))
+    proc = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True,
                           timeout=COMMAND_TIMEOUT, check=False)
     want = expected_exit(words)
     assert proc.returncode == want, (
         f"{origin}: {shlex.join(words)} exited {proc.returncode}, expected {want}\n"
         f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     )
+    for output in outputs:
+        assert output.is_file() and output.stat().st_size > 0, f"{origin}: {output.name} not written"
     return proc
 
 
@@ -284,7 +303,7 @@ def run_block(block: Block, tmp_path: Path, started: list[Server]) -> None:
                     # benchmarks take minutes and their figures are reproduced by hand
                     assert (ROOT / part[1]).is_file(), f"{block.origin}: no {part[1]}"
                 else:
-                    run_one_shot(part, block.origin)
+                    run_one_shot(part, block.origin, tmp_path)
             else:
                 raise AssertionError(f"{block.origin}: no way to run {shown!r}; teach "
                                      "tests/test_commands.py how")
@@ -309,6 +328,9 @@ def test_the_commands_are_found() -> None:
     assert any("examples.django_app:application" in ln for ln in lines)
     assert any(ln.startswith("uvicorn examples.asgi_app:app") for ln in lines)
     assert sum(ln.startswith("curl ") for ln in lines) >= 10
+    assert any("demo" in ln and "--html" in ln for ln in lines)
+    assert sum("200, without recommendations" in ln for ln in lines) >= 3  # Flask and Django
+    assert any("--registry conductor_notifications" in ln for ln in lines)  # a `\` continuation
 
 
 # -- the version, the program name, and another project's `taskflow` -----------------------------

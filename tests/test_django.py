@@ -191,7 +191,12 @@ def test_16_threads_x_10_requests_at_once_do_not_cross_talk(example, records, mo
         assert page["product_info"]["sku"] == sent["sku"]
         assert page["price"]["sku"] == sent["sku"]
         assert page["price"]["member_price"] is (sent["user"] is not None)
-        assert len(page["recommendations"]) == sent["n"]
+        # recommendations has its own 0.2 s timeout: on a loaded 2-core machine some are cut
+        # and fall back, which is the page's contract, not cross-talk
+        if "recommendations" in body["degraded"]:
+            assert page["recommendations"] == []
+        else:
+            assert len(page["recommendations"]) == sent["n"]
         trace_of_flow[body["flow_id"]] = trace
     # every log line of a flow carries the trace id of the request that started it
     flows_logged = set()

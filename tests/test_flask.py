@@ -146,6 +146,10 @@ def test_prometheus_scrape_shows_the_pool(client, example):
     assert response.status_code == 200
     text = response.data.decode()
     assert f'taskflow_pool_core_size{{pool="{example.POOL.name}"}} 32' in text
+    # the resilience guards of recommendations (issue 12: their metrics in the scrape)
+    assert 'taskflow_bulkhead_max_concurrent{bulkhead="recommendations"} 8' in text
+    assert 'taskflow_breaker_state{breaker="recommendations",state=' in text
+    assert text.count("# TYPE taskflow_pool_core_size ") == 1
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
 
 
@@ -192,7 +196,12 @@ def test_16_threads_x_10_requests_at_once_do_not_cross_talk(example, records, mo
         assert page["product_info"]["sku"] == sent["sku"]
         assert page["price"]["sku"] == sent["sku"]
         assert page["price"]["member_price"] is (sent["user"] is not None)
-        assert len(page["recommendations"]) == sent["n"]
+        # recommendations has its own 0.2 s timeout (and a breaker): on a loaded 2-core machine
+        # some are cut and fall back, which is the page's contract, not cross-talk
+        if "recommendations" in body["degraded"]:
+            assert page["recommendations"] == []
+        else:
+            assert len(page["recommendations"]) == sent["n"]
         trace_of_flow[body["flow_id"]] = trace
     # every log line of a flow carries the trace id of the request that started it
     flows_logged = set()

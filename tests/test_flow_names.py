@@ -66,3 +66,32 @@ def test_a_bad_name_is_refused_before_anything_runs(name: Any, error: type[Excep
         with pytest.raises(error, match="name"):
             TaskScheduling.submit(node, executor=pool, timeout=LONG, name=name)
     assert ran == []
+
+
+def test_a_spec_flow_and_a_conductor_workflow_run_under_their_own_name() -> None:
+    """Regression: both ran under their first node's name ('user', 'my_fork_join_ref'), so a
+    ``python -m taskflow run`` report, its log lines and statistics named a node, not the flow."""
+    from taskflow import conductor
+    from taskflow.spec import load_spec
+
+    flow = load_spec({"name": "checkout", "tasks": [
+        {"name": "first", "callable": "test_flow_names:name_seen"}]})
+    workflow = conductor.load({"name": "notify", "tasks": [
+        {"name": "send", "taskReferenceName": "send_ref", "type": "SIMPLE"}]},
+        {"send": lambda task_input: {"sent": True}})
+    with ThreadPoolExecutor(2) as pool:
+        ran = flow.start(executor=pool, timeout=LONG)
+        run = workflow.start({}, executor=pool, timeout=LONG)
+    assert (ran.flow_name, ran.outputs["first"], ran.report().flow) == ("checkout",) * 3
+    assert (run.flow_name, run.report().flow) == ("notify", "notify")
+
+
+def test_the_demo_runs_as_product_detail() -> None:
+    """Regression: its JSON report said ``"flow": "product_info"`` (its first node)."""
+    from taskflow.demo import FLOW_NAME, run_demo
+
+    with ThreadPoolExecutor(8) as pool:
+        run = run_demo(pool, timeout=LONG)
+    assert FLOW_NAME == "product_detail"
+    assert run.result.flow_name == "product_detail"
+    assert run.result.report().flow == "product_detail"

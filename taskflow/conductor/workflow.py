@@ -118,7 +118,8 @@ class Workflow:
     def start(self, input: Mapping[str, Any] | None = None, *, executor: Executor,
               timeout: float | None = None, context: TaskContext | None = None,
               correlation_id: str | None = None) -> FlowResult:
-        """Run the workflow on ``executor`` and wait for it (``TaskScheduling.start``).
+        """Run the workflow on ``executor`` and wait for it (``TaskScheduling.start``), under the
+        workflow's name: the run's flow name in its report, logs, traces and statistics.
 
         Args:
             input: the workflow input (``${workflow.input...}``); None is ``{}``.
@@ -160,7 +161,7 @@ class Workflow:
             _executors[token] = executor
         try:
             result = TaskScheduling.start(self.nodes, executor=executor, timeout=budget,
-                                          context=ctx)
+                                          context=ctx, name=self.name or None)
         finally:
             with _executors_lock:
                 _executors.pop(token, None)
