@@ -80,7 +80,6 @@ from taskflow import (
 )
 from taskflow.monitor import PoolMonitor
 from taskflow.pool import ThreadPool
-from taskflow.resilience import render_prometheus
 
 BUDGET = 0.5  # seconds a page may take, queueing included
 POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
@@ -229,9 +228,10 @@ def pool_metrics() -> Response:
 
 @app.get("/metrics")
 def prometheus() -> Response:
-    """The monitor's latest sample of the pool and the process, and the recommendations
-    backend's bulkhead and breaker (slots in use, rejections, state), for a Prometheus scrape."""
-    return Response(MONITOR.to_prometheus() + render_prometheus([RECO_BULKHEAD, RECO_BREAKER]),
+    """The monitor's latest sample of the pool and the process, with the recommendations
+    backend's bulkhead and breaker (slots in use, rejections, state: ``PoolMonitor`` exports
+    every live bulkhead, rate limit and breaker), for a Prometheus scrape."""
+    return Response(MONITOR.to_prometheus(),
                     content_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import EPS, LONG
+from conftest import EPS, LONG, parse_prometheus
 
 pytest.importorskip("flask")
 
@@ -150,6 +150,7 @@ def test_prometheus_scrape_shows_the_pool(client, example):
     assert 'taskflow_bulkhead_max_concurrent{bulkhead="recommendations"} 8' in text
     assert 'taskflow_breaker_state{breaker="recommendations",state=' in text
     assert text.count("# TYPE taskflow_pool_core_size ") == 1
+    parse_prometheus(text)  # regression: the bulkhead and breaker families appeared twice
     assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
 
 

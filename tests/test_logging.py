@@ -141,3 +141,32 @@ def test_the_production_setting_writes_one_json_object_per_line(pool: ThreadPool
     assert extra == {"flow_id": result.flow_id, "flow": "product_detail", "node": "stock",
                      "trace_id": "t-1"}
     assert line["record"]["level"]["name"] == "WARNING"
+
+
+def test_a_node_that_overran_its_timeout_and_then_returned_logs_no_late_exception(
+        lines: list[dict[str, Any]]) -> None:
+    # regression: the late return of a node cut by its own timeout was logged as
+    # "late exception from abandoned node ... dropped: NodeTimeoutError" (the task raised nothing)
+    import threading
+
+    release = threading.Event()
+
+    def slow(ctx: Any, param: Any) -> str:
+        release.wait(LONG)
+        return "late value"
+
+    def boom(ctx: Any, param: Any) -> None:
+        release.wait(LONG)
+        raise ValueError("raised after the timeout")
+
+    with ThreadPoolExecutor(2, thread_name_prefix="log-late") as ex:
+        quiet = FunctionNode(slow, name="quiet", timeout=0.05)
+        loud = FunctionNode(boom, name="loud", timeout=0.05)
+        result = TaskScheduling.start([quiet, loud], executor=ex, timeout=LONG)
+        release.set()
+        assert {n: w.state.name for n, w in result.failed.items()} == {
+            "quiet": "TIMEOUT", "loud": "TIMEOUT"}
+    # the pool has shut down: both late outcomes have been handled
+    late = [r["message"] for r in lines if "late" in r["message"]]
+    assert not any("quiet" in m for m in late if "exception" in m)
+    assert any("loud" in m and "ValueError" in m for m in late)

@@ -825,7 +825,10 @@ class Run:
                 and not plan.fanout[i] and not isinstance(error, NodeTimeoutError)):
             # its own deadline passed while it ran (a fan-out's policy decides that itself)
             value = None
+            raised = error  # if the outcome is late, the log names what the task did
             error = NodeTimeoutError(self.names[i], t)
+        else:
+            raised = error
         if error is not None and plan.any_policy and plan.policy[i] is not None:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
@@ -873,7 +876,7 @@ class Run:
         if late:
             if watching:
                 events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
-            return self.late(i, token, value, error)
+            return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
         if watching:
