@@ -52,6 +52,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``plan``, ``names``, ``executor``, ``caps``, ``budget``, ``t0``, ``deadline``, ``flow_id``,
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
+``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
+  through the fast path (``execute_plain``, the top of ``complete``). Set by ``begin`` before
+  any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): set by ``begin`` before any node is queued, read without the lock.
 ``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
@@ -348,6 +351,7 @@ class Run:
             SimpleQueue() if future is None else None)
         self.cv = _copy_context()
         self.debug = _debug_enabled()
+        self.quiet = not self.debug  # and no node observers (set again by begin)
         self.t0 = _monotonic()
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
@@ -456,6 +460,7 @@ class Run:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
         if events.LISTENERS:
             self.observers, self.node_observers = events.observe(self)
+            self.quiet = not self.debug and not self.node_observers
         plan = self.plan
         if not plan.nodes:
             self.finish()
@@ -678,6 +683,8 @@ class Run:
         """
         plan = self.plan
         wr = self.results[i]
+        if plan.plain[i] and self.quiet:
+            return self.execute_plain(i, token, tname, wr)
         node: Any
         if plan.stateless[i]:
             node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
@@ -718,14 +725,44 @@ class Run:
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
-                    with self.lock:
-                        if self.code[i] == RUNNING and wr.state is _DEFAULT:
-                            self.move(i, BACKOFF)
-                            timer.schedule(_monotonic() + delay, self.requeue, i)
-                        if token in self.abandoned:
-                            return -1
-                        return self.next_node(token)
+                    return self.back_off(i, wr, token, delay)
             return self.complete(i, token, value, error)
+
+    def execute_plain(self, i: int, token: int, tname: str, wr: WorkResult[Any]) -> int:
+        """``execute`` for a plain node (``Plan.plain``) of a quiet run (no node observers, no
+        DEBUG lines): the same steps without the checks that cannot apply, and the
+        FunctionNode's ``fn(ctx, param)`` called directly."""
+        node = self.plan.nodes[i]
+        ctx = self.ctx
+        current.idx = i
+        while True:
+            if wr.state is not _DEFAULT:
+                return self.late(i, token, None, None)
+            if wr.started_at is None:
+                wr.started_at = _monotonic()
+            wr.attempts += 1
+            wr.thread = tname
+            try:
+                value = node.fn(ctx, node.param)
+            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                delay = self.retry_delay(i, wr, exc)
+                if delay == 0.0:
+                    continue
+                if delay > 0.0:
+                    return self.back_off(i, wr, token, delay)
+                return self.complete(i, token, None, exc)
+            return self.complete(i, token, value, None)
+
+    def back_off(self, i: int, wr: WorkResult[Any], token: int, delay: float) -> int:
+        """Node ``i``'s attempt failed and another follows after ``delay`` seconds: park it in
+        BACKOFF (the timer requeues it) and return the loop's next node."""
+        with self.lock:
+            if self.code[i] == RUNNING and wr.state is _DEFAULT:
+                self.move(i, BACKOFF)
+                timer.schedule(_monotonic() + delay, self.requeue, i)
+            if token in self.abandoned:
+                return -1
+            return self.next_node(token)
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
@@ -810,6 +847,46 @@ class Run:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
         plan = self.plan
         wr = self.results[i]
+        if error is None and plan.plain[i] and self.quiet:
+            # the hot path: a plain node (no hook, own timeout, policy, fan-out or routing) of a
+            # quiet run succeeded; the same steps as below without the checks that cannot apply
+            now = _monotonic()
+            if now < self.deadline:
+                began = wr.started_at
+                if began is not None:  # the node's typical duration (racy by design)
+                    est = plan.est
+                    e = est[i]
+                    d = now - began
+                    est[i] = d if e < 0.0 else e + (d - e) * 0.25
+                hooks: list[int] = []
+                with self.lock:
+                    code = self.code
+                    done = code[i] == RUNNING and wr.state is _DEFAULT
+                    if done:
+                        self.progress += 1
+                        wr.result = value
+                        wr.finished_at = now
+                        wr.state = _SUCCESS
+                        code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
+                        self.settle_sons(i, hooks, now)
+                        nxt = self.next_node(token, True) \
+                            if token >= -1 and token not in self.abandoned else -1
+                        k = self.reserve_loops(nxt) if self.ready else 0
+                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.settled(i), inlined)
+                        if self.closed:
+                            fin = i == self.keep and not self.finished
+                        else:
+                            self.pending -= 1
+                            fin = self.pending == 0
+                if done:
+                    if hooks:
+                        fin = self.after_settle(hooks, k) or fin
+                    elif k:
+                        self.dispatch(k)
+                    if fin:
+                        self.finish()
+                    return nxt
+            # past the deadline, or settled without us: the general path below says so
         degraded = None
         if plan.any_policy and plan.policy[i] is not None:
             guards.finish(self, i, value, error)
@@ -970,11 +1047,16 @@ class Run:
             for s in sons_of[i]:
                 if code[s] != WAITING:
                     continue
-                left[s] -= 1
+                n = left[s] - 1
+                left[s] = n
                 nsucc[s] += 1
                 kind = kinds[s]
-                if (left[s] and kind == _ALL) or _decide(
-                        kind, join_k[s], nfathers[s], left[s], nsucc[s], nskip[s], 0) != _FIRE:
+                if kind == _ALL:
+                    # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
+                    # (not SKIP: this father succeeded, so not every father was skipped)
+                    if n:
+                        continue
+                elif _decide(kind, join_k[s], nfathers[s], n, nsucc[s], nskip[s], 0) != _FIRE:
                     continue
                 code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
                 results[s].queued_at = now
@@ -983,7 +1065,7 @@ class Run:
                     self.nslow += 1
                     self.slowq[s] = 1
                 ready.append(s)
-                if left[s]:
+                if n:
                     self.cancel_unneeded(s, hooks, now)
             return
         work = [i]
