@@ -620,10 +620,13 @@ class Run:
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
         cur.run = self
         tname = _current_thread().name
+        plain = self.plan.plain if self.quiet else None
+        execute, execute_plain = self.execute, self.execute_plain
         try:
             while i >= 0:
                 try:
-                    i = cv.copy().run(self.execute, i, token, tname)
+                    i = cv.copy().run(execute_plain if plain is not None and plain[i]
+                                      else execute, i, token, tname)
                 except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
                     i = self.engine_error(i, token, exc)
         finally:
@@ -684,7 +687,7 @@ class Run:
         plan = self.plan
         wr = self.results[i]
         if plan.plain[i] and self.quiet:
-            return self.execute_plain(i, token, tname, wr)
+            return self.execute_plain(i, token, tname)
         node: Any
         if plan.stateless[i]:
             node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
@@ -728,10 +731,11 @@ class Run:
                     return self.back_off(i, wr, token, delay)
             return self.complete(i, token, value, error)
 
-    def execute_plain(self, i: int, token: int, tname: str, wr: WorkResult[Any]) -> int:
+    def execute_plain(self, i: int, token: int, tname: str) -> int:
         """``execute`` for a plain node (``Plan.plain``) of a quiet run (no node observers, no
         DEBUG lines): the same steps without the checks that cannot apply, and the
         FunctionNode's ``fn(ctx, param)`` called directly."""
+        wr = self.results[i]
         node = self.plan.nodes[i]
         ctx = self.ctx
         current.idx = i
@@ -869,8 +873,9 @@ class Run:
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
                         self.settle_sons(i, hooks, now)
-                        nxt = self.next_node(token, True) \
-                            if token >= -1 and token not in self.abandoned else -1
+                        abandoned = self.abandoned
+                        nxt = self.next_node(token, True) if token >= -1 and (
+                            not abandoned or token not in abandoned) else -1
                         k = self.reserve_loops(nxt) if self.ready else 0
                         code[i] = SETTLED  # TERMINAL -> SETTLED (self.settled(i), inlined)
                         if self.closed:
