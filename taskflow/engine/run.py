@@ -5,9 +5,9 @@ How a run works
 A run (:class:`Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
 node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
 same way: ``code`` (where each node is in its lifecycle, moved along ``LEGAL_MOVES`` by
-:meth:`Run.move`; the hot path writes the four moves whose old state it has just tested
-directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``), ``results`` (one
-:class:`WorkResult` per node) and per-run node copies made on demand.
+:meth:`Run.move`; the hot path writes the moves whose old state it has just tested, or
+knows, directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``),
+``results`` (one :class:`WorkResult` per node) and per-run node copies made on demand.
 
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
 executor (``executors.capabilities``):
@@ -472,11 +472,16 @@ class Run:
         results = self.results
         if plan.any_policy:
             self.ranks = guards.rank(plan)
+        code, est, ready = self.code, plan.est, self.ready
         with self.lock:
             for i in plan.roots:
-                self.move(i, QUEUED)
+                code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
-                self.enqueue(i)
+                e = est[i]  # self.enqueue(i), inlined
+                if e < 0.0 or e >= FAST_TASK:
+                    self.nslow += 1
+                    self.slowq[i] = 1
+                ready.append(i)
             k = self.reserve_loops()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
@@ -736,7 +741,7 @@ class Run:
         DEBUG lines): the same steps without the checks that cannot apply, and the
         FunctionNode's ``fn(ctx, param)`` called directly."""
         wr = self.results[i]
-        node = self.plan.nodes[i]
+        node: Any = self.plan.nodes[i]  # a FunctionNode (Plan.plain)
         ctx = self.ctx
         current.idx = i
         while True:
@@ -862,7 +867,7 @@ class Run:
                     e = est[i]
                     d = now - began
                     est[i] = d if e < 0.0 else e + (d - e) * 0.25
-                hooks: list[int] = []
+                sons_hooks: list[int] = []
                 with self.lock:
                     code = self.code
                     done = code[i] == RUNNING and wr.state is _DEFAULT
@@ -872,7 +877,7 @@ class Run:
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        self.settle_sons(i, hooks, now)
+                        self.settle_sons(i, sons_hooks, now)
                         abandoned = self.abandoned
                         nxt = self.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
@@ -884,8 +889,8 @@ class Run:
                             self.pending -= 1
                             fin = self.pending == 0
                 if done:
-                    if hooks:
-                        fin = self.after_settle(hooks, k) or fin
+                    if sons_hooks:
+                        fin = self.after_settle(sons_hooks, k) or fin
                     elif k:
                         self.dispatch(k)
                     if fin:
