@@ -71,7 +71,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``hook_errors[i]``: the first error a hook of node ``i`` raised (none written once finished).
 ``owed``: outcome hooks claimed by a closer and not started yet; whichever thread finishes the
   run first runs those left, so none is dropped and none starts after ``start`` returns.
-``hooks_running``: hooks admitted and not returned (``hooks_idle`` is notified on change).
+``hooks_running``: hooks admitted and not returned (``hooks_idle``, a Condition on ``lock`` made
+  by the first thread that waits for hooks, is notified on change).
 ``chosen[i]``: the sons a switch chose. ``fans[i]``: node ``i``'s fan-out while it fans out.
 ``node_timers[i]``, ``run_timer``: timer entries to cancel.
 ``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
@@ -323,7 +324,7 @@ class Run:
         self.hook_errors: dict[int, HookError] = {}
         self.owed: deque[int] = deque()
         self.hooks_running = 0
-        self.hooks_idle = threading.Condition(self.lock)
+        self.hooks_idle: threading.Condition | None = None  # made on first wait (finish)
         self.chosen: dict[int, frozenset[int]] = {}
         self.fans: dict[int, Any] = {}
         self.node_timers: dict[int, timer.Timer] = {}
@@ -1245,8 +1246,9 @@ class Run:
             cur.run, cur.idx, cur.hooking = prev
             with self.lock:
                 self.hooks_running -= 1
-                if self.closed and self.hooks_running <= 1:
-                    self.hooks_idle.notify_all()
+                idle = self.hooks_idle
+                if idle is not None and self.closed and self.hooks_running <= 1:
+                    idle.notify_all()
 
     def run_owed(self) -> None:
         """Run the outcome hooks a closer claimed and nobody started yet."""
@@ -1465,7 +1467,10 @@ class Run:
                     return
                 self.closed = True
                 if self.hooks_running > mine:
-                    self.hooks_idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
+                    idle = self.hooks_idle
+                    if idle is None:
+                        idle = self.hooks_idle = threading.Condition(self.lock)
+                    idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
                 if self.owed:
                     continue  # a closer claimed more while we waited: run them first
                 self.finished = True
