@@ -4,6 +4,7 @@
     python benchmarks/concurrency_profile.py chain 16    # each flow's critical chain, decomposed
     python benchmarks/concurrency_profile.py counts 64   # submissions and worker loops per flow
     python benchmarks/concurrency_profile.py pool 32     # pool busy time per flow, utilisation
+    python benchmarks/concurrency_profile.py tail 16     # no-op graph: what the slowest 1 % wait for
 
 ``chain`` (product-detail page): walks each flow back from ``aggregate`` through the father that
 finished last and splits its latency into the wait for the first root to start, the gaps between
@@ -15,12 +16,25 @@ from each node's ``WorkResult``; the hand-written runner's work is wrapped to st
 ``counts``: executor submissions per flow for both runners and graphs, and for taskflow the
 worker loops that found nothing to do. ``pool``: the thread time the pool spends per flow (every
 work item timed) and how busy it was, which separates per-flow overhead from idle threads.
+``tail`` (the 20-node no-op graph): per flow, the caller's start, each worker loop's
+submission and start (and how many tasks were waiting in the pool's queue when it was
+submitted), each node's start and end and thread, the run's finish (the result handed to the
+caller's inbox) and the caller's return; the watchdog's firings, and the gc pauses
+(``gc.callbacks``) that overlap the flow. It splits each flow's latency into: caller to first
+loop submitted (``begin``), the first loop's wait in the pool's queue (``queue``), loop start to
+first node (``pickup``), first node start to last node end (``nodes``; of it, time between
+nodes not spent in any node, ``gaps``), last node end to ``finish`` (``settle``), and finish to the
+caller's return (``wake``); for the hand-written runner, ``begin`` is the caller to its first
+node's start, and ``wake`` the last node's end to the caller's return. Averages over all flows,
+the slowest 5 % and 1 %. Beside them, a probe thread that sleeps 0.5 ms over and over measures
+how late any thread of the process wakes up during each runner's rounds (GIL and CPU waits).
 Instrumentation (wrappers, patched methods) costs a little: compare runners, not runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import threading
@@ -184,12 +198,189 @@ def pool_time(callers: int, rounds: int = 4) -> None:
               f"sleeps), utilisation {util:.1%} (medians of {rounds} rounds)")
 
 
+def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
+    w = Workload("no-op 20", layers(depth=4, width=5, max_fathers=2, seed=20), None)
+    graph = w.graph
+    lock = threading.Lock()
+    pauses: list[tuple[float, float, int]] = []
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_start[0] = _mono()
+        else:
+            pauses.append((gc_start[0], _mono(), info["generation"]))
+
+    # per run (flow id): loop submissions (t, queue size), loop starts, watchdog firings, finish
+    subs: dict[str, list[tuple[float, int]]] = {}
+    starts: dict[str, list[float]] = {}
+    watch: Counter[str] = Counter()
+    fin: dict[str, float] = {}
+    finish, watchdog = _run.Run.finish, _run.Run.watchdog
+
+    def finish_stamped(self: Any) -> None:
+        fin.setdefault(self.flow_id, _mono())
+        finish(self)
+
+    def watchdog_counted(self: Any, progress: int, grow: int = 1) -> None:
+        watch[self.flow_id] += 1
+        watchdog(self, progress, grow)
+
+    def summary(which: str, rows: list[tuple[float, dict[str, float]]]) -> None:
+        rows.sort(key=lambda r: r[0])
+        total = len(rows)
+        keys = ("begin", "queue", "pickup", "nodes", "gaps", "settle", "wake", "gc",
+                "loops", "queued", "watchdog", "threads")
+        print(f"{which}, {callers} callers, {total} flows: p50 {rows[total // 2][0] * 1e3:.2f} ms,"
+              f" p99 {rows[int(0.99 * total)][0] * 1e3:.2f} ms (times: means in ms)")
+        for label, lo in (("all", 0), ("slowest 5 %", int(0.95 * total)),
+                          ("slowest 1 %", int(0.99 * total))):
+            sel = rows[lo:]
+            print(f"  {label:12} latency {statistics.fmean(r[0] for r in sel) * 1e3:6.2f} | "
+                  + " | ".join(f"{k} {statistics.fmean(p.get(k, 0.0) for _, p in sel) * (1 if k in ('loops', 'queued', 'watchdog', 'threads') else 1e3):.2f}"
+                               for k in keys if any(k in p for _, p in sel)))
+
+    def gc_in(a: float, b: float) -> float:
+        return sum(max(0.0, min(b, y) - max(a, x)) for x, y, _ in pauses if y > a and x < b)
+
+    def spans(m0: float, m1: float, stamps: dict[str, tuple[float, float, str]]) -> dict[str, float]:
+        first = min(v[0] for v in stamps.values())
+        last = max(v[1] for v in stamps.values())
+        busy, end = 0.0, first
+        for a, b, _ in sorted(stamps.values()):
+            if b > end:
+                busy += b - max(a, end)
+                end = b
+        return {"nodes": last - first, "gaps": (last - first) - busy,
+                "threads": len({v[2] for v in stamps.values()}), "gc": gc_in(m0, m1),
+                "_first": first, "_last": last}
+
+    gc.callbacks.append(on_gc)
+    _run.Run.finish = finish_stamped  # type: ignore[method-assign]
+    _run.Run.watchdog = watchdog_counted  # type: ignore[method-assign]
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            submit = pool.submit
+            queue = pool._work_queue
+
+            def stamped_submit(fn: Any, *args: Any, **kwargs: Any) -> Any:
+                owner = args[0] if args else None
+                fid = getattr(owner, "flow_id", None)
+                if fid is None or not isinstance(owner, _run.Run):
+                    return submit(fn, *args, **kwargs)
+                rec = subs.setdefault(fid, [])
+                rec.append((_mono(), queue.qsize()))
+
+                def started(*a: Any, **k: Any) -> Any:
+                    starts.setdefault(fid, []).append(_mono())
+                    return fn(*a, **k)
+
+                return submit(started, *args, **kwargs)
+
+            pool.submit = stamped_submit  # type: ignore[method-assign]
+            lateness: dict[str, list[float]] = {"taskflow": [], "hand-written": []}
+            probing: list[str | None] = [None]
+            stop = threading.Event()
+
+            def probe() -> None:
+                while not stop.is_set():
+                    a = _mono()
+                    time.sleep(0.0005)
+                    who = probing[0]
+                    if who is not None:
+                        lateness[who].append(_mono() - a - 0.0005)
+            rec_tf: list[tuple[float, dict[str, float]]] = []
+            rec_hw: list[tuple[float, dict[str, float]]] = []
+
+            def run_tf() -> bool:
+                m0 = _mono()
+                r = TaskScheduling.start(w.tops, executor=pool, timeout=2.0)
+                m1 = _mono()
+                st = {n: (r[n].work_result.started_at, r[n].work_result.finished_at,
+                          r[n].work_result.thread) for n in r}
+                with lock:
+                    rec_tf.append((m0, m1, r.flow_id, st))  # type: ignore[arg-type]
+                return r.ok
+
+            def run_hw() -> bool:
+                stamps: dict[str, tuple[float, float, str]] = {}
+
+                def stamped(n: str) -> Callable[[], None]:
+                    def work() -> None:
+                        a = _mono()
+                        stamps[n] = (a, _mono(), threading.current_thread().name)
+                    return work
+
+                work = {n: stamped(n) for n in graph}
+                m0 = _mono()
+                handwritten(graph, pool, work)
+                m1 = _mono()
+                with lock:
+                    rec_hw.append((m0, m1, "", stamps))  # type: ignore[arg-type]
+                return True
+
+            for run in (run_tf, run_hw):
+                measure(run, callers, callers * 10)
+            rec_tf.clear()
+            rec_hw.clear()
+            subs.clear()
+            starts.clear()
+            watch.clear()
+            fin.clear()
+            pauses.clear()
+            prober = threading.Thread(target=probe, name="gil-probe", daemon=True)
+            prober.start()
+            for k in range(rounds):
+                for run in ((run_tf, run_hw) if k % 2 == 0 else (run_hw, run_tf)):
+                    probing[0] = "taskflow" if run is run_tf else "hand-written"
+                    measure(run, callers, callers * flows_per_caller)
+                    probing[0] = None
+            stop.set()
+            prober.join()
+    finally:
+        gc.callbacks.remove(on_gc)
+        _run.Run.finish = finish  # type: ignore[method-assign]
+        _run.Run.watchdog = watchdog  # type: ignore[method-assign]
+    rows: list[tuple[float, dict[str, float]]] = []
+    for m0, m1, fid, st in rec_tf:  # type: ignore[misc]
+        p = spans(m0, m1, st)
+        sub, sta = subs.get(fid, []), starts.get(fid, [])
+        if sub and sta:
+            p["begin"] = sub[0][0] - m0
+            p["queue"] = sta[0] - sub[0][0]
+            p["pickup"] = p["_first"] - sta[0]
+            p["queued"] = sub[0][1]
+        p["loops"] = len(sub)
+        p["watchdog"] = watch.get(fid, 0)
+        done = fin.get(fid, m1)
+        p["settle"] = done - p["_last"]
+        p["wake"] = m1 - done
+        rows.append((m1 - m0, p))
+    summary("taskflow", rows)
+    rows = []
+    for m0, m1, _, st in rec_hw:  # type: ignore[misc]
+        p = spans(m0, m1, st)
+        p["begin"] = p["_first"] - m0
+        p["wake"] = m1 - p["_last"]
+        rows.append((m1 - m0, p))
+    summary("hand-written", rows)
+    for who, late in lateness.items():
+        late.sort()
+        if late:
+            print(f"probe (0.5 ms sleeps) during {who} rounds: {len(late)} wake-ups, late by "
+                  f"p50 {late[len(late) // 2] * 1e3:.2f} ms, p99 {late[int(0.99 * len(late))] * 1e3:.2f}"
+                  f" ms, max {late[-1] * 1e3:.2f} ms")
+    gens = Counter(g for _, _, g in pauses)
+    print(f"gc pauses during the measured rounds: {dict(gens)} (by generation), longest "
+          f"{max((b - a for a, b, _ in pauses), default=0.0) * 1e3:.2f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("what", choices=("chain", "counts", "pool"))
+    ap.add_argument("what", choices=("chain", "counts", "pool", "tail"))
     ap.add_argument("callers", type=int, nargs="?", default=32)
     args = ap.parse_args(argv)
-    {"chain": chain, "counts": counts, "pool": pool_time}[args.what](args.callers)
+    {"chain": chain, "counts": counts, "pool": pool_time, "tail": tail}[args.what](args.callers)
     return 0
 
 

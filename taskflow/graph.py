@@ -55,6 +55,7 @@ class Plan:
         "nfathers",
         "nodes",
         "optional",
+        "plain",
         "policy",
         "pos",
         "pruned",
@@ -117,6 +118,14 @@ class Plan:
         # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
         self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
         self.any_policy = any(p is not None for p in self.policy)
+        # the engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
+        # with no own timeout, no routing, no fan-out and no resilience options; its task is
+        # ``fn(ctx, param)`` called directly and a success settles without any of those checks
+        self.plain = tuple(
+            sl and t is None and not r and not fo and p is None
+            for sl, t, r, fo, p in zip(self.stateless, self.timeout, self.routes, self.fanout,
+                                       self.policy, strict=True)
+        )
 
 
 def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:

@@ -5,9 +5,9 @@ How a run works
 A run (:class:`Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
 node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
 same way: ``code`` (where each node is in its lifecycle, moved along ``LEGAL_MOVES`` by
-:meth:`Run.move`; the hot path writes the four moves whose old state it has just tested
-directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``), ``results`` (one
-:class:`WorkResult` per node) and per-run node copies made on demand.
+:meth:`Run.move`; the hot path writes the moves whose old state it has just tested, or
+knows, directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``),
+``results`` (one :class:`WorkResult` per node) and per-run node copies made on demand.
 
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
 executor (``executors.capabilities``):
@@ -52,6 +52,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``plan``, ``names``, ``executor``, ``caps``, ``budget``, ``t0``, ``deadline``, ``flow_id``,
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
+``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
+  through the fast path (``execute_plain``, the top of ``complete``). Set by ``begin`` before
+  any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): set by ``begin`` before any node is queued, read without the lock.
 ``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
@@ -68,7 +71,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``hook_errors[i]``: the first error a hook of node ``i`` raised (none written once finished).
 ``owed``: outcome hooks claimed by a closer and not started yet; whichever thread finishes the
   run first runs those left, so none is dropped and none starts after ``start`` returns.
-``hooks_running``: hooks admitted and not returned (``hooks_idle`` is notified on change).
+``hooks_running``: hooks admitted and not returned (``hooks_idle``, a Condition on ``lock`` made
+  by the first thread that waits for hooks, is notified on change).
 ``chosen[i]``: the sons a switch chose. ``fans[i]``: node ``i``'s fan-out while it fans out.
 ``node_timers[i]``, ``run_timer``: timer entries to cancel.
 ``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
@@ -320,7 +324,7 @@ class Run:
         self.hook_errors: dict[int, HookError] = {}
         self.owed: deque[int] = deque()
         self.hooks_running = 0
-        self.hooks_idle = threading.Condition(self.lock)
+        self.hooks_idle: threading.Condition | None = None  # made on first wait (finish)
         self.chosen: dict[int, frozenset[int]] = {}
         self.fans: dict[int, Any] = {}
         self.node_timers: dict[int, timer.Timer] = {}
@@ -348,6 +352,7 @@ class Run:
             SimpleQueue() if future is None else None)
         self.cv = _copy_context()
         self.debug = _debug_enabled()
+        self.quiet = not self.debug  # and no node observers (set again by begin)
         self.t0 = _monotonic()
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
@@ -456,6 +461,7 @@ class Run:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
         if events.LISTENERS:
             self.observers, self.node_observers = events.observe(self)
+            self.quiet = not self.debug and not self.node_observers
         plan = self.plan
         if not plan.nodes:
             self.finish()
@@ -467,11 +473,16 @@ class Run:
         results = self.results
         if plan.any_policy:
             self.ranks = guards.rank(plan)
+        code, est, ready = self.code, plan.est, self.ready
         with self.lock:
             for i in plan.roots:
-                self.move(i, QUEUED)
+                code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
-                self.enqueue(i)
+                e = est[i]  # self.enqueue(i), inlined
+                if e < 0.0 or e >= FAST_TASK:
+                    self.nslow += 1
+                    self.slowq[i] = 1
+                ready.append(i)
             k = self.reserve_loops()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
@@ -615,10 +626,13 @@ class Run:
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
         cur.run = self
         tname = _current_thread().name
+        plain = self.plan.plain if self.quiet else None
+        execute, execute_plain = self.execute, self.execute_plain
         try:
             while i >= 0:
                 try:
-                    i = cv.copy().run(self.execute, i, token, tname)
+                    i = cv.copy().run(execute_plain if plain is not None and plain[i]
+                                      else execute, i, token, tname)
                 except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
                     i = self.engine_error(i, token, exc)
         finally:
@@ -678,6 +692,8 @@ class Run:
         """
         plan = self.plan
         wr = self.results[i]
+        if plan.plain[i] and self.quiet:
+            return self.execute_plain(i, token, tname)
         node: Any
         if plan.stateless[i]:
             node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
@@ -718,14 +734,45 @@ class Run:
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
-                    with self.lock:
-                        if self.code[i] == RUNNING and wr.state is _DEFAULT:
-                            self.move(i, BACKOFF)
-                            timer.schedule(_monotonic() + delay, self.requeue, i)
-                        if token in self.abandoned:
-                            return -1
-                        return self.next_node(token)
+                    return self.back_off(i, wr, token, delay)
             return self.complete(i, token, value, error)
+
+    def execute_plain(self, i: int, token: int, tname: str) -> int:
+        """``execute`` for a plain node (``Plan.plain``) of a quiet run (no node observers, no
+        DEBUG lines): the same steps without the checks that cannot apply, and the
+        FunctionNode's ``fn(ctx, param)`` called directly."""
+        wr = self.results[i]
+        node: Any = self.plan.nodes[i]  # a FunctionNode (Plan.plain)
+        ctx = self.ctx
+        current.idx = i
+        while True:
+            if wr.state is not _DEFAULT:
+                return self.late(i, token, None, None)
+            if wr.started_at is None:
+                wr.started_at = _monotonic()
+            wr.attempts += 1
+            wr.thread = tname
+            try:
+                value = node.fn(ctx, node.param)
+            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                delay = self.retry_delay(i, wr, exc)
+                if delay == 0.0:
+                    continue
+                if delay > 0.0:
+                    return self.back_off(i, wr, token, delay)
+                return self.complete(i, token, None, exc)
+            return self.complete(i, token, value, None)
+
+    def back_off(self, i: int, wr: WorkResult[Any], token: int, delay: float) -> int:
+        """Node ``i``'s attempt failed and another follows after ``delay`` seconds: park it in
+        BACKOFF (the timer requeues it) and return the loop's next node."""
+        with self.lock:
+            if self.code[i] == RUNNING and wr.state is _DEFAULT:
+                self.move(i, BACKOFF)
+                timer.schedule(_monotonic() + delay, self.requeue, i)
+            if token in self.abandoned:
+                return -1
+            return self.next_node(token)
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
@@ -810,6 +857,47 @@ class Run:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
         plan = self.plan
         wr = self.results[i]
+        if error is None and plan.plain[i] and self.quiet:
+            # the hot path: a plain node (no hook, own timeout, policy, fan-out or routing) of a
+            # quiet run succeeded; the same steps as below without the checks that cannot apply
+            now = _monotonic()
+            if now < self.deadline:
+                began = wr.started_at
+                if began is not None:  # the node's typical duration (racy by design)
+                    est = plan.est
+                    e = est[i]
+                    d = now - began
+                    est[i] = d if e < 0.0 else e + (d - e) * 0.25
+                sons_hooks: list[int] = []
+                with self.lock:
+                    code = self.code
+                    done = code[i] == RUNNING and wr.state is _DEFAULT
+                    if done:
+                        self.progress += 1
+                        wr.result = value
+                        wr.finished_at = now
+                        wr.state = _SUCCESS
+                        code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
+                        self.settle_sons(i, sons_hooks, now)
+                        abandoned = self.abandoned
+                        nxt = self.next_node(token, True) if token >= -1 and (
+                            not abandoned or token not in abandoned) else -1
+                        k = self.reserve_loops(nxt) if self.ready else 0
+                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.settled(i), inlined)
+                        if self.closed:
+                            fin = i == self.keep and not self.finished
+                        else:
+                            self.pending -= 1
+                            fin = self.pending == 0
+                if done:
+                    if sons_hooks:
+                        fin = self.after_settle(sons_hooks, k) or fin
+                    elif k:
+                        self.dispatch(k)
+                    if fin:
+                        self.finish()
+                    return nxt
+            # past the deadline, or settled without us: the general path below says so
         degraded = None
         if plan.any_policy and plan.policy[i] is not None:
             guards.finish(self, i, value, error)
@@ -973,11 +1061,16 @@ class Run:
             for s in sons_of[i]:
                 if code[s] != WAITING:
                     continue
-                left[s] -= 1
+                n = left[s] - 1
+                left[s] = n
                 nsucc[s] += 1
                 kind = kinds[s]
-                if (left[s] and kind == _ALL) or _decide(
-                        kind, join_k[s], nfathers[s], left[s], nsucc[s], nskip[s], 0) != _FIRE:
+                if kind == _ALL:
+                    # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
+                    # (not SKIP: this father succeeded, so not every father was skipped)
+                    if n:
+                        continue
+                elif _decide(kind, join_k[s], nfathers[s], n, nsucc[s], nskip[s], 0) != _FIRE:
                     continue
                 code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
                 results[s].queued_at = now
@@ -986,7 +1079,7 @@ class Run:
                     self.nslow += 1
                     self.slowq[s] = 1
                 ready.append(s)
-                if left[s]:
+                if n:
                     self.cancel_unneeded(s, hooks, now)
             return
         work = [i]
@@ -1156,8 +1249,9 @@ class Run:
             cur.run, cur.idx, cur.hooking = prev
             with self.lock:
                 self.hooks_running -= 1
-                if self.closed and self.hooks_running <= 1:
-                    self.hooks_idle.notify_all()
+                idle = self.hooks_idle
+                if idle is not None and self.closed and self.hooks_running <= 1:
+                    idle.notify_all()
 
     def run_owed(self) -> None:
         """Run the outcome hooks a closer claimed and nobody started yet."""
@@ -1376,7 +1470,10 @@ class Run:
                     return
                 self.closed = True
                 if self.hooks_running > mine:
-                    self.hooks_idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
+                    idle = self.hooks_idle
+                    if idle is None:
+                        idle = self.hooks_idle = threading.Condition(self.lock)
+                    idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
                 if self.owed:
                     continue  # a closer claimed more while we waited: run them first
                 self.finished = True
