@@ -31,6 +31,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -122,10 +123,17 @@ def _stdlib_work_item_fits() -> bool:
         params = list(inspect.signature(_cft._WorkItem.__init__).parameters)
     except (AttributeError, TypeError, ValueError):
         return False
-    return params == ["self", "future", "fn", "args", "kwargs"] and all(
+    try:
+        worker = list(inspect.signature(_cft._worker).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return params == ["self", "future", "fn", "args", "kwargs"] and worker == [
+        "executor_reference", "work_queue", "initializer", "initargs",
+    ] and hasattr(_cft, "_threads_queues") and hasattr(_cfb, "LOGGER") and all(
         hasattr(_cft, name) for name in ("_global_shutdown_lock", "_shutdown", "BrokenThreadPool")
     ) and hasattr(_cfb, "PENDING") and all(
-        hasattr(ThreadPoolExecutor, name) for name in ("_adjust_thread_count", "submit")
+        hasattr(ThreadPoolExecutor, name)
+        for name in ("_adjust_thread_count", "_initializer_failed", "submit")
     )
 
 
@@ -244,6 +252,134 @@ class _ThreadStats:
         self.failed += 1
 
 
+def _monitored_worker(
+    executor_reference: weakref.ref[Any], work_queue: Any,
+    initializer: Callable[..., object] | None, initargs: tuple[Any, ...],
+    monitor_reference: weakref.ref[MonitoredExecutor],
+) -> None:
+    """The stdlib ``concurrent.futures.thread._worker`` loop, with its monitor's tasks inlined.
+
+    A stdlib pool wrapped by a ``MonitoredExecutor`` starts its new threads on this function
+    (see ``_adjust_monitored_threads``). The thread's ``_ThreadStats`` is a local variable here,
+    so a task of that monitor costs no thread-local lookup and no ``run()`` frame; other work
+    items (submitted to the pool directly, or through another monitor) run as the stdlib runs
+    them. Exit, idle accounting and initializer failure are the stdlib's; like the stdlib
+    worker, it holds only weak references to the pool and to the monitor, so a pool dropped
+    without ``shutdown`` still lets its threads exit, and it drops each task (callable,
+    arguments, result, Future) before it waits for the next.
+    """
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException:  # noqa: BLE001 - as the stdlib worker
+            _cfb.LOGGER.critical("Exception in initializer:", exc_info=True)
+            executor = executor_reference()
+            if executor is not None:
+                executor._initializer_failed()
+            return
+    mon = monitor_reference()
+    if mon is None:
+        st = _ThreadStats(threading.current_thread())  # counted nowhere: nobody can read it
+    else:
+        st = mon._register_thread()
+    del mon
+    executor = executor_reference()
+    if executor is None:
+        return
+    idle = executor._idle_semaphore.release
+    del executor
+    get = work_queue.get
+    ring = st.ring
+    clock = _monotonic
+    try:
+        while True:
+            item = get(block=True)
+            if item is not None:
+                if type(item) is _TimedWorkItem and item.mon._wref is monitor_reference:
+                    future = item.future
+                    if future.set_running_or_notify_cancel():
+                        n = st.started
+                        st.started = n + 1
+                        start = clock()
+                        try:
+                            result = item.fn(*item.args, **item.kwargs)
+                        except BaseException as exc:  # noqa: BLE001 - the task's outcome
+                            st.finish_failed(n, item.submitted_at, start)
+                            future.set_exception(exc)
+                        else:
+                            end = clock()
+                            submitted_at = item.submitted_at
+                            ring[n & _MASK] = (submitted_at, start, end)
+                            st.wait_total += start - submitted_at
+                            st.run_total += end - start
+                            st.completed = n + 1
+                            future.set_result(result)
+                            del result
+                    # drop the task (and break the cycle frame -> future -> exc -> frame)
+                    del future
+                else:
+                    item.run()
+                del item
+                idle()
+                continue
+            executor = executor_reference()
+            # exit as the stdlib worker does: interpreter shutdown, pool collected or shut down
+            if _cft._shutdown or executor is None or executor._shutdown:
+                if executor is not None:
+                    executor._shutdown = True
+                work_queue.put(None)
+                return
+            del executor
+    except BaseException:  # noqa: BLE001 - as the stdlib worker
+        _cfb.LOGGER.critical("Exception in worker", exc_info=True)
+
+
+class _MonitoredThreadCount:
+    """Replaces ``_adjust_thread_count`` on a stdlib pool instance a ``MonitoredExecutor``
+    wraps, so whoever submits to the pool starts its new threads on ``_monitored_worker``.
+
+    It holds weak references only, so the pool and the monitor are freed as before.
+    """
+
+    __slots__ = ("executor_reference", "monitor_reference")
+
+    def __init__(
+        self, executor: Executor, monitor_reference: weakref.ref[MonitoredExecutor],
+    ) -> None:
+        self.executor_reference: weakref.ref[Any] = weakref.ref(executor)
+        self.monitor_reference = monitor_reference
+
+    def __call__(self) -> None:
+        executor = self.executor_reference()
+        if executor is not None:
+            _adjust_monitored_threads(executor, self.monitor_reference)
+
+
+def _adjust_monitored_threads(
+    self: Any, monitor_reference: weakref.ref[MonitoredExecutor],
+) -> None:
+    """``ThreadPoolExecutor._adjust_thread_count`` (CPython 3.9 to 3.13), starting threads on
+    ``_monitored_worker``."""
+    if self._idle_semaphore.acquire(timeout=0):
+        return
+
+    def weakref_cb(_: object, q: Any = self._work_queue) -> None:
+        q.put(None)
+
+    num_threads = len(self._threads)
+    if num_threads < self._max_workers:
+        thread_name = f"{self._thread_name_prefix or self}_{num_threads}"
+        t = threading.Thread(
+            name=thread_name, target=_monitored_worker,
+            args=(weakref.ref(self, weakref_cb), self._work_queue, self._initializer,
+                  self._initargs, monitor_reference),
+        )
+        t.start()
+        self._threads.add(t)
+        threads_queues: Any = _cft._threads_queues
+        threads_queues[t] = self._work_queue
+
+
 class MonitoredExecutor(Executor):
     """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
 
@@ -282,6 +418,13 @@ class MonitoredExecutor(Executor):
             and type(executor).submit is ThreadPoolExecutor.submit
             and type(executor)._adjust_thread_count is ThreadPoolExecutor._adjust_thread_count
         )
+        self._wref = weakref.ref(self)
+        if self._direct:
+            # threads the pool starts from now on run _monitored_worker (those it has run
+            # the stdlib's worker, which calls _TimedWorkItem.run)
+            executor._adjust_thread_count = _MonitoredThreadCount(  # type: ignore[attr-defined]
+                executor, self._wref
+            )
         self._name = name if name is not None else f"{type(executor).__name__}-{next(_monitor_seq)}"
         module = type(executor).__module__
         # dask futures never report running(); process pools mark queued calls running early
@@ -351,7 +494,7 @@ class MonitoredExecutor(Executor):
                 direct = _MonitoredFuture()
                 direct._taskflow_monitor = self
                 inner._work_queue.put(_TimedWorkItem(direct, fn, args, kwargs, self, _monotonic()))
-                inner._adjust_thread_count()
+                _adjust_monitored_threads(inner, self._wref)
             return direct
         next(self._submitted)  # counted before it can start: queued is never negative
         item: _Tracked | None = None
