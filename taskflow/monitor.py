@@ -183,12 +183,7 @@ class _TimedWorkItem:
             # break the cycle frame -> future -> exc -> traceback -> frame, as the stdlib does
             self = future = None  # type: ignore[assignment]
         else:
-            end = _monotonic()
-            submitted_at = self.submitted_at
-            st.ring[n & _MASK] = (submitted_at, start, end)
-            st.wait_total += start - submitted_at
-            st.run_total += end - start
-            st.completed = n + 1
+            st.finish(n, self.submitted_at, start, _monotonic())
             future.set_result(result)
 
 
@@ -215,41 +210,88 @@ class _MonitoredFuture(Future[Any]):
         return cancelled
 
 
-_NO_SAMPLE: Final = (0.0, 0.0, 0.0)
-
-
 class _ThreadStats:
     """Counts and times of the tasks one thread ran for a ``MonitoredExecutor``.
 
-    Only the owning thread writes them, so workers take no lock per task. A thread runs one
-    task at a time: its ``n``-th task (from 0) sets ``started = n + 1`` before it runs; when
-    it ends, its clock readings ``(submitted, started, ended)`` go to ``ring[n %
-    SAMPLES_KEPT]`` (one store, so a reader never sees half a sample) and into the totals,
-    then ``completed = n + 1``, then (if it raised) ``failed += 1``. A reader reads
-    ``failed``, then ``completed``, then ``started``, so it always sees ``failed <= completed
-    <= started``; the ring's first ``min(completed, SAMPLES_KEPT)`` entries are the thread's
-    most recent samples.
+    Only the owning thread writes them, so workers take no lock and allocate nothing per task.
+    A thread runs one task at a time: its ``n``-th task (from 0) sets ``started = n + 1``
+    before it runs; when it ends, its clock readings go to ``subs``, ``starts`` and ``ends`` at
+    index ``n % SAMPLES_KEPT`` (three list stores, no tuple to build and free); the task that
+    fills the last index folds the lap's times into ``totals`` (one tuple store:
+    ``(tasks folded, wait total, run total)``); then ``completed = n + 1``, then (if it
+    raised) ``failed += 1``. ``read`` gives a consistent view without stopping the thread.
     """
 
-    __slots__ = ("completed", "failed", "ring", "run_total", "started", "thread", "wait_total")
+    __slots__ = ("completed", "ends", "failed", "started", "starts", "subs", "thread", "totals")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.thread = thread
         self.started = 0
         self.completed = 0
         self.failed = 0
-        self.ring: list[tuple[float, float, float]] = [_NO_SAMPLE] * _RING
-        self.wait_total = 0.0
-        self.run_total = 0.0
+        self.subs = [0.0] * _RING
+        self.starts = [0.0] * _RING
+        self.ends = [0.0] * _RING
+        self.totals: tuple[int, float, float] = (0, 0.0, 0.0)
+
+    def fold(self) -> None:
+        """Add the lap just recorded (all ``SAMPLES_KEPT`` entries) to ``totals``."""
+        folded, wait, run = self.totals
+        started = math.fsum(self.starts)
+        self.totals = (
+            folded + _RING,
+            wait + (started - math.fsum(self.subs)),
+            run + (math.fsum(self.ends) - started),
+        )
+
+    def finish(self, n: int, submitted_at: float, start: float, end: float) -> None:
+        """Record the ``n``-th task (``_monitored_worker`` inlines this)."""
+        i = n & _MASK
+        self.subs[i] = submitted_at
+        self.starts[i] = start
+        self.ends[i] = end
+        if i == _MASK:
+            self.fold()
+        self.completed = n + 1
 
     def finish_failed(self, n: int, submitted_at: float, start: float) -> None:
-        """Count the ``n``-th task, which raised (the success path is inlined by callers)."""
-        end = _monotonic()
-        self.ring[n & _MASK] = (submitted_at, start, end)
-        self.wait_total += start - submitted_at
-        self.run_total += end - start
-        self.completed = n + 1
+        """Record the ``n``-th task, which raised."""
+        self.finish(n, submitted_at, start, _monotonic())
         self.failed += 1
+
+    def read(
+        self, waits: list[float] | None = None, runs: list[float] | None = None,
+    ) -> tuple[int, int, int, float, float]:
+        """``(failed, completed, started, wait total, run total)``, consistent, while the
+        thread may be running tasks; appends the most recent samples to ``waits``/``runs``.
+
+        The figures are read in the reverse order of the writes (so ``failed <= completed <=
+        started``), the three lists copied whole (each copy is atomic under the GIL). Tasks
+        before ``completed`` have their entries written; an entry is only overwritten by the
+        task ``SAMPLES_KEPT`` later, which has not started if ``started <= n +
+        SAMPLES_KEPT``: so the lap not folded into ``totals`` yet is intact when ``started <=
+        folded + SAMPLES_KEPT`` (else read again: the thread lapped the ring meanwhile), and
+        the samples of tasks ``started - SAMPLES_KEPT`` to ``completed`` are whole.
+        """
+        while True:
+            failed = self.failed
+            folded, wait, run = self.totals
+            done = self.completed
+            subs, starts, ends = self.subs[:], self.starts[:], self.ends[:]
+            started = self.started
+            if started <= folded + _RING:
+                break
+        k = done - folded  # tasks folded .. done-1 sit at indices 0 .. k-1
+        if k:
+            began = math.fsum(starts[:k])
+            wait += began - math.fsum(subs[:k])
+            run += math.fsum(ends[:k]) - began
+        if waits is not None and runs is not None:
+            for n in range(max(0, started - _RING), done):
+                i = n & _MASK
+                waits.append(starts[i] - subs[i])
+                runs.append(ends[i] - starts[i])
+        return failed, done, started, wait, run
 
 
 def _monitored_worker(
@@ -289,7 +331,7 @@ def _monitored_worker(
     idle = executor._idle_semaphore.release
     del executor
     get = work_queue.get
-    ring = st.ring
+    subs, starts, ends = st.subs, st.starts, st.ends
     clock = _monotonic
     try:
         while True:
@@ -308,10 +350,12 @@ def _monitored_worker(
                             future.set_exception(exc)
                         else:
                             end = clock()
-                            submitted_at = item.submitted_at
-                            ring[n & _MASK] = (submitted_at, start, end)
-                            st.wait_total += start - submitted_at
-                            st.run_total += end - start
+                            i = n & _MASK  # as _ThreadStats.finish, inlined
+                            subs[i] = item.submitted_at
+                            starts[i] = start
+                            ends[i] = end
+                            if i == _MASK:
+                                st.fold()
                             st.completed = n + 1
                             future.set_result(result)
                             del result
@@ -558,11 +602,7 @@ class MonitoredExecutor(Executor):
         except BaseException:
             st.finish_failed(n, submitted_at, start)
             raise
-        end = _monotonic()
-        st.ring[n & _MASK] = (submitted_at, start, end)
-        st.wait_total += start - submitted_at
-        st.run_total += end - start
-        st.completed = n + 1
+        st.finish(n, submitted_at, start, _monotonic())
         return result
 
     def _scan_cancelled(self) -> None:
@@ -591,11 +631,12 @@ class MonitoredExecutor(Executor):
 
     def _retire_stats_locked(self, old: _ThreadStats) -> None:
         self._stats.remove(old)
-        self._retired_started += old.started
-        self._completed += old.completed
-        self._failed += old.failed
-        self._retired_wait_total += old.wait_total
-        self._retired_run_total += old.run_total
+        failed, completed, started, wait_total, run_total = old.read()
+        self._retired_started += started
+        self._completed += completed
+        self._failed += failed
+        self._retired_wait_total += wait_total
+        self._retired_run_total += run_total
 
     def mark_abandoned(self, future: Future[Any]) -> None:
         """Count ``future``'s task as abandoned while it still runs (see ``ThreadPool``).
@@ -660,17 +701,12 @@ class MonitoredExecutor(Executor):
             started = self._retired_started
             wait_total, run_total = self._retired_wait_total, self._retired_run_total
             for st in self._stats:
-                # in this order (see _ThreadStats): failed <= completed <= started
-                failed += st.failed
-                done = st.completed
-                completed += done
-                started += st.started
-                wait_total += st.wait_total
-                run_total += st.run_total
-                # the most recent samples: the whole ring once it went round
-                for q, b, e in st.ring if done >= _RING else st.ring[:done]:
-                    waits.append(b - q)
-                    runs.append(e - b)
+                st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
+                failed += st_failed
+                completed += st_done
+                started += st_started
+                wait_total += st_wait
+                run_total += st_run
             pending = list(self._pending.values())
             ab_running = 0
             for future, counted in list(self._abandoned.items()):

@@ -1009,3 +1009,80 @@ def test_a_dropped_monitored_stdlib_pool_lets_its_threads_exit() -> None:
     for t in threads:
         t.join(LONG)
         assert not t.is_alive()
+
+
+@pytest.mark.parametrize("inner", ["stdlib", "ThreadPool"])
+def test_monitored_timings_read_while_tasks_run_are_whole_and_consistent(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates, monkeypatch: pytest.MonkeyPatch,
+    inner: str,
+) -> None:
+    """Snapshots taken while a worker laps its ring of samples many times see only whole
+    samples and totals that match the completed count exactly (workers take no lock)."""
+    import taskflow.monitor
+
+    clock = _StepClock()
+    monkeypatch.setattr(taskflow.monitor, "_monotonic", clock)
+    mon = monitored(ThreadPoolExecutor(1) if inner == "stdlib" else ThreadPool(1))
+    d = 1 / 1024  # every task runs d; task k (after the blocker) starts at (k - 1) * d
+
+    def task() -> None:
+        clock.now += d
+
+    blocker = mon.submit(gates.blocker)  # runs 0 s at 0
+    gates.await_started(1)
+    n = 6000
+    futures = [mon.submit(task) for _ in range(n)]  # all submitted at 0
+    violations: list[str] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            m = mon.metrics()
+            c = m.completed_task_count - 1  # timed tasks finished, blocker aside
+            if c < 0:
+                continue
+            if m.run_time_total_s != c * d or m.queue_wait_total_s != d * c * (c - 1) / 2:
+                violations.append(f"totals {c} {m.run_time_total_s} {m.queue_wait_total_s}")
+            if m.run_time_s is not None and (m.run_time_s.max > d or m.run_time_s.min < 0):
+                violations.append(f"torn run sample {m.run_time_s}")
+            if m.queue_wait_s is not None and c and m.queue_wait_s.max != (c - 1) * d:
+                violations.append(f"torn wait sample {c} {m.queue_wait_s}")
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    watcher = threading.Thread(target=reader, name="reader")
+    try:
+        watcher.start()
+        gates.gate.set()
+        wait([blocker, *futures], timeout=LONG)
+    finally:
+        done.set()
+        watcher.join(LONG)
+        sys.setswitchinterval(old_interval)
+    assert not violations, violations[:5]
+    m = mon.metrics()
+    assert m.completed_task_count == n + 1
+    assert m.run_time_total_s == n * d
+    assert m.run_time_s is not None and m.run_time_s.count == 1024
+
+
+def test_thread_stats_leave_out_the_sample_being_written() -> None:
+    """A reader that runs while a worker is between its three stores of a sample (the entry of
+    the task ``SAMPLES_KEPT`` earlier half overwritten) leaves that entry out; the totals are
+    those of the completed tasks."""
+    from taskflow.monitor import _ThreadStats
+
+    st = _ThreadStats(threading.current_thread())
+    n = 1500
+    for k in range(n):  # task k: submitted at k, started at k + 1/4, ended at k + 3/4
+        st.started = k + 1
+        st.finish(k, float(k), k + 0.25, k + 0.75)
+    st.started = n + 1  # task n runs, then has written one of its three readings
+    st.subs[n % 1024] = 1e9
+    waits: list[float] = []
+    runs: list[float] = []
+    failed, done, started, wait_total, run_total = st.read(waits, runs)
+    assert (failed, done, started) == (0, n, n + 1)
+    assert (wait_total, run_total) == (n * 0.25, n * 0.5)
+    assert len(waits) == len(runs) == 1023  # tasks n - 1023 .. n - 1
+    assert set(waits) == {0.25} and set(runs) == {0.5}
