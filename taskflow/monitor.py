@@ -4,7 +4,9 @@
 completed, failed, cancelled, rejected, abandoned) with queue-wait and run times. In process it
 keeps per-thread counters that only their thread writes, so workers never take a lock; a plain
 stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, and Futures that count
-their own cancellation, so monitoring adds no call frame and no bookkeeping list per task.
+their own cancellation, so monitoring adds no call frame and no bookkeeping list per task; the
+threads such a pool starts after it is wrapped run ``_monitored_worker``, the stdlib worker loop
+with the monitor's tasks inlined and the thread's counters in a local variable.
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
 pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or a ``MonitoredExecutor``; any
@@ -145,8 +147,9 @@ class _TimedWorkItem:
 
     A ``MonitoredExecutor`` puts it on a stdlib pool's queue itself, so monitoring adds no
     call frame and no argument packing to a task (a wrapping callable alone made no-op
-    throughput 7-12 % slower). The pool's threads only call ``run()`` and read ``future`` (to
-    cancel or fail queued items), as for the stdlib's ``_WorkItem``; ``__slots__`` makes it
+    throughput 7-12 % slower). ``_monitored_worker`` runs it inline; the stdlib's worker (in
+    threads the pool started before it was wrapped) calls ``run()``; both read ``future`` (to
+    cancel or fail queued items), as for the stdlib's ``_WorkItem``. ``__slots__`` makes it
     cheaper to build than a ``_WorkItem``, which pays back part of the timing.
     """
 
