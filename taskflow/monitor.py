@@ -4,7 +4,9 @@
 completed, failed, cancelled, rejected, abandoned) with queue-wait and run times. In process it
 keeps per-thread counters that only their thread writes, so workers never take a lock; a plain
 stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, and Futures that count
-their own cancellation, so monitoring adds no call frame and no bookkeeping list per task.
+their own cancellation, so monitoring adds no call frame and no bookkeeping list per task; the
+threads such a pool starts after it is wrapped run ``_monitored_worker``, the stdlib worker loop
+with the monitor's tasks inlined and the thread's counters in a local variable.
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
 pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or a ``MonitoredExecutor``; any
@@ -31,6 +33,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -122,10 +125,17 @@ def _stdlib_work_item_fits() -> bool:
         params = list(inspect.signature(_cft._WorkItem.__init__).parameters)
     except (AttributeError, TypeError, ValueError):
         return False
-    return params == ["self", "future", "fn", "args", "kwargs"] and all(
+    try:
+        worker = list(inspect.signature(_cft._worker).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return params == ["self", "future", "fn", "args", "kwargs"] and worker == [
+        "executor_reference", "work_queue", "initializer", "initargs",
+    ] and hasattr(_cft, "_threads_queues") and hasattr(_cfb, "LOGGER") and all(
         hasattr(_cft, name) for name in ("_global_shutdown_lock", "_shutdown", "BrokenThreadPool")
     ) and hasattr(_cfb, "PENDING") and all(
-        hasattr(ThreadPoolExecutor, name) for name in ("_adjust_thread_count", "submit")
+        hasattr(ThreadPoolExecutor, name)
+        for name in ("_adjust_thread_count", "_initializer_failed", "submit")
     )
 
 
@@ -137,8 +147,9 @@ class _TimedWorkItem:
 
     A ``MonitoredExecutor`` puts it on a stdlib pool's queue itself, so monitoring adds no
     call frame and no argument packing to a task (a wrapping callable alone made no-op
-    throughput 7-12 % slower). The pool's threads only call ``run()`` and read ``future`` (to
-    cancel or fail queued items), as for the stdlib's ``_WorkItem``; ``__slots__`` makes it
+    throughput 7-12 % slower). ``_monitored_worker`` runs it inline; the stdlib's worker (in
+    threads the pool started before it was wrapped) calls ``run()``; both read ``future`` (to
+    cancel or fail queued items), as for the stdlib's ``_WorkItem``. ``__slots__`` makes it
     cheaper to build than a ``_WorkItem``, which pays back part of the timing.
     """
 
@@ -175,12 +186,7 @@ class _TimedWorkItem:
             # break the cycle frame -> future -> exc -> traceback -> frame, as the stdlib does
             self = future = None  # type: ignore[assignment]
         else:
-            end = _monotonic()
-            submitted_at = self.submitted_at
-            st.ring[n & _MASK] = (submitted_at, start, end)
-            st.wait_total += start - submitted_at
-            st.run_total += end - start
-            st.completed = n + 1
+            st.finish(n, self.submitted_at, start, _monotonic())
             future.set_result(result)
 
 
@@ -207,41 +213,218 @@ class _MonitoredFuture(Future[Any]):
         return cancelled
 
 
-_NO_SAMPLE: Final = (0.0, 0.0, 0.0)
-
-
 class _ThreadStats:
     """Counts and times of the tasks one thread ran for a ``MonitoredExecutor``.
 
-    Only the owning thread writes them, so workers take no lock per task. A thread runs one
-    task at a time: its ``n``-th task (from 0) sets ``started = n + 1`` before it runs; when
-    it ends, its clock readings ``(submitted, started, ended)`` go to ``ring[n %
-    SAMPLES_KEPT]`` (one store, so a reader never sees half a sample) and into the totals,
-    then ``completed = n + 1``, then (if it raised) ``failed += 1``. A reader reads
-    ``failed``, then ``completed``, then ``started``, so it always sees ``failed <= completed
-    <= started``; the ring's first ``min(completed, SAMPLES_KEPT)`` entries are the thread's
-    most recent samples.
+    Only the owning thread writes them, so workers take no lock and allocate nothing per task.
+    A thread runs one task at a time: its ``n``-th task (from 0) sets ``started = n + 1``
+    before it runs; when it ends, its clock readings go to ``subs``, ``starts`` and ``ends`` at
+    index ``n % SAMPLES_KEPT`` (three list stores, no tuple to build and free); the task that
+    fills the last index folds the lap's times into ``totals`` (one tuple store:
+    ``(tasks folded, wait total, run total)``); then ``completed = n + 1``, then (if it
+    raised) ``failed += 1``. ``read`` gives a consistent view without stopping the thread.
     """
 
-    __slots__ = ("completed", "failed", "ring", "run_total", "started", "thread", "wait_total")
+    __slots__ = ("completed", "ends", "failed", "started", "starts", "subs", "thread", "totals")
 
     def __init__(self, thread: threading.Thread) -> None:
         self.thread = thread
         self.started = 0
         self.completed = 0
         self.failed = 0
-        self.ring: list[tuple[float, float, float]] = [_NO_SAMPLE] * _RING
-        self.wait_total = 0.0
-        self.run_total = 0.0
+        self.subs = [0.0] * _RING
+        self.starts = [0.0] * _RING
+        self.ends = [0.0] * _RING
+        self.totals: tuple[int, float, float] = (0, 0.0, 0.0)
+
+    def fold(self) -> None:
+        """Add the lap just recorded (all ``SAMPLES_KEPT`` entries) to ``totals``."""
+        folded, wait, run = self.totals
+        started = math.fsum(self.starts)
+        self.totals = (
+            folded + _RING,
+            wait + (started - math.fsum(self.subs)),
+            run + (math.fsum(self.ends) - started),
+        )
+
+    def finish(self, n: int, submitted_at: float, start: float, end: float) -> None:
+        """Record the ``n``-th task (``_monitored_worker`` inlines this)."""
+        i = n & _MASK
+        self.subs[i] = submitted_at
+        self.starts[i] = start
+        self.ends[i] = end
+        if i == _MASK:
+            self.fold()
+        self.completed = n + 1
 
     def finish_failed(self, n: int, submitted_at: float, start: float) -> None:
-        """Count the ``n``-th task, which raised (the success path is inlined by callers)."""
-        end = _monotonic()
-        self.ring[n & _MASK] = (submitted_at, start, end)
-        self.wait_total += start - submitted_at
-        self.run_total += end - start
-        self.completed = n + 1
+        """Record the ``n``-th task, which raised."""
+        self.finish(n, submitted_at, start, _monotonic())
         self.failed += 1
+
+    def read(
+        self, waits: list[float] | None = None, runs: list[float] | None = None,
+    ) -> tuple[int, int, int, float, float]:
+        """``(failed, completed, started, wait total, run total)``, consistent, while the
+        thread may be running tasks; appends the most recent samples to ``waits``/``runs``.
+
+        The figures are read in the reverse order of the writes (so ``failed <= completed <=
+        started``), the three lists copied whole (each copy is atomic under the GIL). Tasks
+        before ``completed`` have their entries written; an entry is only overwritten by the
+        task ``SAMPLES_KEPT`` later, which has not started if ``started <= n +
+        SAMPLES_KEPT``: so the lap not folded into ``totals`` yet is intact when ``started <=
+        folded + SAMPLES_KEPT`` (else read again: the thread lapped the ring meanwhile), and
+        the samples of tasks ``started - SAMPLES_KEPT`` to ``completed`` are whole.
+        """
+        while True:
+            failed = self.failed
+            folded, wait, run = self.totals
+            done = self.completed
+            subs, starts, ends = self.subs[:], self.starts[:], self.ends[:]
+            started = self.started
+            if started <= folded + _RING:
+                break
+        k = done - folded  # tasks folded .. done-1 sit at indices 0 .. k-1
+        if k:
+            began = math.fsum(starts[:k])
+            wait += began - math.fsum(subs[:k])
+            run += math.fsum(ends[:k]) - began
+        if waits is not None and runs is not None:
+            for n in range(max(0, started - _RING), done):
+                i = n & _MASK
+                waits.append(starts[i] - subs[i])
+                runs.append(ends[i] - starts[i])
+        return failed, done, started, wait, run
+
+
+def _monitored_worker(
+    executor_reference: weakref.ref[Any], work_queue: Any,
+    initializer: Callable[..., object] | None, initargs: tuple[Any, ...],
+    monitor_reference: weakref.ref[MonitoredExecutor],
+) -> None:
+    """The stdlib ``concurrent.futures.thread._worker`` loop, with its monitor's tasks inlined.
+
+    A stdlib pool wrapped by a ``MonitoredExecutor`` starts its new threads on this function
+    (see ``_adjust_monitored_threads``). The thread's ``_ThreadStats`` is a local variable here,
+    so a task of that monitor costs no thread-local lookup and no ``run()`` frame; other work
+    items (submitted to the pool directly, or through another monitor) run as the stdlib runs
+    them. Exit, idle accounting and initializer failure are the stdlib's; like the stdlib
+    worker, it holds only weak references to the pool and to the monitor, so a pool dropped
+    without ``shutdown`` still lets its threads exit, and it drops each task (callable,
+    arguments, result, Future) before it waits for the next.
+    """
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException:  # noqa: BLE001 - as the stdlib worker
+            _cfb.LOGGER.critical("Exception in initializer:", exc_info=True)
+            executor = executor_reference()
+            if executor is not None:
+                executor._initializer_failed()
+            return
+    mon = monitor_reference()
+    if mon is None:
+        st = _ThreadStats(threading.current_thread())  # counted nowhere: nobody can read it
+    else:
+        st = mon._register_thread()
+    del mon
+    executor = executor_reference()
+    if executor is None:
+        return
+    idle = executor._idle_semaphore.release
+    del executor
+    get = work_queue.get
+    subs, starts, ends = st.subs, st.starts, st.ends
+    clock = _monotonic
+    try:
+        while True:
+            item = get(block=True)
+            if item is not None:
+                if type(item) is _TimedWorkItem and item.mon._wref is monitor_reference:
+                    future = item.future
+                    if future.set_running_or_notify_cancel():
+                        n = st.started
+                        st.started = n + 1
+                        start = clock()
+                        try:
+                            result = item.fn(*item.args, **item.kwargs)
+                        except BaseException as exc:  # noqa: BLE001 - the task's outcome
+                            st.finish_failed(n, item.submitted_at, start)
+                            future.set_exception(exc)
+                        else:
+                            end = clock()
+                            i = n & _MASK  # as _ThreadStats.finish, inlined
+                            subs[i] = item.submitted_at
+                            starts[i] = start
+                            ends[i] = end
+                            if i == _MASK:
+                                st.fold()
+                            st.completed = n + 1
+                            future.set_result(result)
+                            del result
+                    # drop the task (and break the cycle frame -> future -> exc -> frame)
+                    del future
+                else:
+                    item.run()
+                del item
+                idle()
+                continue
+            executor = executor_reference()
+            # exit as the stdlib worker does: interpreter shutdown, pool collected or shut down
+            if _cft._shutdown or executor is None or executor._shutdown:
+                if executor is not None:
+                    executor._shutdown = True
+                work_queue.put(None)
+                return
+            del executor
+    except BaseException:  # noqa: BLE001 - as the stdlib worker
+        _cfb.LOGGER.critical("Exception in worker", exc_info=True)
+
+
+class _MonitoredThreadCount:
+    """Replaces ``_adjust_thread_count`` on a stdlib pool instance a ``MonitoredExecutor``
+    wraps, so whoever submits to the pool starts its new threads on ``_monitored_worker``.
+
+    It holds weak references only, so the pool and the monitor are freed as before.
+    """
+
+    __slots__ = ("executor_reference", "monitor_reference")
+
+    def __init__(
+        self, executor: Executor, monitor_reference: weakref.ref[MonitoredExecutor],
+    ) -> None:
+        self.executor_reference: weakref.ref[Any] = weakref.ref(executor)
+        self.monitor_reference = monitor_reference
+
+    def __call__(self) -> None:
+        executor = self.executor_reference()
+        if executor is not None:
+            _adjust_monitored_threads(executor, self.monitor_reference)
+
+
+def _adjust_monitored_threads(
+    self: Any, monitor_reference: weakref.ref[MonitoredExecutor],
+) -> None:
+    """``ThreadPoolExecutor._adjust_thread_count`` (CPython 3.9 to 3.13), starting threads on
+    ``_monitored_worker``."""
+    if self._idle_semaphore.acquire(timeout=0):
+        return
+
+    def weakref_cb(_: object, q: Any = self._work_queue) -> None:
+        q.put(None)
+
+    num_threads = len(self._threads)
+    if num_threads < self._max_workers:
+        thread_name = f"{self._thread_name_prefix or self}_{num_threads}"
+        t = threading.Thread(
+            name=thread_name, target=_monitored_worker,
+            args=(weakref.ref(self, weakref_cb), self._work_queue, self._initializer,
+                  self._initargs, monitor_reference),
+        )
+        t.start()
+        self._threads.add(t)
+        threads_queues: Any = _cft._threads_queues
+        threads_queues[t] = self._work_queue
 
 
 class MonitoredExecutor(Executor):
@@ -282,6 +465,13 @@ class MonitoredExecutor(Executor):
             and type(executor).submit is ThreadPoolExecutor.submit
             and type(executor)._adjust_thread_count is ThreadPoolExecutor._adjust_thread_count
         )
+        self._wref = weakref.ref(self)
+        if self._direct:
+            # threads the pool starts from now on run _monitored_worker (those it has run
+            # the stdlib's worker, which calls _TimedWorkItem.run)
+            executor._adjust_thread_count = _MonitoredThreadCount(  # type: ignore[attr-defined]
+                executor, self._wref
+            )
         self._name = name if name is not None else f"{type(executor).__name__}-{next(_monitor_seq)}"
         module = type(executor).__module__
         # dask futures never report running(); process pools mark queued calls running early
@@ -351,7 +541,7 @@ class MonitoredExecutor(Executor):
                 direct = _MonitoredFuture()
                 direct._taskflow_monitor = self
                 inner._work_queue.put(_TimedWorkItem(direct, fn, args, kwargs, self, _monotonic()))
-                inner._adjust_thread_count()
+                _adjust_monitored_threads(inner, self._wref)
             return direct
         next(self._submitted)  # counted before it can start: queued is never negative
         item: _Tracked | None = None
@@ -415,11 +605,7 @@ class MonitoredExecutor(Executor):
         except BaseException:
             st.finish_failed(n, submitted_at, start)
             raise
-        end = _monotonic()
-        st.ring[n & _MASK] = (submitted_at, start, end)
-        st.wait_total += start - submitted_at
-        st.run_total += end - start
-        st.completed = n + 1
+        st.finish(n, submitted_at, start, _monotonic())
         return result
 
     def _scan_cancelled(self) -> None:
@@ -448,11 +634,12 @@ class MonitoredExecutor(Executor):
 
     def _retire_stats_locked(self, old: _ThreadStats) -> None:
         self._stats.remove(old)
-        self._retired_started += old.started
-        self._completed += old.completed
-        self._failed += old.failed
-        self._retired_wait_total += old.wait_total
-        self._retired_run_total += old.run_total
+        failed, completed, started, wait_total, run_total = old.read()
+        self._retired_started += started
+        self._completed += completed
+        self._failed += failed
+        self._retired_wait_total += wait_total
+        self._retired_run_total += run_total
 
     def mark_abandoned(self, future: Future[Any]) -> None:
         """Count ``future``'s task as abandoned while it still runs (see ``ThreadPool``).
@@ -517,17 +704,12 @@ class MonitoredExecutor(Executor):
             started = self._retired_started
             wait_total, run_total = self._retired_wait_total, self._retired_run_total
             for st in self._stats:
-                # in this order (see _ThreadStats): failed <= completed <= started
-                failed += st.failed
-                done = st.completed
-                completed += done
-                started += st.started
-                wait_total += st.wait_total
-                run_total += st.run_total
-                # the most recent samples: the whole ring once it went round
-                for q, b, e in st.ring if done >= _RING else st.ring[:done]:
-                    waits.append(b - q)
-                    runs.append(e - b)
+                st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
+                failed += st_failed
+                completed += st_done
+                started += st_started
+                wait_total += st_wait
+                run_total += st_run
             pending = list(self._pending.values())
             ab_running = 0
             for future, counted in list(self._abandoned.items()):

@@ -894,3 +894,195 @@ def test_monitored_timings_add_up_exactly_across_ring_laps(
     assert (m.run_time_s.min, m.run_time_s.max) == (1 / 1024, 7 / 1024)
     assert m.queue_wait_s.min == pytest.approx(min(recent_waits), rel=1e-12)
     assert m.queue_wait_s.max == pytest.approx(max(recent_waits), rel=1e-12)
+
+
+# ------------------------------------------- MonitoredExecutor's own worker loop on a stdlib pool
+def test_a_wrapped_stdlib_pool_starts_its_threads_on_the_monitored_worker(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    """Threads started before wrapping keep the stdlib worker and still count the monitor's
+    tasks; threads started after run the monitored loop, which also runs work submitted to the
+    pool directly (not counted) and tasks of a second monitor (counted by that one)."""
+    import concurrent.futures.thread as cft
+
+    from taskflow import monitor
+
+    inner = ThreadPoolExecutor(2, thread_name_prefix="wrapped")
+    assert inner.submit(int, "1").result(timeout=LONG) == 1  # one stdlib thread, now idle
+    mon = monitored(inner)
+    other = monitored(inner)  # the last wrapper's hook starts the pool's new threads
+    gate = threading.Event()
+    both_running = threading.Barrier(2, timeout=LONG)
+
+    def hold() -> str:
+        both_running.wait()  # two tasks at once: the pool must have started its 2nd thread
+        gate.wait(LONG)
+        return threading.current_thread().name
+
+    held = [mon.submit(hold), mon.submit(hold)]
+    gate.set()
+    names = sorted(f.result(timeout=LONG) for f in held)
+    assert names == ["wrapped_0", "wrapped_1"]
+    assert {t._target for t in inner._threads} == {  # type: ignore[attr-defined]
+        cft._worker, monitor._monitored_worker,
+    }
+    results = [mon.submit(pow, 2, i) for i in range(50)]
+    direct = [inner.submit(pow, 3, i) for i in range(50)]
+    theirs = [other.submit(abs, -i) for i in range(50)]
+    assert [f.result(timeout=LONG) for f in results] == [2**i for i in range(50)]
+    assert [f.result(timeout=LONG) for f in direct] == [3**i for i in range(50)]
+    assert [f.result(timeout=LONG) for f in theirs] == list(range(50))
+    m, o = mon.metrics(), other.metrics()
+    assert (m.task_count, m.completed_task_count, m.active_count, m.queue_size) == (52, 52, 0, 0)
+    assert (o.task_count, o.completed_task_count, o.active_count, o.queue_size) == (50, 50, 0, 0)
+    assert m.run_time_s is not None and m.run_time_s.count == 52
+
+
+def test_the_monitored_worker_fails_a_task_and_carries_on(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    mon = monitored(ThreadPoolExecutor(1))
+
+    def boom(i: int) -> None:
+        raise KeyError(i)
+
+    errors = [mon.submit(boom, i).exception(timeout=LONG) for i in range(3)]
+    assert [type(e) for e in errors] == [KeyError] * 3
+    assert mon.submit(int, "5").result(timeout=LONG) == 5
+    m = mon.metrics()
+    assert (m.completed_task_count, m.failed_task_count, m.pool_size) == (4, 3, 1)
+
+
+def test_the_monitored_worker_drops_its_last_task(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    """An idle monitored worker holds neither its last task's arguments, result nor Future,
+    whether the task returned or raised (the stdlib worker holds none either)."""
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    mon = monitored(ThreadPoolExecutor(1))
+
+    def gone_soon(refs: list[weakref.ref[Any]]) -> bool:
+        deadline = time.monotonic() + LONG
+        while time.monotonic() < deadline:  # the worker drops them just after set_result
+            gc.collect()
+            if all(r() is None for r in refs):
+                return True
+            threading.Event().wait(0.001)
+        return False
+
+    arg = Payload()
+    future = mon.submit(lambda a: Payload(), arg)
+    result = future.result(timeout=LONG)
+    assert isinstance(result, Payload)
+    refs = [weakref.ref(x) for x in (arg, result, future)]
+    del arg, result, future
+    assert gone_soon(refs)
+
+    failing = mon.submit(operator_error)
+    assert failing.exception(timeout=LONG) is not None
+    refs = [weakref.ref(failing)]
+    del failing
+    assert gone_soon(refs)
+
+
+def operator_error() -> None:
+    raise ArithmeticError("failed on purpose")
+
+
+def test_a_dropped_monitored_stdlib_pool_lets_its_threads_exit() -> None:
+    """Like the stdlib worker, the monitored one holds the pool and the monitor weakly: drop
+    both without ``shutdown`` and the threads exit."""
+    import gc
+
+    inner = ThreadPoolExecutor(2)
+    mon = MonitoredExecutor(inner)
+    assert mon.submit(int, "3").result(timeout=LONG) == 3
+    threads = list(inner._threads)  # type: ignore[attr-defined]
+    assert threads
+    del mon, inner
+    gc.collect()
+    for t in threads:
+        t.join(LONG)
+        assert not t.is_alive()
+
+
+@pytest.mark.parametrize("inner", ["stdlib", "ThreadPool"])
+def test_monitored_timings_read_while_tasks_run_are_whole_and_consistent(
+    monitored: Callable[..., MonitoredExecutor], gates: Gates, monkeypatch: pytest.MonkeyPatch,
+    inner: str,
+) -> None:
+    """Snapshots taken while a worker laps its ring of samples many times see only whole
+    samples and totals that match the completed count exactly (workers take no lock)."""
+    import taskflow.monitor
+
+    clock = _StepClock()
+    monkeypatch.setattr(taskflow.monitor, "_monotonic", clock)
+    mon = monitored(ThreadPoolExecutor(1) if inner == "stdlib" else ThreadPool(1))
+    d = 1 / 1024  # every task runs d; task k (after the blocker) starts at (k - 1) * d
+
+    def task() -> None:
+        clock.now += d
+
+    blocker = mon.submit(gates.blocker)  # runs 0 s at 0
+    gates.await_started(1)
+    n = 6000
+    futures = [mon.submit(task) for _ in range(n)]  # all submitted at 0
+    violations: list[str] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            m = mon.metrics()
+            c = m.completed_task_count - 1  # timed tasks finished, blocker aside
+            if c < 0:
+                continue
+            if m.run_time_total_s != c * d or m.queue_wait_total_s != d * c * (c - 1) / 2:
+                violations.append(f"totals {c} {m.run_time_total_s} {m.queue_wait_total_s}")
+            if m.run_time_s is not None and (m.run_time_s.max > d or m.run_time_s.min < 0):
+                violations.append(f"torn run sample {m.run_time_s}")
+            if m.queue_wait_s is not None and c and m.queue_wait_s.max != (c - 1) * d:
+                violations.append(f"torn wait sample {c} {m.queue_wait_s}")
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    watcher = threading.Thread(target=reader, name="reader")
+    try:
+        watcher.start()
+        gates.gate.set()
+        wait([blocker, *futures], timeout=LONG)
+    finally:
+        done.set()
+        watcher.join(LONG)
+        sys.setswitchinterval(old_interval)
+    assert not violations, violations[:5]
+    m = mon.metrics()
+    assert m.completed_task_count == n + 1
+    assert m.run_time_total_s == n * d
+    assert m.run_time_s is not None and m.run_time_s.count == 1024
+
+
+def test_thread_stats_leave_out_the_sample_being_written() -> None:
+    """A reader that runs while a worker is between its three stores of a sample (the entry of
+    the task ``SAMPLES_KEPT`` earlier half overwritten) leaves that entry out; the totals are
+    those of the completed tasks."""
+    from taskflow.monitor import _ThreadStats
+
+    st = _ThreadStats(threading.current_thread())
+    n = 1500
+    for k in range(n):  # task k: submitted at k, started at k + 1/4, ended at k + 3/4
+        st.started = k + 1
+        st.finish(k, float(k), k + 0.25, k + 0.75)
+    st.started = n + 1  # task n runs, then has written one of its three readings
+    st.subs[n % 1024] = 1e9
+    waits: list[float] = []
+    runs: list[float] = []
+    failed, done, started, wait_total, run_total = st.read(waits, runs)
+    assert (failed, done, started) == (0, n, n + 1)
+    assert (wait_total, run_total) == (n * 0.25, n * 0.5)
+    assert len(waits) == len(runs) == 1023  # tasks n - 1023 .. n - 1
+    assert set(waits) == {0.25} and set(runs) == {0.5}
