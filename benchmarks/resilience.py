@@ -77,7 +77,9 @@ class Backends:
                 self.inside -= 1
 
 
-def build_page(b: Backends, resilient: bool) -> FunctionNode:
+def product_calls(b: Backends) -> tuple[Any, Any]:
+    """The two backend calls the page and the cart share: product_info and price."""
+
     def product_info(ctx: TaskContext, p: Any) -> dict[str, str]:
         b.call(0.008)
         return {"sku": ctx["sku"]}
@@ -85,6 +87,12 @@ def build_page(b: Backends, resilient: bool) -> FunctionNode:
     def price(ctx: TaskContext, p: Any) -> float:
         b.call(0.006)
         return 79.0
+
+    return product_info, price
+
+
+def build_page(b: Backends, resilient: bool) -> FunctionNode:
+    product_info, price = product_calls(b)
 
     def stock(ctx: TaskContext, p: Any) -> int:
         b.call(0.006)
@@ -120,13 +128,7 @@ def build_page(b: Backends, resilient: bool) -> FunctionNode:
 
 
 def build_cart(b: Backends) -> FunctionNode:
-    def product_info(ctx: TaskContext, p: Any) -> dict[str, str]:
-        b.call(0.008)
-        return {"sku": ctx["sku"]}
-
-    def price(ctx: TaskContext, p: Any) -> float:
-        b.call(0.006)
-        return 79.0
+    product_info, price = product_calls(b)
 
     def cart(ctx: TaskContext, p: Any) -> float:
         return float(ctx.result_of("price"))
