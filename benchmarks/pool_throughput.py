@@ -1,6 +1,6 @@
 """ThreadPool and MonitoredExecutor against the standard ThreadPoolExecutor, in one process.
 
-Run: ``python benchmarks/pool_throughput.py [--workers 4] [--tasks 100000] [--rounds 7]``
+Run: ``python benchmarks/pool_throughput.py [--workers 4] [--tasks 100000] [--rounds 7] [--repeats 3]``
 
 Three ratios, each against a ``ThreadPoolExecutor`` with the same number of worker threads
 measured in the same round (so a burst of load from other processes hits both alike), and each
@@ -15,9 +15,24 @@ the median over ``--rounds`` rounds (at least 7):
 * **monitoring overhead**: ``MonitoredExecutor(ThreadPoolExecutor)`` / stdlib on the same
   no-op throughput run. Goal <= 1.05.
 
-Within a round the throughput runs take turns in a rotating order, and a full garbage
-collection runs before each; the round-trip rounds follow the throughput rounds. The absolute figures (µs, tasks/s, process CPU µs per task) are
-printed too; on a shared machine only the ratios mean something.
+Why the throughput rounds are built the way they are. With 4 workers, the submitting thread and
+one GIL on 2 CPUs, the cost of one 100,000-task run depends on how the OS happens to schedule
+the threads during it (how often a woken worker lands on the other CPU and convoys on the GIL):
+the same executor's CPU per task varies by +-15 % from one run to the next, independently of
+the other executors in the round (it is not a load burst that a same-round baseline cancels).
+A ratio of two single runs therefore spread 0.87-1.42 over 15 rounds, wider than the goal. So
+each round runs every executor ``--repeats`` times (default 3), the executors taking turns in
+an order that rotates on every pass, and takes each executor's median of those runs; every
+executor also runs one full-size run first that is not counted (heap and thread warm-up), and
+before every run a full collection runs and the survivors are frozen (``gc.freeze``), so a run
+does not pay to traverse the previous runs' leftovers. What is measured is unchanged: the wall
+time of 100,000 no-op tasks against the stdlib pool in the same round. Beside each wall ratio
+the table gives the ratio of process CPU time per task (it tracks the wall ratio: the run is
+GIL-bound), and the spread of the per-round ratios as the interquartile range (IQR) and the
+range.
+
+The round-trip rounds follow the throughput rounds. The absolute figures (µs, tasks/s, process
+CPU µs per task) are printed too; on a shared machine only the ratios mean something.
 """
 
 from __future__ import annotations
@@ -84,11 +99,13 @@ def throughput(executor: Executor, n: int) -> tuple[float, float]:
     """Wall seconds, and process CPU µs per task, for ``n`` no-op tasks submitted from this
     thread and all waited for."""
     gc.collect()
+    gc.freeze()  # the survivors of earlier runs are not traversed again during this one
     c0, t0 = time.process_time(), time.perf_counter()
     futures = [executor.submit(noop) for _ in range(n)]
     wait(futures)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     del futures
+    gc.unfreeze()
     return elapsed, cpu / n * 1e6
 
 
@@ -100,12 +117,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--round-trips", type=int, default=2_000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument(
+        "--repeats", type=int, default=3,
+        help="throughput runs of each executor per round, taking turns; the round keeps the median",
+    )
+    parser.add_argument(
         "--no-pin", dest="pin", action="store_false",
         help="do not pin the round-trip threads to one CPU (Linux only anyway)",
     )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
     w = args.workers
     from taskflow.monitor import MonitoredExecutor
     from taskflow.pool import ThreadPool
@@ -123,18 +146,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cpu: dict[str, list[float]] = {name: [] for name in names}
     rt: dict[str, list[float]] = {name: [] for name in (base, "ThreadPool")}
     ratios: dict[str, list[float]] = {name: [] for name in GOALS}
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in GOALS if name != "round trip"}
+    med = statistics.median
     try:
-        for ex in executors.values():  # warm up: start the threads
-            throughput(ex, 2_000)
+        for ex in executors.values():  # warm up: start the threads, grow the heap
+            throughput(ex, args.tasks)
         round_trips_us(list(tight.values()), 200)
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for name in order:
-                elapsed, per_task = throughput(executors[name], args.tasks)
-                secs[name].append(elapsed)
-                cpu[name].append(per_task)
-            ratios["throughput"].append(secs["ThreadPool"][-1] / secs[base][-1])
-            ratios["monitoring overhead"].append(secs["MonitoredExecutor(TPE)"][-1] / secs[base][-1])
+        turn = 0
+        for _ in range(args.rounds):
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+            for _ in range(args.repeats):
+                k = turn % len(names)
+                turn += 1
+                for name in names[k:] + names[:k]:
+                    runs[name].append(throughput(executors[name], args.tasks))
+            for name in names:
+                secs[name].append(med(e for e, _ in runs[name]))
+                cpu[name].append(med(c for _, c in runs[name]))
+            for goal, who in (("throughput", "ThreadPool"), ("monitoring overhead", "MonitoredExecutor(TPE)")):
+                ratios[goal].append(secs[who][-1] / secs[base][-1])
+                cpu_ratios[goal].append(cpu[who][-1] / cpu[base][-1])
         # The round trips in a phase of their own, every thread involved pinned to one CPU: a
         # round trip is two thread wake-ups, and where the OS places a woken thread is sticky
         # and arbitrary (on this 2-vCPU VM a wake-up on the idle vCPU costs ~65 µs more, so a
@@ -151,11 +182,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         for ex in [*executors.values(), *tight.values()]:
             ex.shutdown()
 
-    med = statistics.median
     print(
         f"python {platform.python_version()}, {os.cpu_count()} CPUs, {w} workers, "
-        f"{args.tasks:,} no-op tasks, {args.round_trips:,} round trips, "
-        f"median of {args.rounds} rounds"
+        f"{args.tasks:,} no-op tasks (median of {args.repeats} runs per round), "
+        f"{args.round_trips:,} round trips, median of {args.rounds} rounds"
     )
     header = f"{'executor':<24} {'round trip µs':>13} {'tasks/s':>9} {'CPU µs/task':>11}"
     print(header)
@@ -170,9 +200,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         verdict = "ok" if value <= GOALS[name] else "MISSED"
         print(
             f"{name:<20} {who} / ThreadPoolExecutor = {value:.3f}  (goal <= {GOALS[name]:.2f}, "
-            f"{verdict}; rounds: {', '.join(f'{v:.2f}' for v in ratios[name])})"
+            f"{verdict}; {spread(ratios[name])})"
         )
+        if name in cpu_ratios:
+            print(f"{'':<20} CPU per task ratio = {med(cpu_ratios[name]):.3f}  ({spread(cpu_ratios[name])})")
+        print(f"{'':<20} rounds: {', '.join(f'{v:.2f}' for v in ratios[name])}")
     return result
+
+
+def spread(values: list[float]) -> str:
+    """The interquartile range and the range of per-round ratios, as text."""
+    if len(values) < 2:
+        return f"one round: {values[0]:.3f}"
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return f"IQR {q1:.3f}-{q3:.3f}, range {min(values):.2f}-{max(values):.2f}"
 
 
 if __name__ == "__main__":
