@@ -22,14 +22,16 @@ CPU) runs the next task, and threads above core that stay at the bottom time out
 ``keep_alive``, as in JUC. A worker that finishes a task takes the next queued one in the same
 lock section that counts the finished one, so a task costs one lock section in ``submit`` and
 one in the worker; a woken worker that finds the queue empty (a finishing worker took the task
-first) parks again. Shutdown wakes every parked worker, lowering ``max_size`` the surplus ones;
-a core thread's park times out now and then so that it notices a lowered ``core_size``. A
-cancelled queued task leaves the counts at once and is dropped from the deque when a worker
-reaches it. Every counter changes in the same lock section as the state it counts, so a snapshot
-taken under the lock satisfies ``task_count == completed + cancelled + rejected + active +
-queued`` at every instant. Counters are updated before a task's Future resolves: once
-``future.result()`` returns, ``metrics()`` already counts that task. Queue-wait and run times go
-into fixed-size ring buffers; percentiles are computed when a snapshot is taken, never per task.
+first) parks again. A finishing worker never blocks on the lock: it yields the GIL until the lock
+is free (see ``_finish``), so the threads do not convoy on it. Shutdown wakes every parked
+worker, lowering ``max_size`` the surplus ones; a core thread's park times out now and then so
+that it notices a lowered ``core_size``. A cancelled queued task leaves the counts at once and
+is dropped from the deque when a worker reaches it. Every counter changes in the same lock
+section as the state it counts, so a snapshot taken under the lock satisfies
+``task_count == completed + cancelled + rejected + active + queued`` at every instant.
+Counters are updated before a task's Future resolves: once ``future.result()`` returns,
+``metrics()`` already counts that task. Queue-wait and run times go into fixed-size ring
+buffers; percentiles are computed when a snapshot is taken, never per task.
 
 A thread cannot be killed: a task still running after the flow that submitted it gave up is
 *abandoned* (``mark_abandoned``), keeps its thread until it returns, and is counted in
