@@ -91,6 +91,7 @@ _pool_seq = itertools.count()
 _live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # not shut down yet
 _interpreter_exiting = False
 _yield = time.sleep  # _yield(0) hands the GIL to another thread
+_SPINS: Final = 64  # tries before a finishing worker blocks on the pool lock (see _finish)
 
 
 def __getattr__(name: str) -> Any:
@@ -570,11 +571,17 @@ class ThreadPool(Executor):
         for the GIL, every other thread blocks on the lock, and the pool convoys. With 4 workers
         fed by one thread on 2 CPUs that cost ~35 voluntary context switches per 100 no-op
         tasks (the stdlib pool: ~13), about 1 with the yield. The wait is short: nothing
-        slow runs under the pool lock (a thread start is the longest).
+        slow runs under the pool lock (a thread start is the longest); after ``_SPINS`` tries
+        the worker blocks on it after all, so a long hold (or a Python without a GIL) never
+        turns into a spin.
         """
         lock = self._lock
-        while not lock.acquire(False):
+        for _ in range(_SPINS):
+            if lock.acquire(False):
+                break
             _yield(0)
+        else:  # held for long (a thread start) or no GIL to hand over: block, as before
+            lock.acquire()
         try:
             f._tstate = _DONE
             self._active -= 1
