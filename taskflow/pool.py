@@ -22,8 +22,8 @@ CPU) runs the next task, and threads above core that stay at the bottom time out
 ``keep_alive``, as in JUC. A worker that finishes a task takes the next queued one in the same
 lock section that counts the finished one, so a task costs one lock section in ``submit`` and
 one in the worker; a woken worker that finds the queue empty (a finishing worker took the task
-first) parks again. A finishing worker never blocks on the lock: it yields the GIL until the lock
-is free (see ``_finish``), so the threads do not convoy on it. Shutdown wakes every parked
+first) parks again. A finishing worker does not block on a held lock at once: it yields the GIL
+and retries (a bounded number of times, see ``_finish``), so the threads do not convoy on it. Shutdown wakes every parked
 worker, lowering ``max_size`` the surplus ones; a core thread's park times out now and then so
 that it notices a lowered ``core_size``. A cancelled queued task leaves the counts at once and
 is dropped from the deque when a worker reaches it. Every counter changes in the same lock
