@@ -909,14 +909,12 @@ class Run:
                 events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, error)
         t = plan.timeout[i]
+        raised = error  # if the outcome is late, the log names what the task did
         if (t is not None and wr.started_at is not None and now >= wr.started_at + t
                 and not plan.fanout[i] and not isinstance(error, NodeTimeoutError)):
             # its own deadline passed while it ran (a fan-out's policy decides that itself)
             value = None
-            raised = error  # if the outcome is late, the log names what the task did
             error = NodeTimeoutError(self.names[i], t)
-        else:
-            raised = error
         if error is not None and plan.any_policy and plan.policy[i] is not None:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
