@@ -6,7 +6,12 @@ keeps per-thread counters that only their thread writes, so workers never take a
 stdlib ``ThreadPoolExecutor`` gets timed work items put on its own queue, and Futures that count
 their own cancellation, so monitoring adds no call frame and no bookkeeping list per task; the
 threads such a pool starts after it is wrapped run ``_monitored_worker``, the stdlib worker loop
-with the monitor's tasks inlined and the thread's counters in a local variable.
+with the monitor's tasks inlined and the thread's counters in a local variable. Once such a pool
+has all its threads, its submit and its monitored workers skip the stdlib's idle-thread semaphore
+(it only decides whether to start a thread, and a full pool starts none): that lock, taken twice
+per task by the submitter and the workers, is where the stdlib pool's threads convoy, so a wrapped
+pool runs no-op tasks faster than the bare one although the counting itself costs CPU (see
+``benchmarks/pool_throughput.py``).
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
 pool's ``metrics()`` (a :class:`~taskflow.pool.ThreadPool` or a ``MonitoredExecutor``; any
@@ -308,7 +313,9 @@ def _monitored_worker(
     (see ``_adjust_monitored_threads``). The thread's ``_ThreadStats`` is a local variable here,
     so a task of that monitor costs no thread-local lookup and no ``run()`` frame; other work
     items (submitted to the pool directly, or through another monitor) run as the stdlib runs
-    them. Exit, idle accounting and initializer failure are the stdlib's; like the stdlib
+    them. Exit and initializer failure are the stdlib's, and so is idle accounting while the
+    pool is below its size; a full pool starts no thread, so its workers skip the idle-thread
+    semaphore (as ``_adjust_monitored_threads`` does), which no one reads then. Like the stdlib
     worker, it holds only weak references to the pool and to the monitor, so a pool dropped
     without ``shutdown`` still lets its threads exit, and it drops each task (callable,
     arguments, result, Future) before it waits for the next.
@@ -332,6 +339,7 @@ def _monitored_worker(
     if executor is None:
         return
     idle = executor._idle_semaphore.release
+    threads, most = executor._threads, executor._max_workers
     del executor
     get = work_queue.get
     subs, starts, ends = st.subs, st.starts, st.ends
@@ -367,7 +375,8 @@ def _monitored_worker(
                 else:
                     item.run()
                 del item
-                idle()
+                if len(threads) < most:
+                    idle()
                 continue
             executor = executor_reference()
             # exit as the stdlib worker does: interpreter shutdown, pool collected or shut down
@@ -406,7 +415,14 @@ def _adjust_monitored_threads(
     self: Any, monitor_reference: weakref.ref[MonitoredExecutor],
 ) -> None:
     """``ThreadPoolExecutor._adjust_thread_count`` (CPython 3.9 to 3.13), starting threads on
-    ``_monitored_worker``."""
+    ``_monitored_worker``.
+
+    A full pool returns at once: the stdlib's version would take an idle token (a lock and,
+    with none left, a ``Condition.wait(0)``) only to start nothing. The pool's threads never
+    retire, so a full pool stays full; tokens left over from before are never read.
+    """
+    if len(self._threads) >= self._max_workers:
+        return
     if self._idle_semaphore.acquire(timeout=0):
         return
 

@@ -1,4 +1,5 @@
-"""The physical bounds printed by ``benchmarks/concurrency.py`` (pure arithmetic, no timing)."""
+"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``
+and a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,43 @@ def test_against_bounds_adds_efficiency(conc: ModuleType) -> None:
     assert row["taskflow"]["efficiency"] == pytest.approx(0.9)
     assert row["hand"]["mean_vs_floor"] == pytest.approx(1.05)
     assert row["targets_reachable"]["flows_per_s"] is False
+
+
+@pytest.fixture(scope="module")
+def pool_bench() -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("pool_throughput")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_pool_benchmark_runs_every_ratio_it_prints(
+    pool_bench: ModuleType, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tiny run (no timing asserted): every ratio is computed, ``--own-cost`` included."""
+    result = pool_bench.main(["--tasks", "500", "--round-trips", "100", "--rounds", "1",
+                              "--repeats", "1", "--own-cost", "--no-pin"])
+    assert set(result) == {"round trip", "throughput", "monitoring overhead",
+                           "monitoring own cost"}
+    assert all(value > 0 for value in result.values())
+    assert "TPE, full-pool skip" in capsys.readouterr().out
+
+
+def test_the_own_cost_baseline_is_a_working_pool_that_bursts_full_width(
+    pool_bench: ModuleType,
+) -> None:
+    import threading
+
+    from conftest import LONG
+
+    pool = pool_bench.FullPoolSkip(3)
+    try:
+        for _ in range(4):
+            barrier = threading.Barrier(3, timeout=LONG)
+            futures = [pool.submit(barrier.wait) for _ in range(3)]
+            for f in futures:
+                f.result(timeout=2 * LONG)
+        assert [pool.submit(pow, 2, i).result(timeout=LONG) for i in range(5)] == [1, 2, 4, 8, 16]
+    finally:
+        pool.shutdown(wait=True)

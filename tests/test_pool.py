@@ -938,6 +938,58 @@ def test_a_wrapped_stdlib_pool_starts_its_threads_on_the_monitored_worker(
     assert m.run_time_s is not None and m.run_time_s.count == 52
 
 
+def _wait_until(cond: Callable[[], bool], what: str) -> None:
+    """Poll ``cond`` (every millisecond, up to LONG seconds); fail naming ``what``."""
+    tick = threading.Event()
+    deadline = time.monotonic() + LONG
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        tick.wait(0.001)
+
+
+def test_a_monitored_stdlib_pool_below_its_size_reuses_an_idle_thread(
+    monitored: Callable[..., MonitoredExecutor],
+) -> None:
+    """Below its size the wrapped pool keeps the stdlib's idle-thread accounting: a worker that
+    finished says it is idle, and the next task goes to it instead of to a new thread."""
+    inner = ThreadPoolExecutor(8)
+    mon = monitored(inner)
+    idle = inner._idle_semaphore  # type: ignore[attr-defined]
+    for i in range(20):
+        assert mon.submit(abs, -i).result(timeout=LONG) == i
+        _wait_until(lambda: idle._value == 1, "the worker reported itself idle")
+        assert len(inner._threads) == 1  # type: ignore[attr-defined]
+    assert mon.metrics().pool_size == 1
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 8])
+def test_a_full_monitored_stdlib_pool_runs_every_burst_as_wide_as_the_pool(
+    monitored: Callable[..., MonitoredExecutor], size: int,
+) -> None:
+    """Once the wrapped pool has all its threads, its submit and workers skip the idle-thread
+    semaphore (it only decides whether to start a thread): no worker may idle while a task
+    waits, burst after burst, nor may a quick task wait behind a blocked one."""
+    inner = ThreadPoolExecutor(size)
+    mon = monitored(inner)
+    for _ in range(6):
+        barrier = threading.Barrier(size, timeout=LONG)
+        futures = [mon.submit(barrier.wait) for _ in range(size)]
+        for f in futures:
+            f.result(timeout=2 * LONG)  # BrokenBarrierError if one never started
+        assert len(inner._threads) == size  # type: ignore[attr-defined]
+    if size > 1:
+        release = threading.Event()
+        blocked = [mon.submit(release.wait, LONG) for _ in range(size - 1)]
+        try:
+            assert mon.submit(abs, -7).result(timeout=LONG) == 7
+        finally:
+            release.set()
+        assert all(f.result(timeout=LONG) for f in blocked)
+    m = mon.metrics()
+    assert (m.pool_size, m.active_count, m.queue_size) == (size, 0, 0)
+
+
 def test_the_monitored_worker_fails_a_task_and_carries_on(
     monitored: Callable[..., MonitoredExecutor],
 ) -> None:
