@@ -280,11 +280,20 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+GRAPHS = ("product-detail", "no-op")
+
+
 def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
               budget: float | None, callers_list: Sequence[int],
-              progress: Callable[[str], None]) -> list[dict[str, Any]]:
-    workloads = [Workload("product-detail 9", PRODUCT_DETAIL, backend_sleeps(PRODUCT_DETAIL)),
-                 Workload("no-op 20", layers(depth=4, width=5, max_fathers=2, seed=20), None)]
+              progress: Callable[[str], None],
+              graphs: Sequence[str] = GRAPHS) -> list[dict[str, Any]]:
+    workloads = []
+    if "product-detail" in graphs:
+        workloads.append(
+            Workload("product-detail 9", PRODUCT_DETAIL, backend_sleeps(PRODUCT_DETAIL)))
+    if "no-op" in graphs:
+        workloads.append(
+            Workload("no-op 20", layers(depth=4, width=5, max_fathers=2, seed=20), None))
     rows = []
     with ThreadPoolExecutor(workers, thread_name_prefix="bench-pool") as pool:
         for w in workloads:
@@ -472,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="caller thread counts (default: 16 32 64)")
     ap.add_argument("--budget", type=float, default=BUDGET,
                     help="taskflow's per-flow budget in seconds, 0 for none (default: %(default)s)")
+    ap.add_argument("--graphs", nargs="+", choices=GRAPHS, default=list(GRAPHS),
+                    help="the workloads to run (default: both)")
+    ap.add_argument("--flows-per-caller", type=int, nargs=2, metavar=("PRODUCT", "NOOP"),
+                    help="flows each caller runs per measurement, for each graph "
+                         "(default: 25 60; --quick: 3 15)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--gc-objects", action="store_true",
                     help="only count what 200 runs of a 4-node flow leave for the cycle collector")
@@ -488,8 +502,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     rounds = 3 if args.quick else max(5, args.rounds)
-    flows_per_caller = ({"product-detail 9": 3, "no-op 20": 15} if args.quick
-                        else {"product-detail 9": 25, "no-op 20": 60})
+    product, noop = args.flows_per_caller or ((3, 15) if args.quick else (25, 60))
+    if min(product, noop) < 1:
+        ap.error("--flows-per-caller must be >= 1")
+    flows_per_caller = {"product-detail 9": product, "no-op 20": noop}
     budget = args.budget or None
     header = (f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs (shared machine), "
               f"shared ThreadPoolExecutor({args.workers}), taskflow budget "
@@ -499,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    rows = benchmark(rounds, flows_per_caller, args.workers, budget, args.callers, progress)
+    rows = benchmark(rounds, flows_per_caller, args.workers, budget, args.callers, progress,
+                     args.graphs)
     if args.json:
         print(json.dumps({"header": header, "rounds": rounds, "workers": args.workers,
                           "budget": budget, "rows": rows}, indent=2))

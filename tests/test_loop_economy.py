@@ -173,3 +173,43 @@ def test_a_loop_keeps_a_fast_son_and_ignores_a_short_queue() -> None:
     assert _order_with_queued_work(3, 1e-6) == ["a1", "a2", "m1", "m2", "m3"]
     assert run_mod.BACKLOG == 2
     assert _order_with_queued_work(2, 0.05) == ["a1", "a2", "m1", "m2"]
+
+
+def test_watchdog_looks_share_timer_wake_ups_across_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run of fast nodes left to one loop arms a watchdog; the timer thread wakes for the
+    earliest entry even when it was cancelled (its run finished). The looks fall on multiples of
+    WATCH, so the entries of many runs share a few wake-up times, bounded by the time the runs
+    took, not by their number (before: one distinct time, so one wake-up, per run)."""
+    from taskflow.engine import timer as timer_mod
+
+    whens: list[float] = []
+    schedule = timer_mod.schedule
+
+    def recorded(when: float, fn: Any, *args: Any) -> Any:
+        if getattr(fn, "__name__", "") == "watchdog":
+            whens.append(when)
+        return schedule(when, fn, *args)
+
+    monkeypatch.setattr(timer_mod, "schedule", recorded)
+    tops = layered(5, 4)
+    pool = ThreadPoolExecutor(4)
+    try:
+        assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
+        known_fast(tops)
+        whens.clear()
+        t0 = run_mod._monotonic()
+        for _ in range(200):
+            assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
+        elapsed = run_mod._monotonic() - t0
+    finally:
+        pool.shutdown(wait=True)
+    assert len(whens) >= 200  # every run armed one (5 fast roots, one loop)
+    assert len(set(whens)) <= elapsed / run_mod.WATCH + 2
+
+
+@pytest.mark.parametrize("now", [0.0, 1e-9, 0.0019999, 0.002, 1234.5678901, 98765.4321])
+def test_a_watchdog_looks_between_one_and_two_watch_periods_later(now: float) -> None:
+    when = run_mod._watch_time(now)
+    assert now + run_mod.WATCH <= when + 1e-12
+    assert when <= now + 2 * run_mod.WATCH + 1e-12
+    assert run_mod._watch_time(now + 1e-7) in (when, when + run_mod.WATCH)
