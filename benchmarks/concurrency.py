@@ -41,6 +41,7 @@ Each runner's *efficiency* is its flows/s over the bound. The no-op graph has no
 
     python benchmarks/concurrency.py               # 5 rounds (a few minutes)
     python benchmarks/concurrency.py --quick       # a short smoke run (3 rounds, fewer flows)
+    python benchmarks/concurrency.py --graphs no-op --callers 16 --rounds 9   # one part, longer
     python benchmarks/concurrency.py --json        # the same figures as JSON on stdout
     python benchmarks/concurrency.py --gc-objects  # what 200 runs leave for the cycle collector
 
