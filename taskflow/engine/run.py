@@ -203,6 +203,11 @@ FAST_SCAN = 8
 BACKLOG = 2
 # how often ready nodes left to busy loops are checked for progress (``watchdog``)
 WATCH = 0.002
+# how long finishing a run waits for hooks already started (they are meant to be quick)
+HOOK_GRACE = 0.05
+# the "loop token" of work done outside any loop (remote outcomes, fan-in)
+NO_LOOP = -2
+guards.bind_codes(QUEUED, RUNNING, TERMINAL, PARKED, NO_LOOP)
 
 
 def _watch_time(now: float) -> float:
@@ -212,11 +217,7 @@ def _watch_time(now: float) -> float:
     run's entry (0.31 wake-ups per 20-node no-op flow, at 1 or 16 callers; now 0.09-0.12), and
     competed for the GIL each time."""
     return math.ceil((now + WATCH) / WATCH) * WATCH
-# how long finishing a run waits for hooks already started (they are meant to be quick)
-HOOK_GRACE = 0.05
-# the "loop token" of work done outside any loop (remote outcomes, fan-in)
-NO_LOOP = -2
-guards.bind_codes(QUEUED, RUNNING, TERMINAL, PARKED, NO_LOOP)
+
 
 _SUCCESS = ResultState.SUCCESS
 _DEGRADED = ResultState.DEGRADED
