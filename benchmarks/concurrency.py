@@ -43,7 +43,16 @@ Each runner's *efficiency* is its flows/s over the bound. The no-op graph has no
     python benchmarks/concurrency.py --quick       # a short smoke run (3 rounds, fewer flows)
     python benchmarks/concurrency.py --graphs no-op --callers 16 --rounds 9   # one part, longer
     python benchmarks/concurrency.py --json        # the same figures as JSON on stdout
+    python benchmarks/concurrency.py --graphs no-op --callers 16 --open-loop 3000   # see below
     python benchmarks/concurrency.py --gc-objects  # what 200 runs leave for the cycle collector
+
+``--open-loop RATE``: the targets are set on the closed loop above, where every caller starts
+its next flow at once, so both runners saturate the GIL and the p99 is decided by how unfairly
+the GIL is handed over. A server sees requests arrive at some rate whatever it does: with
+``--open-loop``, flows arrive at ``RATE`` per second (the ``n``-th at ``n / RATE`` s, handled by
+caller ``n % callers``) and each latency counts from the arrival, so a runner that cannot keep up
+falls behind and its latency grows (no coordinated omission). Not a target; it shows the
+headroom each runner leaves at a given load.
 
 ``--gc-objects``: with ``gc`` disabled, run a 4-node diamond 200 times through each runner and
 count the objects the next ``gc.collect()`` finds unreachable, i.e. what finished runs leave
@@ -222,20 +231,35 @@ def _nothing() -> None:
     return None
 
 
-def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]:
-    """Run ``flows`` flows from ``callers`` threads at once; throughput, latencies, gc."""
+def measure(run: Callable[[], bool], callers: int, flows: int,
+            rate: float | None = None) -> dict[str, Any]:
+    """Run ``flows`` flows from ``callers`` threads at once; throughput, latencies, gc.
+
+    Closed loop (``rate`` None): each caller starts its next flow as soon as the last returns.
+    Open loop: flows arrive at ``rate`` per second, the ``n``-th at ``n / rate`` seconds,
+    handled by caller ``n % callers``; a flow's latency runs from its arrival, so a caller still
+    busy with an earlier flow counts the wait (no coordinated omission).
+    """
     per_caller = [flows // callers + (1 if k < flows % callers else 0) for k in range(callers)]
     latencies: list[list[float]] = [[] for _ in range(callers)]
     failures = [0] * callers
     barrier = threading.Barrier(callers + 1)
+    begin = [0.0]  # open loop: the first arrival (set before the barrier opens)
 
     def caller(k: int) -> None:
         mine = latencies[k]
         barrier.wait()
-        for _ in range(per_caller[k]):
-            t0 = time.perf_counter()
+        clock = time.perf_counter
+        for i in range(per_caller[k]):
+            if rate is None:
+                t0 = clock()
+            else:
+                t0 = begin[0] + (i * callers + k) / rate
+                early = t0 - clock()
+                if early > 0:
+                    time.sleep(early)
             ok = run()
-            mine.append(time.perf_counter() - t0)
+            mine.append(clock() - t0)
             if not ok:
                 failures[k] += 1
 
@@ -245,8 +269,9 @@ def measure(run: Callable[[], bool], callers: int, flows: int) -> dict[str, Any]
         t.start()
     gc.collect()
     before = gc.get_stats()
+    begin[0] = time.perf_counter() + 0.005  # open loop: arrivals start once every caller waits
     barrier.wait()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if rate is None else begin[0]
     cpu0 = time.process_time()
     for t in threads:
         t.join()
@@ -287,7 +312,8 @@ GRAPHS = ("product-detail", "no-op")
 def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
               budget: float | None, callers_list: Sequence[int],
               progress: Callable[[str], None],
-              graphs: Sequence[str] = GRAPHS) -> list[dict[str, Any]]:
+              graphs: Sequence[str] = GRAPHS,
+              open_loop: float | None = None) -> list[dict[str, Any]]:
     workloads = []
     if "product-detail" in graphs:
         workloads.append(
@@ -305,10 +331,12 @@ def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
                 flows = callers * flows_per_caller[w.label]
                 for run in runners.values():  # warm-up: pool threads, compiled plan, allocator
                     measure(run, callers, max(callers, flows // 4))
+                rate = open_loop
                 per_round: list[dict[str, dict[str, Any]]] = []
                 for r in range(rounds):
                     order = ("taskflow", "hand") if r % 2 == 0 else ("hand", "taskflow")
-                    figures = {which: measure(runners[which], callers, flows) for which in order}
+                    figures = {which: measure(runners[which], callers, flows, rate)
+                               for which in order}
                     per_round.append(figures)
                     progress(f"{w.label} callers={callers} round {r + 1}/{rounds}: "
                              f"taskflow {figures['taskflow']['flows_per_s']:.0f} flows/s "
@@ -316,6 +344,7 @@ def benchmark(rounds: int, flows_per_caller: dict[str, int], workers: int,
                              f"{figures['hand']['flows_per_s']:.0f} flows/s "
                              f"p99 {figures['hand']['p99_ms']:.1f} ms")
                 row = _summarise(w.label, callers, flows, per_round)
+                row["open_loop_flows_per_s"] = rate
                 row["bounds"] = bounds(w.graph, w.service, workers, callers)
                 row["bounds_with_overshoot"] = bounds(w.graph, slept, workers, callers)
                 row["bounds_with_overshoot"]["sleep_overshoot_ms"] = over * 1e3
@@ -487,6 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flows-per-caller", type=int, nargs=2, metavar=("PRODUCT", "NOOP"),
                     help="flows each caller runs per measurement, for each graph "
                          "(default: 25 60; --quick: 3 15)")
+    ap.add_argument("--open-loop", type=float, metavar="RATE",
+                    help="flows arrive at RATE per second (spread over the callers) instead of "
+                         "each caller starting its next flow as soon as the last returns; "
+                         "latency counts from the arrival (not what the targets are set on)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--gc-objects", action="store_true",
                     help="only count what 200 runs of a 4-node flow leave for the cycle collector")
@@ -516,8 +549,13 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.open_loop is not None and not args.open_loop > 0:
+        ap.error("--open-loop must be a positive rate (flows per second)")
+    if args.open_loop is not None:
+        header += (f"; OPEN LOOP: {args.open_loop:g} flows/s arrive, latency from arrival "
+                   "(a runner that cannot keep up falls behind and its latency grows)")
     rows = benchmark(rounds, flows_per_caller, args.workers, budget, args.callers, progress,
-                     args.graphs)
+                     args.graphs, args.open_loop)
     if args.json:
         print(json.dumps({"header": header, "rounds": rounds, "workers": args.workers,
                           "budget": budget, "rows": rows}, indent=2))
