@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -275,52 +275,50 @@ def _alive(run: Any, i: int) -> bool:
     return not run.closed and run.results[i].state is _DEFAULT
 
 
-def _shared(run: Any, i: int, outcome: Any) -> None:
-    """A shared call resolved, or promoted this run to leader (the resolving thread)."""
+def _resume(run: Any, i: int, kind: int, take: Callable[[Guard], None] | None = None) -> bool:
+    """Node ``i``'s wait of ``kind`` (``_SHARE``, ``_TOKEN``, ``_SLOT``) ended: under the run's
+    lock, ``take`` records what arrived and a parked node is queued again (the owner starts its
+    loop). False, with nothing done, when the node no longer waits for it (the run closed, the
+    node settled, or it waits for something else)."""
     k = 0
     with run.lock:
         g = run.guards.get(i)
-        if g is None or g.wait != _SHARE or not _alive(run, i):
-            return
+        if g is None or g.wait != kind or not _alive(run, i):
+            return False
         g.wait = 0
+        if take is not None:
+            take(g)
+        k = _requeue(run, i)
+    if k:
+        run.post(run.dispatch, k)
+    return True
+
+
+def _shared(run: Any, i: int, outcome: Any) -> None:
+    """A shared call resolved, or promoted this run to leader (the resolving thread)."""
+
+    def take(g: Guard) -> None:
         if not outcome.promoted:
             g.shared = True
             run.results[i].shared = True
             g.outcome = (outcome.value, outcome.error)
-        k = _requeue(run, i)
-    if k:
-        run.post(run.dispatch, k)
+
+    _resume(run, i, _SHARE, take)
 
 
 def _token_ready(run: Any, i: int) -> None:
     """Timer thread: node ``i``'s rate-limit token is due."""
-    k = 0
-    with run.lock:
-        g = run.guards.get(i)
-        if g is None or g.wait != _TOKEN or not _alive(run, i):
-            return
-        g.wait = 0
-        k = _requeue(run, i)
-    if k:
-        run.post(run.dispatch, k)
+    _resume(run, i, _TOKEN)
 
 
 def _granted(run: Any, i: int, permit: Any) -> None:
     """A bulkhead slot for node ``i`` (the thread that released it, outside its lock)."""
-    k = 0
-    with run.lock:
-        g = run.guards.get(i)
-        taken = g is not None and g.wait == _SLOT and _alive(run, i)
-        if taken:
-            assert g is not None
-            g.wait = 0
-            g.permit = permit
-            k = _requeue(run, i)
-    if not taken:
+
+    def take(g: Guard) -> None:
+        g.permit = permit
+
+    if not _resume(run, i, _SLOT, take):
         permit.release()  # the run gave up meanwhile: the next waiter gets it
-        return
-    if k:
-        run.post(run.dispatch, k)
 
 
 # -- hedging ---------------------------------------------------------------------------------------
