@@ -423,8 +423,7 @@ class FlowResult(Mapping[str, Any]):
             nodes=nodes,
             context=context,
             context_repr=context_repr,
-            degraded=[names[i] for i, wr in enumerate(run.results)
-                      if wr.state is ResultState.DEGRADED],
+            degraded=list(self.degraded),
         )
 
     def to_mermaid(self) -> str:

@@ -82,21 +82,8 @@ _Figure = tuple[str, str, "float | None", int, "float | None", int]
 
 
 def flow_name_of(result: FlowResult) -> str:
-    """The flow name of a run: its ``flow_name`` when the result has one, else its first node."""
-    name = getattr(result, "flow_name", None)
-    if isinstance(name, str) and name:
-        return name
-    return next(iter(result), "")
-
-
-def _status_of(result: FlowResult) -> str:
-    status = getattr(result, "status", None)
-    name = getattr(status, "name", None)
-    if isinstance(name, str):
-        return name
-    if result.ok:
-        return "COMPLETED"
-    return "CANCELLED" if getattr(result, "cancelled", None) is not None else "FAILED"
+    """The flow name of a run: its ``flow_name``, else (an empty graph) its first node's."""
+    return result.flow_name or next(iter(result), "")
 
 
 def critical_path(result: FlowResult) -> list[str]:
@@ -281,7 +268,7 @@ class RunLog:
     def add(self, result: FlowResult, flow: str | None = None, status: str | None = None) -> None:
         """Keep ``result`` (as recent, and as slow if it is among the slowest)."""
         kept = KeptRun(result, flow if flow is not None else flow_name_of(result),
-                       status if status is not None else _status_of(result))
+                       status if status is not None else result.status.name)
         entry = (kept.elapsed, next(self._seq), kept)
         with self._lock:
             self._recent.append(kept)
@@ -368,7 +355,7 @@ class FlowStats:
         ``benchmarks/stats_overhead.py``. Safe to call from any thread.
         """
         name = flow if flow is not None else flow_name_of(result)
-        status = _status_of(result)
+        status = result.status.name
         buckets = self.buckets
         # everything that needs no lock first: per node (name, state, duration, its bucket,
         # queue wait, its bucket), and the end of the critical path
