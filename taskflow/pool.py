@@ -23,9 +23,9 @@ CPU) runs the next task, and threads above core that stay at the bottom time out
 lock section that counts the finished one, so a task costs one lock section in ``submit`` and
 one in the worker; a woken worker that finds the queue empty (a finishing worker took the task
 first) parks again. A finishing worker does not block on a held lock at once: it yields the GIL
-and retries (a bounded number of times, see ``_finish``), so the threads do not convoy on it. Shutdown wakes every parked
-worker, lowering ``max_size`` the surplus ones; a core thread's park times out now and then so
-that it notices a lowered ``core_size``. A cancelled queued task leaves the counts at once and
+and retries (a bounded number of times, see ``_finish``), so the threads do not convoy on it.
+Shutdown wakes every parked worker, lowering ``max_size`` the surplus ones; a core thread's
+park times out now and then so that it notices a lowered ``core_size``. A cancelled queued task leaves the counts at once and
 is dropped from the deque when a worker reaches it. Every counter changes in the same lock
 section as the state it counts, so a snapshot taken under the lock satisfies
 ``task_count == completed + cancelled + rejected + active + queued`` at every instant.
