@@ -106,7 +106,7 @@ def backend_sleeps(graph: Graph, seed: int = 9) -> dict[str, float]:
 
 # -- what is physically possible ----------------------------------------------------------------
 
-FLOWS_TARGET = 1.1  # issue 9: flows/s >= 1.1x the hand-written runner
+FLOWS_TARGET = 1.1  # the target: flows/s >= 1.1x the hand-written runner
 P99_TARGET = 0.8  # and p99 <= 0.8x
 TAIL = 0.01  # the share of flows above the p99
 
@@ -148,7 +148,7 @@ def bounds(graph: Graph, service: Mapping[str, float], workers: int,
 
 def reachable(b: Mapping[str, Any], hand_flows_per_s: float,
               hand_p99_ms: float) -> dict[str, Any]:
-    """Whether issue 9's targets against a hand-written runner measured at ``hand_flows_per_s``
+    """Whether the targets against a hand-written runner measured at ``hand_flows_per_s``
     and ``hand_p99_ms`` can be met at all, given the bounds ``b`` (None: no physical bound).
 
     flows/s: ``1.1 x hand_flows_per_s`` must not exceed ``max_flows_per_s``. p99: ``0.8 x

@@ -16,8 +16,8 @@ def main(n: int = 200) -> None:
     import py_mini_racer  # noqa: F401
 
     t1 = time.perf_counter()
-    from taskflow.conductor.boundaries import Limits
-    from taskflow.conductor.tasks.javascript import evaluate
+    from taskflow.declare.conductor.boundaries import Limits
+    from taskflow.declare.conductor.tasks.javascript import evaluate
 
     limits = Limits()
     t2 = time.perf_counter()

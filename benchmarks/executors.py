@@ -56,7 +56,7 @@ def thread_pool() -> Iterator[Executor]:
 
 @contextmanager
 def taskflow_pool() -> Iterator[Executor]:
-    from taskflow.pool import ThreadPool
+    from taskflow import ThreadPool
 
     with ThreadPool(8) as ex:
         yield ex

@@ -39,8 +39,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from taskflow import TaskContext, TaskScheduling
-from taskflow.fanout import FanInResult, FanOutNode
+from taskflow import FanInResult, FanOutNode, TaskContext, TaskScheduling
 
 WORKERS = 8
 MAX_CONCURRENCY = 8
@@ -186,7 +185,7 @@ def child_tracemalloc(n: int, item_timeout: float | None = None) -> dict[str, fl
     A snapshot is taken from inside ``work`` of the last item (the fan-in is as full as it gets
     while the engine's structures are all alive), filtered to taskflow's own files, and split into
     the contract's O(items) containers and everything else."""
-    import taskflow.fanout as fanout_mod
+    import taskflow.kinds.fanout as fanout_mod
 
     fanout_file = fanout_mod.__file__
     with open(fanout_file, encoding="utf-8") as fh:

@@ -7,8 +7,8 @@ finish. Both run the same no-op DAGs on the same 8-worker pool; each figure is t
 
     python benchmarks/overhead.py            # the table (about 30 s)
     python benchmarks/overhead.py --quick    # fewer repeats
-    python benchmarks/overhead.py --stats    # with taskflow.stats recording every run
-    python benchmarks/overhead.py --otel     # traced (taskflow.otel, SDK, batch export dropped)
+    python benchmarks/overhead.py --stats    # with taskflow.observe.stats recording every run
+    python benchmarks/overhead.py --otel     # traced (taskflow.observe.otel, SDK, batch export dropped)
 
 Also reported: memory per node of a 10,000-node run (tracemalloc peak while it runs, over the
 nodes) and the article's five-node DAG with 10 ms tasks against its 40 ms critical path.
@@ -237,9 +237,9 @@ def instrument(*, stats: bool, otel: bool) -> str:
     global flush
     on = []
     if stats:
-        import taskflow.stats
+        import taskflow.observe.stats
 
-        taskflow.stats.enable()
+        taskflow.observe.stats.enable()
         on.append("stats on")
     if otel:
         from opentelemetry.sdk.trace import TracerProvider
@@ -249,7 +249,7 @@ def instrument(*, stats: bool, otel: bool) -> str:
             SpanExportResult,
         )
 
-        import taskflow.otel
+        import taskflow.observe.otel
 
         class Drop(SpanExporter):
             def export(self, spans: Any) -> SpanExportResult:
@@ -257,7 +257,7 @@ def instrument(*, stats: bool, otel: bool) -> str:
 
         provider = TracerProvider()
         provider.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=65536))
-        taskflow.otel.instrument(tracer_provider=provider)
+        taskflow.observe.otel.instrument(tracer_provider=provider)
         flush = provider.force_flush
         on.append("traced (SDK, batch processor, spans dropped)")
     return ", ".join(on) or "uninstrumented"
@@ -267,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--quick", action="store_true", help="3 repeats")
-    ap.add_argument("--stats", action="store_true", help="taskflow.stats.enable() first")
+    ap.add_argument("--stats", action="store_true", help="taskflow.observe.stats.enable() first")
     ap.add_argument("--otel", action="store_true",
-                    help="taskflow.otel.instrument() first (needs the [otel] extra and the SDK)")
+                    help="taskflow.observe.otel.instrument() first (needs the [otel] extra and the SDK)")
     args = ap.parse_args(argv)
     repeat = 3 if args.quick else max(7, args.repeat)
     setting = instrument(stats=args.stats, otel=args.otel)

@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     w = args.workers
-    from taskflow.monitor import MonitoredExecutor
-    from taskflow.pool import ThreadPool
+    from taskflow import MonitoredExecutor, ThreadPool
 
     base = "ThreadPoolExecutor"
     factories: dict[str, Callable[[], Executor]] = {

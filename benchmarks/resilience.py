@@ -23,7 +23,7 @@ without ``share_key``, count the backend calls.
     python benchmarks/resilience.py                # both modes (about a minute)
     python benchmarks/resilience.py --mode slow --requests 10
 
-Targets (issue 12): ``resilient`` p99 <= budget and >= 99 % rendered; its cart p99 within
+Targets: ``resilient`` p99 <= budget and >= 99 % rendered; its cart p99 within
 1.2x of ``healthy``'s; single flight: 1 backend call.
 """
 
@@ -237,7 +237,7 @@ def single_flight(shared: bool) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None,
-                                 epilog="Targets (issue 12): resilient p99 <= the budget, >= 99 % "
+                                 epilog="Targets: resilient p99 <= the budget, >= 99 % "
                                  "of pages rendered, cart p99 within 1.2x of healthy's; single "
                                  "flight: 1 backend call.")
     ap.add_argument("--mode", choices=("slow", "fail", "both"), default="both",

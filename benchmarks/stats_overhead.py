@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from taskflow import FlowResult, FunctionNode, SchedulingNode, TaskScheduling
-from taskflow.html import render_html
-from taskflow.stats import FlowStats
+from taskflow.observe.html import render_html
+from taskflow.observe.stats import FlowStats
 
 Graph = dict[str, list[str]]  # node -> fathers
 

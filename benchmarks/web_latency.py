@@ -1,6 +1,6 @@
 """A product-detail request through Flask: hand-written staged futures vs taskflow.
 
-Both handlers call the same seven step functions (``taskflow.demo``: product side 30 -> 20/25 ms,
+Both handlers call the same seven step functions (``taskflow.cli.demo``: product side 30 -> 20/25 ms,
 item side 15 -> 40/35 ms, then a 5 ms aggregation) on the same shared pool:
 
 * ``/staged/<sku>``: the article's hand-written code (``demo.run_staged``): submit the product
@@ -28,7 +28,7 @@ from typing import Any
 from flask import Flask, jsonify
 
 from taskflow import TaskContext, TaskScheduling
-from taskflow.demo import build_flow, run_staged
+from taskflow.cli.demo import build_flow, run_staged
 
 BUDGET = 1.0
 

@@ -33,8 +33,14 @@ from urllib.parse import parse_qs
 
 from loguru import logger
 
-from taskflow import FunctionNode, ResultState, TaskContext, UpstreamFailedError, run_async
-from taskflow.pool import ThreadPool
+from taskflow import (
+    FunctionNode,
+    ResultState,
+    TaskContext,
+    ThreadPool,
+    UpstreamFailedError,
+    run_async,
+)
 
 BUDGET = 0.5
 POOL = ThreadPool(32, thread_name_prefix="detail")

@@ -1,4 +1,4 @@
-"""Conductor's notification workflow (seed 000), run in-process with ``taskflow.conductor``.
+"""Conductor's notification workflow, run in-process with ``taskflow.conductor``.
 
 ``notification_workflow.json`` beside this file is a plain Conductor definition: a FORK_JOIN with
 three branches (build the payload, then send it by email, SMS or HTTP) and a JOIN whose

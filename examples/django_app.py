@@ -56,13 +56,13 @@ from loguru import logger
 from taskflow import (
     FlowResult,
     FunctionNode,
+    PoolMonitor,
     ResultState,
     TaskContext,
     TaskScheduling,
+    ThreadPool,
     UpstreamFailedError,
 )
-from taskflow.monitor import PoolMonitor
-from taskflow.pool import ThreadPool
 
 if not settings.configured:
     settings.configure(
@@ -213,7 +213,7 @@ def render(request: HttpRequest, result: FlowResult, sku: str) -> JsonResponse:
 
 
 def pool_metrics(request: HttpRequest) -> JsonResponse:
-    """The shared pool's metrics (``taskflow.pool.PoolMetrics``) as JSON, taken now."""
+    """The shared pool's metrics (``taskflow.PoolMetrics``) as JSON, taken now."""
     return JsonResponse(POOL.metrics().model_dump(mode="json"))
 
 

@@ -31,8 +31,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from taskflow import FlowResult, SchedulingNode, TaskContext, TaskScheduling
-from taskflow.fanout import FanInResult, FanOutNode
+from taskflow import (
+    FanInResult,
+    FanOutNode,
+    FlowResult,
+    SchedulingNode,
+    TaskContext,
+    TaskScheduling,
+)
 
 FILES = [f"file-{i:03d}" for i in range(1, 101)]
 MAX_CONCURRENCY = 8

@@ -73,13 +73,13 @@ from taskflow import (
     FlowResult,
     FunctionNode,
     Hedge,
+    PoolMonitor,
     ResultState,
     TaskContext,
     TaskScheduling,
+    ThreadPool,
     UpstreamFailedError,
 )
-from taskflow.monitor import PoolMonitor
-from taskflow.pool import ThreadPool
 
 BUDGET = 0.5  # seconds a page may take, queueing included
 POOL = ThreadPool(32, thread_name_prefix="detail")  # shared by every request
@@ -222,7 +222,7 @@ def jsonify(body: dict[str, Any], **more: Any) -> Response:
 
 @app.get("/pool")
 def pool_metrics() -> Response:
-    """The shared pool's metrics (``taskflow.pool.PoolMetrics``) as JSON, taken now."""
+    """The shared pool's metrics (``taskflow.PoolMetrics``) as JSON, taken now."""
     return flask.jsonify(POOL.metrics().model_dump(mode="json"))
 
 

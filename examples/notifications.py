@@ -1,4 +1,4 @@
-"""Conductor's FORK_JOIN example: email, SMS and HTTP notifications in parallel (seed 000).
+"""Conductor's FORK_JOIN example: email, SMS and HTTP notifications in parallel.
 
 The Conductor workflow::
 
@@ -26,8 +26,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from taskflow import FlowResult, SchedulingNode, TaskContext, TaskScheduling
-from taskflow.forkjoin import JoinNode, JoinOutput, fork_join
+from taskflow import (
+    FlowResult,
+    JoinNode,
+    JoinOutput,
+    SchedulingNode,
+    TaskContext,
+    TaskScheduling,
+    fork_join,
+)
 
 # -- the providers (module functions, so a test can stand in for them) ---------------------------
 

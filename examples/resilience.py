@@ -1,4 +1,4 @@
-"""Request-path resilience, one feature at a time (issue 12; the guide is
+"""Request-path resilience, one feature at a time (the guide is
 ``docs/guides/resilience.md``).
 
 Each ``*_demo`` function builds a tiny flow, runs it and returns what it shows; ``main`` prints

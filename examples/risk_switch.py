@@ -27,8 +27,14 @@ import enum
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from taskflow import FlowResult, FunctionNode, SchedulingNode, TaskContext, TaskScheduling
-from taskflow.switch import SwitchNode
+from taskflow import (
+    FlowResult,
+    FunctionNode,
+    SchedulingNode,
+    SwitchNode,
+    TaskContext,
+    TaskScheduling,
+)
 
 
 class Decision(str, enum.Enum):

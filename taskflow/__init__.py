@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from taskflow._version import __version__ as __version__
-from taskflow.context import TaskContext, TaskSupport
 from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
@@ -33,60 +32,71 @@ from taskflow.errors import (
     UnhashableKeyError,
     UpstreamFailedError,
 )
-from taskflow.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
-from taskflow.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
-from taskflow.joins import Join
-from taskflow.node import FunctionNode, NodeState, SchedulingNode
-from taskflow.result import FlowResult, FlowStatus, ResultState, WorkResult
+from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
+from taskflow.kinds.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
+from taskflow.kinds.switch import SwitchNode, UnknownCaseError
+from taskflow.model.context import TaskContext, TaskSupport
+from taskflow.model.joins import Join
+from taskflow.model.node import FunctionNode, NodeState, SchedulingNode
+from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
-from taskflow.switch import SwitchNode, UnknownCaseError
 
 if TYPE_CHECKING:
-    from taskflow import conductor
-    from taskflow.monitor import Alarm, PoolMonitor, PoolSnapshot, ProcessMetrics, Thresholds
-    from taskflow.pool import (
-        MonitoredExecutor,
-        Percentiles,
-        PoolMetrics,
-        RejectionPolicy,
-        ThreadPool,
-    )
-    from taskflow.report import FlowReport, NodeReport
+    from taskflow.declare import conductor
+    from taskflow.declare.spec import FlowSpec, load_spec
+    from taskflow.metrics import Percentiles, PoolMetrics
+    from taskflow.model.report import FlowReport, NodeReport
+    from taskflow.observe import otel as otel
+    from taskflow.observe import stats as stats
+    from taskflow.observe import web as web
+    from taskflow.observe.monitor import PoolMonitor
+    from taskflow.observe.snapshots import Alarm, PoolSnapshot, ProcessMetrics, Thresholds
+    from taskflow.pools.monitored import MonitoredExecutor
+    from taskflow.pools.threadpool import RejectionPolicy, ThreadPool
     from taskflow.resilience.breaker import CircuitBreaker
     from taskflow.resilience.bulkhead import Bulkhead
     from taskflow.resilience.hedge import Hedge
     from taskflow.resilience.ratelimit import RateLimit
-    from taskflow.spec import FlowSpec, load_spec
 
 logger.disable("taskflow")
 
 # name -> the module that defines it, imported on first access
 _LAZY = {
-    "Alarm": "taskflow.monitor",
-    "PoolMonitor": "taskflow.monitor",
-    "PoolSnapshot": "taskflow.monitor",
-    "ProcessMetrics": "taskflow.monitor",
-    "Thresholds": "taskflow.monitor",
-    "MonitoredExecutor": "taskflow.pool",
-    "Percentiles": "taskflow.pool",
-    "PoolMetrics": "taskflow.pool",
-    "RejectionPolicy": "taskflow.pool",
-    "ThreadPool": "taskflow.pool",
-    "FlowReport": "taskflow.report",
-    "NodeReport": "taskflow.report",
-    "FlowSpec": "taskflow.spec",
-    "load_spec": "taskflow.spec",
+    "Alarm": "taskflow.observe.snapshots",
+    "PoolMonitor": "taskflow.observe.monitor",
+    "PoolSnapshot": "taskflow.observe.snapshots",
+    "ProcessMetrics": "taskflow.observe.snapshots",
+    "Thresholds": "taskflow.observe.snapshots",
+    "MonitoredExecutor": "taskflow.pools.monitored",
+    "Percentiles": "taskflow.metrics",
+    "PoolMetrics": "taskflow.metrics",
+    "RejectionPolicy": "taskflow.pools.threadpool",
+    "ThreadPool": "taskflow.pools.threadpool",
+    "FlowReport": "taskflow.model.report",
+    "NodeReport": "taskflow.model.report",
+    "FlowSpec": "taskflow.declare.spec",
+    "load_spec": "taskflow.declare.spec",
     "Bulkhead": "taskflow.resilience.bulkhead",
     "CircuitBreaker": "taskflow.resilience.breaker",
     "Hedge": "taskflow.resilience.hedge",
     "RateLimit": "taskflow.resilience.ratelimit",
 }
 
+# module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
+# ``taskflow.otel.instrument()``, ``taskflow.stats.enable()``, ``taskflow.web.make_app(...)``
+_MODULES = {
+    "conductor": "taskflow.declare.conductor",
+    "otel": "taskflow.observe.otel",
+    "stats": "taskflow.observe.stats",
+    "web": "taskflow.observe.web",
+}
+
 
 def __getattr__(name: str) -> Any:
     """Load the heavy parts of the public API on first use."""
-    if name == "conductor":
-        module = importlib.import_module("taskflow.conductor")
+    module_path = _MODULES.get(name)
+    if module_path is not None:
+        module = importlib.import_module(module_path)
         globals()[name] = module
         return module
     where = _LAZY.get(name)
@@ -98,7 +108,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"conductor"})
+    return sorted(set(globals()) | set(_LAZY) | set(_MODULES))
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Pool metrics models: the immutable snapshots ``ThreadPool`` and ``MonitoredExecutor`` return.
 
 ``PoolMetrics`` follows ``java.util.concurrent.ThreadPoolExecutor``'s getters and the fields
-dynamic-tp and hippo4j collect (RELIABILITY.md section 2); ``Percentiles`` summarises the most
+dynamic-tp and hippo4j collect; ``Percentiles`` summarises the most
 recent queue-wait or run-time samples. Both are frozen pydantic models, built only when a
 snapshot is taken, never on the task path.
 """

@@ -7,13 +7,13 @@ import math
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from taskflow.context import TaskContext, bind_context, current
 from taskflow.engine import executors, guards
 from taskflow.engine.run import Run
 from taskflow.errors import FlowDefinitionError
-from taskflow.graph import as_top_nodes, compile_plan, select_targets
-from taskflow.node import check_timeout
-from taskflow.result import FlowResult
+from taskflow.model.context import TaskContext, bind_context, current
+from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
+from taskflow.model.node import check_timeout
+from taskflow.model.result import FlowResult
 
 __all__ = ["TaskScheduling", "run_async"]
 

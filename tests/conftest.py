@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,8 @@ def parse_prometheus(text: str) -> tuple[dict[str, str], PrometheusSeries]:
     return types, series
 # scheduling tolerance for "returns about when it should" checks on a busy 2-core machine
 EPS = 0.25 * SCALE
+# how long a call that must return promptly may take before a test calls it a deadlock
+PROMPT = 2.0 * SCALE
 
 # long-lived daemon threads that taskflow or third-party libraries start once per process
 _ALLOWED_PREFIXES = ("taskflow-timer", "taskflow-coordinator", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
@@ -214,3 +217,25 @@ def node_lines() -> Iterator[None]:
         yield
     finally:
         logs.log_nodes(False)
+
+
+class Call:
+    """Run ``fn(*args, **kwargs)`` in a named daemon thread, so a deadlock is an assertion."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "defect-call",
+                 **kwargs: Any) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn, args, kwargs), name=name,
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            self.value = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            self.error = exc
+
+    def finished(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()

@@ -1,4 +1,4 @@
-"""Picklable tasks and nodes for tests/test_defects.py (defect 12 of issue 9).
+"""Picklable tasks and nodes for tests/facade/test_executor_faults.py (values that cannot travel).
 
 Process pools and loky import these by reference in their workers, so everything lives at
 module level of a module a spawned child can import (pytest puts ``tests/`` on ``sys.path``).

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from taskflow import TaskContext
-from taskflow.fanout import FanOutNode
+from taskflow.kinds.fanout import FanOutNode
 
 
 class RemoteSquares(FanOutNode[int]):

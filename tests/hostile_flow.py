@@ -1,5 +1,5 @@
 """A run whose node names, error messages, results and context hold markup, quotes and newlines,
-and a checker that a page built from it carries them only as text (issue: trust boundaries)."""
+and a checker that a page built from it carries them only as text."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A *listener* (``add_listener``) is asked once per run, when the run starts, whether it wants to
 watch it: ``listener.run_started(run)`` returns a :class:`RunObserver` (or None). The run keeps
 the observers it got and tells them what happens to it; nothing else in the engine knows who
-listens. Tracing (:mod:`taskflow.otel`) and statistics (:func:`taskflow.stats.enable`) are
+listens. Tracing (:mod:`taskflow.observe.otel`) and statistics (:func:`taskflow.observe.stats.enable`) are
 listeners.
 
 What it costs: with no listener, one test of a module-level tuple per run (``LISTENERS``, empty
@@ -51,8 +51,8 @@ from loguru import logger
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from taskflow.context import TaskContext
-    from taskflow.result import FlowResult, WorkResult
+    from taskflow.model.context import TaskContext
+    from taskflow.model.result import FlowResult, WorkResult
 
 __all__ = [
     "FINAL",

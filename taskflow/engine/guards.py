@@ -59,8 +59,9 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from taskflow.context import current
 from taskflow.engine import events, timer
+from taskflow.engine.states import NO_LOOP, QUEUED, RUNNING, TERMINAL
+from taskflow.engine.states import PARKED as PARKED_STATE
 from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
@@ -69,7 +70,8 @@ from taskflow.errors import (
     NodeTimeoutError,
     UpstreamFailedError,
 )
-from taskflow.result import ResultState
+from taskflow.model.context import current
+from taskflow.model.result import ResultState
 
 __all__ = [
     "DONE",
@@ -78,7 +80,6 @@ __all__ = [
     "Guard",
     "admit",
     "attempt_done",
-    "bind_codes",
     "check_executor",
     "close_stand_ins",
     "defer_close",
@@ -180,7 +181,7 @@ def admit(run: Any, i: int) -> int:
         if not member.leader:
             with run.lock:
                 if g.wait == _SHARE:
-                    run.move(i, _PARKED)
+                    run.move(i, PARKED_STATE)
                     return PARKED
             if g.outcome is not None:  # resolved between join and here
                 return DONE
@@ -206,7 +207,7 @@ def admit(run: Any, i: int) -> int:
         if r.ready_at > now:
             with run.lock:
                 g.wait = _TOKEN
-                run.move(i, _PARKED)
+                run.move(i, PARKED_STATE)
             g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
             return PARKED
     bulkhead = pol.bulkhead
@@ -233,7 +234,7 @@ def admit(run: Any, i: int) -> int:
             g.ticket = got
             with run.lock:
                 if g.wait == _SLOT:  # not granted meanwhile
-                    run.move(i, _PARKED)
+                    run.move(i, PARKED_STATE)
                     return PARKED
     g.reservation = None  # used by this attempt
     g.ticket = None
@@ -263,9 +264,9 @@ def _void_breaker(g: Guard, pol: Any) -> None:
 
 def _requeue(run: Any, i: int) -> int:
     """Under the run's lock: a parked node may go on; queue it; loops to start."""
-    if run.code[i] != _PARKED:
+    if run.code[i] != PARKED_STATE:
         return 0  # still in admit on its own thread: it sees what arrived
-    run.move(i, _QUEUED)
+    run.move(i, QUEUED)
     run.enqueue(i)
     return int(run.reserve_loops())
 
@@ -348,7 +349,7 @@ def _hedge_launch(run: Any, i: int, race: Any, delay: float) -> None:
     with run.lock:
         g = run.guards.get(i)
         if (g is None or g.race is not race or run.closed or run.results[i].state is not _DEFAULT
-                or run.code[i] != _RUNNING):
+                or run.code[i] != RUNNING):
             return
     permit = None
     if pol.bulkhead is not None:
@@ -407,7 +408,7 @@ def _hedge_outcome(run: Any, i: int, race: Any, n: int, value: Any,
 
     verdict = race.settle(n, error is None)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
-        run.complete(i, _NO_LOOP, value, error)
+        run.complete(i, NO_LOOP, value, error)
 
 
 # -- after an attempt ----------------------------------------------------------------------------
@@ -505,7 +506,7 @@ def _end(run: Any, i: int, error: BaseException, got: tuple[Any, BaseException |
     wr.exception = error
     wr.finished_at = now
     wr.state = _DEGRADED
-    run.move(i, _TERMINAL)
+    run.move(i, TERMINAL)
 
 
 def timeout_stand_in(run: Any, i: int) -> bool:
@@ -538,7 +539,7 @@ def defer_close(run: Any, i: int, state: ResultState, later: list[int]) -> bool:
     pol = run.plan.policy[i]
     if pol is None or pol.fallback is None or state is not ResultState.TIMEOUT:
         return False
-    run.move(i, _TERMINAL)
+    run.move(i, TERMINAL)
     later.append(i)
     return True
 
@@ -572,7 +573,7 @@ def doom(run: Any, s: int, f: int, now: float) -> bool:
     err.__cause__ = run.results[f].exception
     g = _guard(run, s)
     g.outcome = (None, err)
-    run.move(s, _QUEUED)
+    run.move(s, QUEUED)
     run.results[s].queued_at = now
     run.enqueue(s)
     return True
@@ -665,14 +666,3 @@ def check_executor(plan: Any, remote: bool, executor_name: str) -> None:
                 f"node {pol.name!r}: hedge is not supported on {executor_name} (a process "
                 "executor); run the node on a thread pool, or drop hedge"
             )
-
-
-# the run's codes and loop token, set by run.py when it imports this module (no import cycle)
-_QUEUED = _RUNNING = _TERMINAL = _PARKED = _NO_LOOP = 0
-
-
-def bind_codes(queued: int, running: int, terminal: int, parked: int, no_loop: int) -> None:
-    """Called once by ``run.py``: the node codes this module moves nodes between."""
-    global _QUEUED, _RUNNING, _TERMINAL, _PARKED, _NO_LOOP
-    _QUEUED, _RUNNING, _TERMINAL, _PARKED, _NO_LOOP = queued, running, terminal, parked, no_loop
-

@@ -33,10 +33,10 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow import _fork
-from taskflow.context import TaskContext, attach_view
 from taskflow.engine import executors, guards
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
-from taskflow.result import ResultState, WorkResult
+from taskflow.model.context import TaskContext, attach_view
+from taskflow.model.result import ResultState, WorkResult
 
 __all__ = [
     "Coordinator",

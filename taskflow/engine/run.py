@@ -2,7 +2,7 @@
 
 How a run works
 ===============
-A run (:class:`Run`) executes one compiled :class:`~taskflow.graph.Plan` (flat tuples indexed by
+A run (:class:`Run`) executes one compiled :class:`~taskflow.model.graph.Plan` (flat tuples indexed by
 node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
 same way: ``code`` (where each node is in its lifecycle, moved along ``LEGAL_MOVES`` by
 :meth:`Run.move`; the hot path writes the moves whose old state it has just tested, or
@@ -96,28 +96,12 @@ their futures, the node each runs, and loops stuck in a timed-out node (no longe
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
 
-State table (``LEGAL_MOVES``)
-=============================
-====================  =====================================================================
-from                  to
-====================  =====================================================================
-WAITING               QUEUED (its join fired), TERMINAL (failed fast, skipped, cancelled)
-QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed)
-RUNNING               TERMINAL (its outcome, its timeout), BACKOFF (retry later),
-                      QUEUED (retry at once on a remote executor), PARKED (waits for a
-                      bulkhead slot, a rate-limit token or another run's shared call)
-BACKOFF               QUEUED (back-off over), TERMINAL (timed out, closed)
-PARKED                QUEUED (what it waited for arrived), TERMINAL (timed out, closed)
-TERMINAL              SETTLED (its hook returned and its sons were updated)
-SETTLED               (none)
-====================  =====================================================================
-A PARKED node holds no worker: its loop went on with another node. The callback that ends its
-wait (a releasing thread, the timer, a resolving thread) moves it to QUEUED under the lock and
-``post``s ``dispatch`` to the owner (``guards.py``). A node with a fallback whose father failed
-moves WAITING -> QUEUED with its failure decided; its worker computes the stand-in, and it ends
-DEGRADED (TERMINAL), its sons running on that value.
-Any other move is a bug in taskflow: it raises :class:`IllegalMoveError` when the debug switch is
-on (``set_strict(True)``; the test suite turns it on) and is logged otherwise.
+State table
+===========
+Each node's ``code`` moves along ``states.LEGAL_MOVES`` (``states.py`` has the table and what
+each move means), applied by :meth:`Run.move`; an illegal move is a bug in taskflow: it raises
+:class:`~taskflow.engine.states.IllegalMoveError` when the debug switch is on
+(``set_strict(True)``; the test suite turns it on) and is logged otherwise.
 
 Invariants
 ==========
@@ -151,9 +135,21 @@ from typing import Any
 
 from loguru import logger
 
-from taskflow import joins, logs
-from taskflow.context import TaskContext, TaskSupport, current, detach_run
+from taskflow import logs
 from taskflow.engine import events, executors, guards, inline, loops, remote, timer
+from taskflow.engine.states import (
+    BACKOFF,
+    LEGAL_BITS,
+    NO_LOOP,
+    PARKED,
+    QUEUED,
+    RUNNING,
+    SETTLED,
+    STATE_NAMES,
+    TERMINAL,
+    WAITING,
+    IllegalMoveError,
+)
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -163,30 +159,13 @@ from taskflow.errors import (
     UpstreamFailedError,
     traceback_text,
 )
-from taskflow.graph import Plan
-from taskflow.result import FlowResult, HookError, ResultState, WorkResult
+from taskflow.model import joins
+from taskflow.model.context import TaskContext, TaskSupport, current, detach_run
+from taskflow.model.graph import Plan
+from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
-__all__ = [
-    "LEGAL_MOVES",
-    "STATE_NAMES",
-    "IllegalMoveError",
-    "Run",
-    "set_strict",
-]
+__all__ = ["FinishedRun", "Run", "set_strict"]
 
-# node lifecycle codes within a run
-WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED, PARKED = 0, 1, 2, 3, 4, 5, 6
-STATE_NAMES = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SETTLED", "PARKED")
-LEGAL_MOVES: dict[int, frozenset[int]] = {
-    WAITING: frozenset({QUEUED, TERMINAL}),
-    QUEUED: frozenset({RUNNING, TERMINAL}),
-    RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED, PARKED}),
-    BACKOFF: frozenset({QUEUED, TERMINAL}),
-    TERMINAL: frozenset({SETTLED}),
-    SETTLED: frozenset(),
-    PARKED: frozenset({QUEUED, TERMINAL}),
-}
-_LEGAL = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(7))
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
@@ -205,9 +184,6 @@ BACKLOG = 2
 WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
 HOOK_GRACE = 0.05
-# the "loop token" of work done outside any loop (remote outcomes, fan-in)
-NO_LOOP = -2
-guards.bind_codes(QUEUED, RUNNING, TERMINAL, PARKED, NO_LOOP)
 
 
 def _watch_time(now: float) -> float:
@@ -236,10 +212,6 @@ _current_thread = threading.current_thread
 _copy_context = contextvars.copy_context
 
 _strict = False
-
-
-class IllegalMoveError(AssertionError):
-    """A node state move outside ``LEGAL_MOVES``: a bug in taskflow (debug switch on)."""
 
 
 def set_strict(on: bool) -> None:
@@ -446,7 +418,7 @@ class Run:
     def move(self, i: int, new: int) -> None:
         """Under lock: move node ``i`` to ``new`` (see ``LEGAL_MOVES``)."""
         old = self.code[i]
-        if not (_LEGAL[old] >> new) & 1:
+        if not (LEGAL_BITS[old] >> new) & 1:
             msg = (f"illegal move of node {self.names[i]!r} in flow {self.flow_id}: "
                    f"{STATE_NAMES[old]} -> {STATE_NAMES[new]}")
             if _strict:
@@ -812,7 +784,7 @@ class Run:
                                        if id(c) not in pruned)
 
     def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
-        """Start node ``i``'s fan-out (``taskflow.fanout``) and give the loop its next node."""
+        """Start node ``i``'s fan-out (``taskflow.kinds.fanout``) and give the loop its next node."""
         self.begin_attempt(i, self.results[i], tname, node)
         fan = node.open_fan_out(self, i)
         with self.lock:

@@ -7,6 +7,7 @@ slot, a token or another run's call holds no worker. See ``docs/resilience-desig
 
 from __future__ import annotations
 
+from taskflow.exposition import Sample
 from taskflow.resilience.breaker import BreakerMetrics, BreakerPermit, BreakerState, CircuitBreaker
 from taskflow.resilience.bulkhead import Bulkhead, BulkheadMetrics, Permit, Ticket
 from taskflow.resilience.dispatch import ReadyQueue, fits_budget, node_weights, remaining_paths
@@ -16,7 +17,7 @@ from taskflow.resilience.errors import (
     FallbackError,
     UnhashableKeyError,
 )
-from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.export import render_prometheus
 from taskflow.resilience.fallback import Fallback
 from taskflow.resilience.hedge import Hedge, HedgeRace, Verdict
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies

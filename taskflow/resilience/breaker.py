@@ -34,8 +34,9 @@ from loguru import logger
 from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import FlowDefinitionError
+from taskflow.exposition import Sample
 from taskflow.resilience.errors import CircuitOpenError
-from taskflow.resilience.export import Sample, register, render_prometheus
+from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds, rebuild
 from taskflow.resilience.process import track
 

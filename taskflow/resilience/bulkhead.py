@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.exposition import Sample
 from taskflow.resilience.callbacks import run_callbacks
 from taskflow.resilience.errors import BulkheadFullError
-from taskflow.resilience.export import Sample, register, render_prometheus
+from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, rebuild
 from taskflow.resilience.process import track
 

@@ -6,7 +6,7 @@ objects so every family appears once with one series per object (label ``bulkhea
 
 Every ``Bulkhead``, ``RateLimit`` and ``CircuitBreaker`` also enters a process-wide weak
 registry when it is made (``register``; ``registered()`` lists the live ones). A
-:class:`~taskflow.monitor.PoolMonitor` built without ``resilience=`` exports the registered
+:class:`~taskflow.observe.monitor.PoolMonitor` built without ``resilience=`` exports the registered
 objects with its pool: in ``latest()``/``history()`` and in its Prometheus output. A name is
 registered once per kind: while the first object of that name lives, a second one of the same
 kind and name is not registered (its series would clash with the first's); hand it to a monitor
@@ -18,21 +18,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from taskflow import _fork
+from taskflow.exposition import Sample, render_families, sample_families
 
-__all__ = ["Exportable", "Sample", "register", "registered", "render_prometheus"]
-
-
-class Sample(NamedTuple):
-    """One series: family name (without prefix), type, help text, labels and value."""
-
-    family: str
-    kind: str  # "gauge" or "counter"
-    help: str
-    labels: tuple[tuple[str, str], ...]
-    value: float
+__all__ = ["Exportable", "register", "registered", "render_prometheus"]
 
 
 class Exportable(Protocol):
@@ -113,8 +104,6 @@ def render_prometheus(objects: Iterable[Exportable], *, prefix: str = "taskflow"
     Returns:
         The text, ending with a newline, or ``""`` when there is nothing to export.
     """
-    from taskflow.prometheus import render_families, sample_families
-
     return render_families(
         sample_families((s for obj in objects for s in obj.prometheus_samples()), prefix=prefix)
     )

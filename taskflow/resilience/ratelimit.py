@@ -32,7 +32,8 @@ from threading import Lock
 
 from pydantic import BaseModel, ConfigDict
 
-from taskflow.resilience.export import Sample, register, render_prometheus
+from taskflow.exposition import Sample
+from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
 from taskflow.resilience.process import track
 

@@ -37,9 +37,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.exposition import Sample
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
-from taskflow.resilience.export import Sample, render_prometheus
+from taskflow.resilience.export import render_prometheus
 from taskflow.resilience.options import (
     check_callable,
     check_int,

@@ -1,0 +1,386 @@
+"""The tasks that shape the graph: SIMPLE, NOOP, DYNAMIC, FORK_JOIN, JOIN, EXCLUSIVE_JOIN,
+SWITCH, DECISION and FORK_JOIN_DYNAMIC."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any, ClassVar
+
+from taskflow.declare.conductor import state
+from taskflow.declare.conductor.expressions import as_text
+from taskflow.declare.conductor.tasks.base import (
+    TaskFailedError,
+    TaskMixin,
+    as_output,
+    copy_value,
+    failure_output,
+)
+from taskflow.declare.conductor.tasks.javascript import evaluate
+from taskflow.errors import FlowDefinitionError, ResultNotAvailableError
+from taskflow.kinds.fanout import FanInResult, FanOutNode
+from taskflow.model.context import TaskContext
+from taskflow.model.node import NodeKind, SchedulingNode
+
+__all__ = ["DynamicForkTask", "DynamicTask", "ExclusiveJoinTask", "ForkTask", "JoinTask",
+           "NoopTask", "SimpleTask", "SwitchTask", "TaskFn"]
+
+#: A registry entry: called with the task's resolved input, returns its output.
+TaskFn = Callable[[dict[str, Any]], Any]
+
+
+def case_value(value: Any) -> str:
+    """A switch value as Conductor compares it with the case names (Java's ``"" + value``)."""
+    return as_text(value)
+
+
+class SimpleTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``SIMPLE``: calls the registry's callable with the resolved input."""
+
+    draw_as: ClassVar[str | None] = "task"
+    fn: TaskFn | None
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        fn = self.fn
+        if fn is None:
+            raise FlowDefinitionError(
+                f"task {self.ref!r} has no callable: its workflow was loaded without a registry"
+            )
+        return as_output(fn(task_input))
+
+
+class NoopTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``NOOP``: completes at once with an empty output."""
+
+    draw_as: ClassVar[str | None] = "task"
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+
+class DynamicTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``DYNAMIC``: runs the registry task named by its input ``dynamicTaskNameParam``."""
+
+    draw_as: ClassVar[str | None] = "task"
+    name_param: str
+    registry: Mapping[str, TaskFn] | None
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        name = task_input.get(self.name_param)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dynamic task {self.ref!r}: input {self.name_param!r} must name a "
+                             f"task, got {name!r}")
+        fn = None if self.registry is None else self.registry.get(name)
+        if fn is None or not callable(fn):
+            raise LookupError(f"dynamic task {self.ref!r}: task name {name!r} is not in the "
+                              "registry")
+        return as_output(fn(task_input))
+
+
+class ForkTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``FORK_JOIN``: a no-op whose sons are the branches' first tasks (no output)."""
+
+    draw_as: ClassVar[str | None] = "fork"
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+
+class JoinTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``JOIN``: ``{ref: output}`` of the joined tasks in this run; as in Conductor, a task
+    whose output is empty is left out."""
+
+    draw_as: ClassVar[str | None] = "join"
+    joined: tuple[str, ...]  # static fork: the joinOn refs
+    dynamic: str | None  # dynamic fork: the fan-out's ref
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        if self.dynamic is not None:
+            return self._dynamic_output(ctx, self.dynamic)
+        out: dict[str, Any] = {}
+        for ref in self.joined:
+            value = _output_of(ctx, ref)
+            if value:  # never ran (an unchosen case), or an empty output: left out
+                out[ref] = value
+        return out
+
+    @staticmethod
+    def _dynamic_output(ctx: TaskContext, ref: str) -> dict[str, Any]:
+        try:
+            fan = ctx.result_of(ref)
+        except (ResultNotAvailableError, KeyError):  # an optional dynamic fork that failed
+            return {}
+        if not isinstance(fan, FanInResult):
+            return {}
+        order = (state.tasks(ctx).get(ref) or {}).get("forked", list(fan.succeeded))
+        out: dict[str, Any] = {}
+        for key in order:
+            if key in fan.succeeded:
+                value = fan.succeeded[key]
+                value = value.output if isinstance(value, OptionalFailure) else value
+                if value:
+                    out[str(key)] = value
+        return out
+
+
+def _output_of(ctx: TaskContext, ref: str) -> Any:
+    """Task ``ref``'s output in this run: its value, a failed optional task's partial output,
+    or None when it did not run."""
+    try:
+        value = ctx.result_of(ref)
+    except (ResultNotAvailableError, KeyError):
+        rec = state.tasks(ctx).get(ref)
+        if rec is None or "output" not in rec:
+            return None
+        return rec["output"] or {}
+    return {} if isinstance(value, FanInResult) else value
+
+
+class ExclusiveJoinTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``EXCLUSIVE_JOIN``: the output of the one ``joinOn`` task that ran (the branch a DECISION
+    or SWITCH chose), else of the first ``defaultExclusiveJoinTask`` that ran."""
+
+    draw_as: ClassVar[str | None] = "join"
+    joined: tuple[str, ...]
+    defaults: tuple[str, ...]
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        for ref in self.joined + self.defaults:
+            value = _output_of(ctx, ref)
+            if value is not None:
+                return dict(value)
+        return {}
+
+
+class SwitchTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``SWITCH`` (``value-param``, ``javascript``, ``graaljs``) and ``DECISION``
+    (``caseValueParam``, ``caseExpression``): chooses the case whose name is the value's text.
+
+    Output: ``{"evaluationResult": [case], "selectedCase": case}`` for a SWITCH and
+    ``{"caseOutput": [case]}`` for a DECISION, as in Conductor.
+    """
+
+    # the engine asks choose_sons which sons run, as for a SwitchNode
+    node_kind: ClassVar[NodeKind] = NodeKind.SWITCH
+    draw_as: ClassVar[str | None] = "switch"
+    evaluator: str  # "value-param" or "javascript"
+    expression: str  # the input parameter's name, or the script
+    decision: bool  # a DECISION (output caseOutput)
+    cases: Mapping[str, tuple[SchedulingNode[Any, Any], ...]]  # case -> entry node (non-empty)
+    default: tuple[SchedulingNode[Any, Any], ...] | None
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        if self.evaluator == "value-param":
+            value = task_input.get(self.expression)
+        else:
+            value = evaluate(self.ref, self.expression, task_input, self.limits, ctx.remaining())
+        case = case_value(value)
+        if self.decision:
+            return {"caseOutput": [case]}
+        return {"evaluationResult": [case], "selectedCase": case}
+
+    def choose_sons(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
+        """The definition sons that run: the chosen case's entry, or the default's, or none,
+        plus every son that is not a case entry (the next step, a join on the switch)."""
+        case = None
+        if isinstance(value, Mapping):
+            case = value.get("selectedCase")
+            if case is None and isinstance(value.get("caseOutput"), list) and value["caseOutput"]:
+                case = value["caseOutput"][0]
+        branch = self.cases.get(case) if isinstance(case, str) else None
+        if branch is None:
+            branch = self.default or ()
+        routed = {id(n) for b in self.cases.values() for n in b}
+        routed.update(id(n) for n in self.default or ())
+        return tuple(branch) + tuple(s for s in self._sons if id(s) not in routed)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the branches stay in the caller's process; the engine asks the definition node
+        st = super().__getstate__()
+        st["cases"] = {}
+        st["default"] = None
+        return st
+
+
+class OptionalFailure:
+    """A failed optional dynamic task's output, carried through the fan-in as a success."""
+
+    __slots__ = ("error", "output")
+
+    def __init__(self, output: dict[str, Any], error: BaseException) -> None:
+        self.output = output
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<optional task failed: {self.error!r} output={self.output!r}>"
+
+
+class DynamicForkTask(TaskMixin, FanOutNode[None]):
+    """``FORK_JOIN_DYNAMIC``: forks the tasks listed in its input.
+
+    Each forked task's input is its own ``inputParameters`` (resolved when the fork runs)
+    merged with its entry in the tasks-input map, the entry winning, as in Conductor. An entry
+    that is not an object fails the fork, naming the fork and the task. A SIMPLE task is a
+    registry call; a task of any other type (SUB_WORKFLOW, HTTP, INLINE...) is compiled when
+    the fork runs, with the limits and definitions of the ``load`` call, and runs as a nested
+    one-task run, its input given as data (never read as expressions). Every forked task is
+    checked before any of them runs.
+    """
+
+    draw_as: ClassVar[str | None] = "fanout"
+    tasks_param: str | None
+    input_param: str | None
+    registry: Mapping[str, TaskFn] | None
+    static_refs: frozenset[str]
+    # compiles a forked system task as a one-task workflow, with the limits and definitions
+    # of the load() call (handed over by the loader, which this module does not import)
+    compile_task: Callable[[Mapping[str, Any]], Any]
+
+    task = FanOutNode.task  # the engine schedules the items; TaskMixin's task is not used
+
+    def items(self, ctx: TaskContext, param: None) -> Iterator[tuple[Hashable, Any]]:
+        forked = self._forked(ctx, self.get_input(ctx))
+        state.put_task(ctx, self.ref, forked=[item[0] for item in forked])
+        for item in forked:
+            yield item[0], item
+
+    def _forked(self, ctx: TaskContext, task_input: dict[str, Any]
+                ) -> list[tuple[str, str, dict[str, Any], bool, bool]]:
+        """(ref, name, input, optional, system) of each forked task, checked before any of
+        them runs; for a system task (any type but SIMPLE) the input is its definition."""
+        out: list[tuple[str, str, dict[str, Any], bool]] = []
+        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
+        inputs = task_input.get("forkTaskInputs")
+        if isinstance(inputs, list):
+            name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"dynamic fork {self.ref!r}: forkTaskInputs needs a forkTaskName")
+            for i, item in enumerate(inputs):
+                fn_input = dict(item) if isinstance(item, Mapping) else {"input": item}
+                fn_input["__index"] = i
+                out.append((f"_{name}_{i}", name, fn_input, self.optional_task))
+        else:
+            tasks = task_input.get(self.tasks_param or "")
+            if not isinstance(tasks, list):
+                raise TypeError(
+                    f"dynamic fork {self.ref!r}: input {self.tasks_param!r} must be a list of "
+                    f"tasks, got {type(tasks).__name__}"
+                )
+            all_inputs = task_input.get(self.input_param or "")
+            if not isinstance(all_inputs, Mapping):
+                raise TypeError(
+                    f"dynamic fork {self.ref!r}: input {self.input_param!r} must be a map of "
+                    f"task reference name -> input, got {type(all_inputs).__name__}"
+                )
+            scope = None
+            for i, t in enumerate(tasks):
+                if not isinstance(t, Mapping) or not isinstance(t.get("taskReferenceName"), str):
+                    raise TypeError(
+                        f"dynamic fork {self.ref!r}: task {i} has no taskReferenceName: {t!r}"
+                    )
+                ref = t["taskReferenceName"]
+                kind = t.get("type") or "SIMPLE"
+                name = t.get("name")
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
+                entry = all_inputs.get(ref)
+                if entry is not None and not isinstance(entry, Mapping):
+                    raise TypeError(
+                        f"dynamic fork {self.ref!r}: the input of task {ref!r} in "
+                        f"{self.input_param!r} must be an object, got "
+                        f"{type(entry).__name__} {entry!r}"
+                    )
+                own = t.get("inputParameters") or {}
+                if not isinstance(own, Mapping):
+                    raise TypeError(f"dynamic fork {self.ref!r}: inputParameters of task "
+                                    f"{ref!r} must be an object, got {type(own).__name__}")
+                merged: dict[str, Any] = {}
+                if own:
+                    if scope is None:
+                        scope = self.scope(ctx)
+                    merged.update(_resolve_forked_input(self.ref, ref, own, scope))
+                merged.update(entry or {})
+                optional = bool(t.get("optional")) or self.optional_task
+                if kind != "SIMPLE":
+                    system[ref] = _as_system_task(t, merged)
+                out.append((ref, name, merged, optional))
+            for ref, tdef in system.items():
+                self._compile_one(ref, tdef)  # checked before any forked task runs
+        seen: set[str] = set()
+        registry = self.registry
+        for ref, name, _, _ in out:
+            if ref in seen or ref in self.static_refs:
+                raise ValueError(
+                    f"dynamic fork {self.ref!r}: task reference name {ref!r} is used twice"
+                )
+            seen.add(ref)
+            if ref in system:
+                continue
+            if registry is None or not callable(registry.get(name)):
+                raise LookupError(
+                    f"dynamic fork {self.ref!r}: task {ref!r} uses name {name!r}, "
+                    "which is not in the registry"
+                )
+        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
+                for ref, name, fn_input, optional in out]
+
+    def _compile_one(self, ref: str, tdef: Mapping[str, Any]) -> Any:
+        """A forked system task as a one-task workflow (FlowDefinitionError naming it)."""
+        try:
+            return self.compile_task(tdef)
+        except FlowDefinitionError as exc:
+            raise FlowDefinitionError(f"dynamic fork {self.ref!r}: task {ref!r}: {exc}") from None
+
+    def work(self, ctx: TaskContext, item: Any) -> Any:
+        ref, name, fn_input, optional, system = item
+        try:
+            if system:
+                return self._run_system(ctx, ref, fn_input)
+            assert self.registry is not None  # checked by _forked
+            return as_output(self.registry[name](copy_value(fn_input)))
+        except Exception as exc:
+            if optional:
+                return OptionalFailure(failure_output(exc), exc)
+            raise
+
+    def _run_system(self, ctx: TaskContext, ref: str, tdef: Mapping[str, Any]) -> Any:
+        """Run a forked system task (HTTP, INLINE, SUB_WORKFLOW...) as a nested one-task run."""
+        from taskflow.declare.conductor.tasks.nested import run_nested
+
+        wf = self._compile_one(ref, tdef)
+        result, _record = run_nested(ctx, wf.nodes, {}, f"{state.run_key(ctx)}/{ref}")
+        wr = result.result_of(ref)
+        if ref in result.outputs:
+            return result.outputs[ref]
+        raise TaskFailedError(f"dynamic fork {self.ref!r}: task {ref!r} ended {wr.state.name}: "
+                              f"{wr.exception}", failure_output(wr.exception))
+
+
+def _escape(value: Any) -> Any:
+    """Data given as a definition's literal: ``${`` in strings is not an expression."""
+    if isinstance(value, str):
+        return value.replace("${", "$${")
+    if isinstance(value, Mapping):
+        return {k: _escape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape(v) for v in value]
+    return value
+
+
+def _as_system_task(task: Mapping[str, Any], task_input: dict[str, Any]) -> dict[str, Any]:
+    """A forked system task's definition, with its resolved input as literal inputParameters."""
+    tdef = dict(task)
+    tdef["inputParameters"] = _escape(task_input)
+    return tdef
+
+
+def _resolve_forked_input(fork: str, ref: str, params: Mapping[str, Any], scope: Any
+                          ) -> dict[str, Any]:
+    from taskflow.declare.conductor.expressions import compile_value
+
+    refs: list[Any] = []
+    try:
+        compiled = compile_value(dict(params), "inputParameters", refs)
+    except ValueError as exc:
+        raise ValueError(f"dynamic fork {fork!r}: task {ref!r}: {exc}") from None
+    value = scope.resolve(compiled)
+    return dict(value) if isinstance(value, Mapping) else {}

@@ -1,0 +1,208 @@
+"""Tasks that run a graph of their own: DO_WHILE (once per iteration) and SUB_WORKFLOW.
+
+Each runs its graph as a nested ``TaskScheduling.start`` on the run's own executor (a nested
+start from one of its workers runs inline, so even a one-worker pool cannot deadlock), with a
+budget of what remains of the enclosing run's, and a fresh context seeded with what the nested
+tasks may read.
+
+DO_WHILE, as Conductor runs it: the ``loopOver`` tasks run, then ``loopCondition`` (JavaScript,
+``$`` bound to the loop's input plus ``$.<loop ref>`` = the loop's output so far and
+``$.<task ref>`` = each loop task's latest output) decides whether to go again. The loop's
+output is ``{"iteration": n, "1": {ref: output, ...}, "2": {...}}``; loop tasks read
+``${loop.output.iteration}``, and tasks after the loop read a loop task's last iteration. A
+failed loop task fails the loop (with the output so far). ``max_loop_iterations`` (``load``)
+bounds a loop whose condition never turns false.
+
+SUB_WORKFLOW: ``subWorkflowParam`` names a definition given to ``load`` (``name``, optional
+``version``) or embeds one (``workflowDefinition``). Its input is the task's input; its output
+is the sub-workflow's output plus ``subWorkflowId``; a sub-workflow that does not complete
+fails the task with that output.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from taskflow.declare.conductor import state
+from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
+from taskflow.declare.conductor.tasks.javascript import evaluate, truthy
+from taskflow.model.context import TaskContext, TaskSupport
+from taskflow.model.node import SchedulingNode
+from taskflow.model.result import FlowResult
+
+if TYPE_CHECKING:
+    from taskflow.declare.conductor.workflow import Workflow
+
+__all__ = ["DoWhileTask", "SubWorkflowTask", "run_nested"]
+
+
+def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: TaskContext
+            ) -> FlowResult:
+    """Run ``nodes`` with context ``child`` on the enclosing run's executor."""
+    from taskflow.declare.conductor.workflow import EXECUTOR_KEY, executor_of, nested_timeout
+    from taskflow.scheduling import TaskScheduling
+
+    child[EXECUTOR_KEY] = ctx.get(EXECUTOR_KEY)
+    for key in (state.CORRELATION_KEY,):
+        if key in ctx:
+            child[key] = ctx[key]
+    executor: Executor | None = executor_of(ctx)
+    if executor is not None:
+        return TaskScheduling.start(nodes, executor=executor, timeout=nested_timeout(ctx),
+                                    context=child)
+    # the run's executor is not known here (a task started outside Workflow.start, or in
+    # another process): a small pool of our own, for this nested run only
+    pool = ThreadPoolExecutor(4, thread_name_prefix="taskflow-conductor-nested")
+    try:
+        return TaskScheduling.start(nodes, executor=pool, timeout=nested_timeout(ctx),
+                                    context=child)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # abandoned tasks end on their own
+
+
+def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
+               workflow_input: dict[str, Any], key: str) -> tuple[FlowResult, dict[str, Any]]:
+    """Run ``nodes`` as a workflow of its own (input ``workflow_input``, record ``key``) on the
+    enclosing run's executor; its FlowResult and its record (tasks, variables, meta)."""
+    child = TaskContext()
+    child[state.INPUT_KEY] = workflow_input
+    child[state.WORKFLOW_ID_KEY] = key
+    state.seed(child, key, {})
+    result = _nested(ctx, nodes, child)
+    return result, state.snapshot(child)
+
+
+class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``DO_WHILE``: see the module docstring."""
+
+    draw_as: ClassVar[str | None] = "task"
+    body: list[SchedulingNode[Any, Any]]  # the loopOver graph's nodes
+    body_refs: tuple[str, ...]  # every task of the body (nested ones included), in order
+    condition: str | None
+    evaluator: str  # "javascript" or "value-param"
+    body_optional: frozenset[str]  # the body's optional tasks
+    items: Any  # the compiled ``items`` expression (list iteration), or None
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        from taskflow.declare.conductor.workflow import conductor_status
+
+        output: dict[str, Any] = {}
+        limit = self.limits.max_loop_iterations
+        items = self._items(ctx)
+        keep = task_input.get("keepLastN")
+        keep_last = keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 \
+            else None
+        iteration = 0
+        while True:
+            ctx.raise_if_cancelled()  # the enclosing run ended (a failure elsewhere, the budget)
+            iteration += 1
+            if items is not None and iteration > len(items):
+                return output  # every item done (an empty list runs no iteration)
+            if iteration > limit:
+                raise TaskFailedError(
+                    f"do_while task {self.ref!r}: still looping after max_loop_iterations="
+                    f"{limit} iterations", output)
+            output["iteration"] = iteration
+            if items is not None:
+                output["loopItem"] = items[iteration - 1]
+                output["loopIndex"] = iteration - 1
+            state.put_task(ctx, self.ref, output=dict(output))
+            child = TaskContext()
+            child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
+            wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
+            child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
+            record = state.snapshot(ctx)
+            record.pop("meta", None)  # the loop's own failures and terminations start empty
+            state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
+            result = _nested(ctx, self.body, child)
+            records = state.tasks(child)
+            done = {r: dict(records[r]) for r in self.body_refs if r in records}
+            state.put_tasks(ctx, done)
+            output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
+                                      if "output" in rec}
+            if keep_last is not None:
+                output.pop(str(iteration - keep_last), None)
+            child_vars = state.variables(child)
+            if child_vars:
+                state.set_variables(ctx, child_vars)
+            meta = state.meta(child)
+            if "terminated" in meta:  # a TERMINATE inside the loop ends the whole workflow
+                state.put_meta(ctx, terminated=meta["terminated"])
+                ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
+                return output
+            if conductor_status(result, meta, self.body_optional) != "COMPLETED":
+                why = meta.get("reason") or result.cancelled or "failed"
+                raise TaskFailedError(
+                    f"do_while task {self.ref!r}: iteration {iteration} failed: task "
+                    f"{meta.get('failed_by')!r}: {why}", output)
+            state.put_task(ctx, self.ref, output=dict(output))
+            if items is not None and self.condition is None:
+                continue
+            if not self._again(ctx, output):
+                return output
+
+    def _items(self, ctx: TaskContext) -> list[Any] | None:
+        """The list a list-iterating loop (``items``) walks, or None for a counting loop."""
+        if self.items is None:
+            return None
+        items = self.scope(ctx).resolve(self.items)
+        if not isinstance(items, list):
+            raise TypeError(f"do_while task {self.ref!r}: items must give a list, got "
+                            f"{type(items).__name__}")
+        return items
+
+    def on_success(self, support: TaskSupport) -> None:
+        # in the caller's process: the loop tasks' last outputs, for the tasks after the loop
+        # (a loop run in another process recorded them in a copy of the context)
+        super().on_success(support)
+        value = support.work_result.result
+        if isinstance(value, dict):
+            last = value.get(str(value.get("iteration")))
+            if isinstance(last, dict):
+                known = state.tasks(support.context)
+                state.put_tasks(support.context, {
+                    r: {**(known.get(r) or {}), "output": out, "status": "COMPLETED"}
+                    for r, out in last.items()})
+
+    def _again(self, ctx: TaskContext, output: dict[str, Any]) -> bool:
+        if self.condition is None:
+            return False
+        bindings = dict(self.scope(ctx).resolve(self.inputs) or {})
+        if self.evaluator == "value-param":
+            return truthy(bindings.get(self.condition))
+        bindings[self.ref] = output
+        records = state.tasks(ctx)
+        for r in self.body_refs:
+            if r in records:
+                bindings[r] = records[r].get("output") or {}
+        return truthy(evaluate(self.ref, self.condition, bindings, self.limits,
+                               ctx.remaining()))
+
+
+class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
+    """``SUB_WORKFLOW``: see the module docstring."""
+
+    draw_as: ClassVar[str | None] = "task"
+    sub: Workflow
+
+    def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
+        from taskflow.declare.conductor.workflow import conductor_status, resolve_output
+
+        sub = self.sub
+        sub_id = self.task_id(ctx)
+        result, record = run_nested(ctx, sub.nodes, task_input, sub_id)
+        status = conductor_status(result, record.get("meta") or {}, sub._optional)
+        terminated = (record.get("meta") or {}).get("terminated")
+        if terminated:
+            output = dict(terminated.get("output") or {})
+        else:
+            output = resolve_output(result, record, sub._output_parameters, sub._tail,
+                                    task_input, sub.name, sub.version)
+        output["subWorkflowId"] = sub_id
+        if status != "COMPLETED":
+            meta = record.get("meta") or {}
+            raise TaskFailedError(
+                f"sub_workflow task {self.ref!r}: workflow {sub.name!r} ended {status}"
+                + (f": {meta.get('reason')}" if meta.get("reason") else ""), output)
+        return output

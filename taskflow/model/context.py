@@ -1,0 +1,290 @@
+"""``TaskContext`` — the task bus shared by the nodes of one run — and ``TaskSupport`` for hooks."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, Protocol
+
+from taskflow.errors import FlowDefinitionError, NodeCancelledError, ResultNotAvailableError
+from taskflow.model.result import RunRecord, WorkResult
+
+__all__ = [
+    "ContextView",
+    "RunView",
+    "TaskContext",
+    "TaskSupport",
+    "attach_view",
+    "bind_context",
+    "current",
+    "detach_run",
+]
+
+# The engine sets ``current.run``/``current.idx`` around each task and hook call on the thread
+# running it, so ``ctx.cancelled`` can also answer for the node that asks, and a task abandoned by
+# an earlier run of a reused context still sees its own run.
+current = threading.local()
+
+
+class ContextView(Protocol):
+    """What a TaskContext asks of the run it belongs to (a run, or a snapshot in another
+    process)."""
+
+    flow_id: str
+    flow_name: str
+    deadline: float
+    cancel_reason: str | None
+    finished: bool
+
+    def cancelled_for_caller(self) -> bool:
+        """The run closed, or the asking node is already terminal."""
+
+    def caller_name(self) -> str:
+        """The name of the node asking (``"?"`` when it is not one of the run's)."""
+
+    def value_of(self, name: str) -> Any:
+        """The result of node ``name`` if it succeeded (``ResultNotAvailableError`` otherwise)."""
+
+    def cancel(self, reason: str | None) -> None:
+        """``ctx.cancel``: end the run early."""
+
+
+class RunView(ContextView, RunRecord, Protocol):
+    """What the model classes (nodes, contexts, results, hook supports) see of a run."""
+
+    ctx: TaskContext
+    data: dict[str, Any]
+
+    def node(self, i: int) -> Any:
+        """This run's copy of node ``i``."""
+
+    def sons_of(self, i: int) -> tuple[int, ...]:
+        """Indices of the sons of node ``i``."""
+
+
+def attach_view(ctx: TaskContext, view: ContextView) -> None:
+    """Point ``ctx`` at ``view`` (a snapshot in another process), holding it strongly."""
+    ctx._run = lambda: view
+
+
+def detach_run(ctx: TaskContext, run: RunView, record: ContextView) -> None:
+    """``run`` finished: if ``ctx`` still points at it, point it at ``record`` (what remains of
+    the run, without a reference back to it) instead."""
+    with ctx._lock:
+        ref = ctx._run
+        if ref is not None and ref() is run:
+            ctx._run = lambda: record
+
+
+def bind_context(ctx: TaskContext, run: RunView) -> None:
+    """Make ``ctx`` the context of ``run`` (which holds it); the context holds the run weakly.
+
+    A context reused after an earlier run gets a fresh copy of its entries, left with the earlier
+    run, so a task that run abandoned never writes into the new one.
+
+    Raises:
+        FlowDefinitionError: the context belongs to a run that has not finished.
+    """
+    with ctx._lock:
+        ref = ctx._run
+        active = ref() if ref is not None else None
+        if active is not None and not active.finished:
+            raise FlowDefinitionError(
+                f"context is already used by running flow {active.flow_id}; "
+                "one context belongs to one run at a time"
+            )
+        if ref is not None:
+            ctx._data = dict(ctx._data)
+        run.data = ctx._data
+        ctx._run = weakref.ref(run)
+
+
+class TaskContext(MutableMapping[str, Any]):
+    """A thread-safe mutable mapping shared by every node of one run.
+
+    One context belongs to one run at a time. Beyond the mapping it tells a task about its run:
+    ``flow_id``, ``flow_name``, ``remaining()``, ``cancelled``, ``cancel()``, ``result_of()``.
+
+    On executors that run tasks in other processes, a task gets a picklable snapshot: its
+    writes are not seen by other nodes, so results travel as return values.
+    """
+
+    __slots__ = ("__weakref__", "_data", "_lock", "_run")
+
+    def __init__(self, initial: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._lock = threading.Lock()  # guards _data for compound operations, and _run
+        self._data: dict[str, Any] = dict(initial or {}, **kwargs)
+        # the latest run, held weakly (the run holds the context); a snapshot elsewhere
+        self._run: Callable[[], ContextView | None] | None = None
+
+    def _view(self) -> ContextView | None:
+        """The run asking: the one running on this thread if it uses this context, else the
+        latest run of the context."""
+        run = getattr(current, "run", None)
+        if run is not None and run.ctx is self:
+            view: ContextView = run
+            return view
+        ref = self._run
+        return ref() if ref is not None else None
+
+    def _entries(self) -> dict[str, Any]:
+        run = getattr(current, "run", None)
+        if run is not None and run.ctx is self:
+            data: dict[str, Any] = run.data
+            return data
+        return self._data
+
+    # -- the mapping -------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        return self._entries()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._entries()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        with self._lock:
+            del self._entries()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            return iter(list(self._entries()))
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._entries().get(key, default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return self._entries().setdefault(key, default)
+
+    def incr(self, key: str, n: int = 1) -> int:
+        """Atomically add ``n`` to ``self[key]`` (missing counts as 0) and return the new value."""
+        with self._lock:
+            data = self._entries()
+            value: int = data.get(key, 0) + n
+            data[key] = value
+            return value
+
+    def snapshot(self) -> dict[str, Any]:
+        """A shallow copy of the entries (what travels to other processes)."""
+        with self._lock:
+            return dict(self._entries())
+
+    # -- the run -----------------------------------------------------------------------------
+    @property
+    def flow_id(self) -> str | None:
+        """The id of the run using this context (None outside a run)."""
+        run = self._view()
+        return run.flow_id if run is not None else None
+
+    @property
+    def operation_id(self) -> str | None:
+        """A stable id of the asking node's work in this run: ``"<flow_id>:<node>"``, plus
+        ``":<item id>"`` in a fan-out item. The same across the node's retries and hedged
+        attempts (``support.attempt`` tells attempts apart), so pass it to a backend as an
+        idempotency key. None outside a run.
+        """
+        run = self._view()
+        if run is None:
+            return None
+        base = f"{run.flow_id}:{run.caller_name()}"
+        item = getattr(current, "item", None)
+        return base if item is None else f"{base}:{item}"
+
+    @property
+    def flow_name(self) -> str | None:
+        """The name of the flow using this context (``start(..., name=...)``; by default its
+        first node's name), None outside a run."""
+        run = self._view()
+        return run.flow_name if run is not None else None
+
+    def remaining(self) -> float:
+        """Seconds left of the run's budget: never negative, ``inf`` with no budget."""
+        run = self._view()
+        if run is None:
+            return math.inf
+        left = run.deadline - time.monotonic()
+        return max(0.0, left)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run timed out or was cancelled, or the asking node was cancelled
+        (a join no longer needs it, or its own timeout passed). Long tasks poll it."""
+        run = self._view()
+        return run is not None and run.cancelled_for_caller()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``NodeCancelledError`` naming the asking node if :attr:`cancelled` is True."""
+        run = self._view()
+        if run is not None and run.cancelled_for_caller():
+            raise NodeCancelledError(run.caller_name(), run.cancel_reason)
+
+    def cancel(self, reason: str | None = None) -> None:
+        """End the run early: unfinished nodes become CANCELLED and ``start`` returns.
+
+        A node that calls this and returns keeps its own result. Safe from any thread. In
+        another process (process pools, dask) it has no effect: return a value instead.
+        """
+        run = self._view()
+        if run is not None:
+            run.cancel(reason)
+
+    def result_of(self, name: str) -> Any:
+        """The value of node ``name`` if it finished with SUCCESS.
+
+        In another process only the fathers' results are available.
+
+        Raises:
+            KeyError: no node of that name in the run.
+            ResultNotAvailableError: the node has not (or not successfully) finished.
+        """
+        run = self._view()
+        if run is None:
+            raise ResultNotAvailableError(name, "not part of a running flow")
+        return run.value_of(name)
+
+    def __repr__(self) -> str:
+        return f"<TaskContext flow={self.flow_id} keys={sorted(self._data)!r}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TaskContext, (self.snapshot(),))
+
+
+class TaskSupport:
+    """What a hook is given.
+
+    Attributes:
+        node: this run's node.
+        work_result: its WorkResult.
+        context: the run's TaskContext.
+        attempt: the attempt number (1-based) the hook is about.
+    """
+
+    __slots__ = ("_idx", "_run", "attempt", "context", "node", "work_result")
+
+    def __init__(self, run: RunView, idx: int, attempt: int) -> None:
+        self._run = run
+        self._idx = idx
+        self.node: Any = run.node(idx)
+        self.work_result: WorkResult[Any] = run.results[idx]
+        self.context: TaskContext = run.ctx
+        self.attempt = attempt
+
+    @property
+    def fathers(self) -> dict[str, WorkResult[Any]]:
+        """father name -> its WorkResult in this run."""
+        run = self._run
+        names = run.names
+        return {names[f]: run.results[f] for f in run.fathers_of(self._idx)}
+
+    def __repr__(self) -> str:
+        return f"<TaskSupport {self.node!r} attempt={self.attempt}>"

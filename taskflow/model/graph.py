@@ -1,0 +1,312 @@
+"""The graph: discovery from the top nodes, validation, and compilation into an immutable plan.
+
+``compile_plan(tops)`` follows edges in both directions from the nodes given (iteratively, so a
+10,000-node chain is fine), validates everything that can be known before a run (types, names,
+cycles via ``graphlib``, join parameters) and returns a :class:`Plan`: flat tuples indexed by node
+number that the engine reads without locks. Plans are cached on the first top node and marked
+stale when any node in them is rewired or has an option changed.
+
+``select_targets(plan, targets)`` narrows a plan to the targets and their ancestors (what
+``start(..., targets=...)`` runs, as dask's ``get(keys)``): the narrowed plan is cached on the
+full plan, keyed by the targets' indices, so it goes stale with it.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import inspect
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
+from taskflow.model import joins
+from taskflow.model.node import FunctionNode, NodeKind, SchedulingNode
+
+__all__ = ["Plan", "as_top_nodes", "compile_plan", "select_targets"]
+
+# narrowed plans kept per full plan (``select_targets``); the cache starts afresh when full
+SUBSET_CACHE = 64
+
+
+class Plan:
+    """An immutable, validated graph. Node ``i`` is ``nodes[i]``; edges are index tuples.
+
+    A narrowed plan (``select_targets``) holds some nodes of a connected graph, closed under
+    fathers: ``pruned`` has the ids of the connected nodes it leaves out (sons edges to them
+    are dropped), and ``subsets`` of a full plan caches its narrowed plans.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "any_policy",
+        "any_timeout",
+        "backoff",
+        "est",
+        "fanout",
+        "fathers",
+        "has_begin",
+        "has_fail",
+        "has_success",
+        "index",
+        "join_k",
+        "join_kind",
+        "names",
+        "nfathers",
+        "nodes",
+        "optional",
+        "plain",
+        "policy",
+        "pos",
+        "pruned",
+        "retries",
+        "roots",
+        "routes",
+        "sinks",
+        "sons",
+        "stale",
+        "stateless",
+        "subsets",
+        "timeout",
+        "tops",
+    )
+
+    def __init__(self, tops: tuple[SchedulingNode[Any, Any], ...],
+                 nodes: list[SchedulingNode[Any, Any]],
+                 pruned: frozenset[int] = frozenset()) -> None:
+        self.stale = False
+        self.tops = tops
+        self.pruned = pruned
+        self.subsets: dict[tuple[int, ...], Plan] = {}
+        self.nodes = tuple(nodes)
+        self.pos = pos = {id(n): i for i, n in enumerate(nodes)}
+        self.names = tuple(n.name for n in nodes)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.fathers = tuple(tuple(pos[id(f)] for f in n._fathers) for n in nodes)
+        self.sons = tuple(tuple(pos[id(s)] for s in n._sons if id(s) in pos) for n in nodes)
+        self.optional = tuple(
+            frozenset(pos[id(f)] for f in n._fathers if id(f) in n._optional) for n in nodes
+        )
+        self.nfathers = tuple(len(f) for f in self.fathers)
+        self.join_kind = tuple(n.join.kind for n in nodes)
+        self.join_k = tuple(n.join.k for n in nodes)
+        self.roots = tuple(i for i, f in enumerate(self.fathers) if not f)
+        self.timeout = tuple(n.timeout for n in nodes)
+        self.any_timeout = any(t is not None for t in self.timeout)
+        self.retries = tuple(n.retries for n in nodes)
+        self.backoff = tuple(n.retry_backoff for n in nodes)
+        base = SchedulingNode
+        self.has_begin = tuple(type(n).on_begin is not base.on_begin for n in nodes)
+        self.has_success = tuple(type(n).on_success is not base.on_success for n in nodes)
+        self.has_fail = tuple(type(n).on_fail is not base.on_fail for n in nodes)
+        kinds = tuple(type(n).node_kind for n in nodes)
+        # nodes that choose which sons run (switches): index -> True
+        self.routes = tuple(k is NodeKind.SWITCH for k in kinds)
+        # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
+        self.stateless = tuple(
+            type(n).task is FunctionNode.task and not (b or s or f)
+            for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail, strict=True)
+        )
+        # nodes that schedule sub-work themselves (taskflow.kinds.fanout)
+        self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
+        # the one mutable field: each node's typical task time (seconds, an exponential moving
+        # average; -1.0 until measured), written by runs without a lock (a float store is atomic)
+        # and read by the engine to decide whether a ready node deserves a worker loop of its own
+        self.est = [-1.0] * len(nodes)
+        self.sinks = tuple(not s for s in self.sons)
+        # each node's resilience options (``taskflow.resilience.policy``; None: none), read by
+        # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
+        self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
+        self.any_policy = any(p is not None for p in self.policy)
+        # the engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
+        # with no own timeout, no routing, no fan-out and no resilience options; its task is
+        # ``fn(ctx, param)`` called directly and a success settles without any of those checks
+        self.plain = tuple(
+            sl and t is None and not r and not fo and p is None
+            for sl, t, r, fo, p in zip(self.stateless, self.timeout, self.routes, self.fanout,
+                                       self.policy, strict=True)
+        )
+
+
+def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
+    """Normalise ``start``'s ``nodes`` argument, naming the culprit on bad input."""
+    if isinstance(nodes, SchedulingNode):
+        nodes = (nodes,)
+    if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
+        raise InvalidNodeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
+    if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
+        raise InvalidNodeError(
+            f"nodes must be a SchedulingNode or an iterable of them, got {type(nodes).__name__}"
+        )
+    tops = tuple(nodes)
+    for i, n in enumerate(tops):
+        if isinstance(n, SchedulingNode) and n.__dict__.get("_run") is not None:
+            raise InvalidNodeError(
+                f"node {n.name!r} is a run's copy (from a FlowResult or a hook); "
+                "start the definition nodes you built the graph from"
+            )
+        if not isinstance(n, SchedulingNode):
+            if isinstance(n, type) and issubclass(n, SchedulingNode):
+                raise InvalidNodeError(
+                    f"nodes[{i}] is the class {n.__name__}; pass an instance: {n.__name__}(...)"
+                )
+            raise InvalidNodeError(f"nodes[{i}] is {n!r} ({type(n).__name__}), not a SchedulingNode")
+    return tops
+
+
+def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
+    """The validated plan of the graph connected to ``tops`` (cached until rewired)."""
+    cached: Plan | None = tops[0].__dict__.get("_plan_cache") if tops else None
+    if cached is not None and not cached.stale and len(cached.tops) == len(tops) and all(
+        a is b for a, b in zip(cached.tops, tops, strict=True)
+    ):
+        return cached
+    nodes = _discover(tops)
+    _validate(nodes)
+    plan = Plan(tops, nodes)
+    for n in nodes:
+        n.__dict__["_plans"].append(plan)
+    if tops:
+        tops[0].__dict__["_plan_cache"] = plan
+    return plan
+
+
+def select_targets(plan: Plan, targets: object) -> Plan:
+    """The plan of ``targets`` and their ancestors in ``plan`` (cached on ``plan``).
+
+    ``targets`` is a node, a node name, or an iterable of them; each must be in ``plan``.
+
+    Raises:
+        FlowDefinitionError: a target is not in the graph (named), or ``targets`` is empty.
+        InvalidNodeError: a target is neither a node nor a name.
+    """
+    key = _target_indices(plan, targets)
+    cached = plan.subsets.get(key)
+    if cached is not None:
+        return cached
+    keep = bytearray(len(plan.nodes))
+    stack = list(key)
+    fathers = plan.fathers
+    while stack:
+        i = stack.pop()
+        if not keep[i]:
+            keep[i] = 1
+            stack.extend(fathers[i])
+    if all(keep):
+        sub = plan
+    else:
+        nodes = [n for n, k in zip(plan.nodes, keep, strict=True) if k]  # plan order: still topological
+        sub = Plan(plan.tops, nodes, frozenset(id(n) for n, k in zip(plan.nodes, keep, strict=True) if not k))
+        sub.est = [e for e, k in zip(plan.est, keep, strict=True) if k]
+    if len(plan.subsets) >= SUBSET_CACHE:
+        plan.subsets.clear()
+    plan.subsets[key] = sub
+    return sub
+
+
+def _target_indices(plan: Plan, targets: object) -> tuple[int, ...]:
+    """The sorted indices of ``targets`` in ``plan``, naming any culprit."""
+    if isinstance(targets, (SchedulingNode, str)):
+        targets = (targets,)
+    elif isinstance(targets, (bytes, dict)) or not isinstance(targets, Iterable):
+        raise InvalidNodeError(
+            f"targets must be a node, a node name or an iterable of them, got {type(targets).__name__}"
+        )
+    found: set[int] = set()
+    where = "the graph connected to the nodes given"
+    for k, t in enumerate(targets):
+        if isinstance(t, SchedulingNode):
+            i = plan.pos.get(id(t))
+            if i is None or plan.nodes[i] is not t:
+                name = t.__dict__.get("name", "?")
+                other = " (a different node has that name)" if name in plan.index else ""
+                raise FlowDefinitionError(f"target {name!r} is not in {where}{other}")
+        elif isinstance(t, str):
+            j = plan.index.get(t)
+            if j is None:
+                raise FlowDefinitionError(f"target {t!r} names no node in {where}")
+            i = j
+        else:
+            raise InvalidNodeError(
+                f"targets[{k}] is {t!r} ({type(t).__name__}), not a node or a node name"
+            )
+        found.add(i)
+    if not found:
+        raise FlowDefinitionError("targets is empty; pass targets=None to run the whole graph")
+    return tuple(sorted(found))
+
+
+def _discover(tops: tuple[SchedulingNode[Any, Any], ...]) -> list[SchedulingNode[Any, Any]]:
+    """Every node connected to ``tops`` (breadth first, both directions), then put in a stable
+    topological order (Kahn's algorithm, ties by discovery). A cycle leaves nodes out of the
+    order; they are appended so that validation can name the cycle."""
+    seen: set[int] = set()
+    found: list[SchedulingNode[Any, Any]] = []
+    queue = deque(tops)
+    while queue:
+        n = queue.popleft()
+        if id(n) in seen:
+            continue
+        d = n.__dict__
+        if "_fathers" not in d:
+            raise FlowDefinitionError(
+                f"{type(n).__name__}.__init__ did not call super().__init__(); "
+                "SchedulingNode subclasses must initialise their base"
+            )
+        seen.add(id(n))
+        found.append(n)
+        queue.extend(m for m in d["_sons"] if id(m) not in seen)
+        queue.extend(m for m in d["_fathers"] if id(m) not in seen)
+    left = {id(n): len(n._fathers) for n in found}
+    ready = deque(n for n in found if not left[id(n)])
+    order: list[SchedulingNode[Any, Any]] = []
+    while ready:
+        n = ready.popleft()
+        order.append(n)
+        for s in n._sons:
+            left[id(s)] -= 1
+            if not left[id(s)]:
+                ready.append(s)
+    if len(order) < len(found):
+        placed = {id(n) for n in order}
+        order.extend(n for n in found if id(n) not in placed)
+    return order
+
+
+def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
+    names: dict[str, SchedulingNode[Any, Any]] = {}
+    for n in nodes:
+        cls = type(n)
+        if cls.task is SchedulingNode.task:
+            raise FlowDefinitionError(
+                f"node {n.name!r}: {cls.__name__} does not implement task(self, ctx, param)"
+            )
+        if inspect.iscoroutinefunction(cls.task):
+            raise FlowDefinitionError(
+                f"node {n.name!r}: {cls.__name__}.task is a coroutine function; "
+                "tasks run on executor threads and must be plain functions"
+            )
+        check = getattr(n, "_check_definition", None)
+        if check is not None:
+            check()
+        other = names.get(n.name)
+        if other is not None:
+            raise DuplicateNameError(n.name)
+        names[n.name] = n
+        nf = len(n._fathers)
+        kind, k = n.join.kind, n.join.k
+        if kind in (joins.ANY, joins.QUORUM) and nf == 0:
+            raise FlowDefinitionError(f"node {n.name!r} has join {n.join!r} but no fathers")
+        if kind == joins.QUORUM and k > nf:
+            raise FlowDefinitionError(
+                f"node {n.name!r} has join {n.join!r} but only {nf} father(s)"
+            )
+    ts: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
+    for n in nodes:
+        ts.add(n.name, *(f.name for f in n._fathers))
+    try:
+        ts.prepare()
+    except graphlib.CycleError as e:
+        cycle = list(e.args[1])
+        cycle.reverse()  # graphlib reports son -> father; name it along the edges
+        raise CycleError(cycle) from None

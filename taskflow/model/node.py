@@ -1,0 +1,524 @@
+"""Nodes: ``SchedulingNode`` (subclass it), ``FunctionNode`` (wrap a function), and their wiring.
+
+A node object is a *definition*: its wiring (fathers, sons) and options. ``TaskScheduling.start``
+never mutates it; every run works on per-run copies, made when the run needs them, whose
+``state`` and ``work_result`` read that run's bookkeeping. ``task`` and the hooks are called on the
+run's copy, so ``self`` inside them is that run's node and attributes set there stay in that run.
+
+Wiring and options may be changed between runs (the compiled plan cached for the graph is then
+rebuilt), but not while a run of the same graph is being started from another thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import math
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, overload
+
+from taskflow.errors import InvalidNodeError
+from taskflow.model.joins import Join
+from taskflow.model.result import ResultState, WorkResult
+
+if TYPE_CHECKING:
+    import weakref
+
+    from taskflow.model.context import RunView, TaskContext, TaskSupport
+
+__all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+# attributes whose change invalidates a compiled plan (see graph.compile_plan)
+_PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"})
+# the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
+_POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
+                  "share_key", "cache_ttl", "cache_size", "priority", "min_budget")
+_POLICY_DEFAULTS: dict[str, Any] = {
+    "bulkhead": None, "breaker": None, "rate_limit": None, "hedge": None, "idempotent": False,
+    "share_key": None, "cache_ttl": None, "cache_size": 1024, "priority": 0, "min_budget": None,
+}
+
+
+class _NoFallback:
+    """The ``fallback`` default: no stand-in value (None is a valid one)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_FALLBACK"
+
+    def __reduce__(self) -> str:
+        return "NO_FALLBACK"
+
+
+NO_FALLBACK: Any = _NoFallback()
+
+
+class NodeState(enum.Enum):
+    """Coarse lifecycle of a node in one run (the Java design's INIT/WORKING/FINISH/ERROR).
+
+    ``SUCCESS`` and ``SKIPPED`` end in ``FINISH``; ``EXCEPTION``, ``TIMEOUT`` and ``CANCELLED``
+    in ``ERROR``.
+    """
+
+    INIT = 0
+    WORKING = 3
+    FINISH = 1
+    ERROR = 2
+
+
+class NodeKind(enum.Enum):
+    """How the engine runs a node (a class declares it with the ``node_kind`` class attribute).
+
+    ``TASK``: call ``task`` (with retries) and record its value. ``SWITCH``: a task whose value
+    chooses which sons run: the engine calls ``choose_sons(value)``. ``FANOUT``: the engine calls
+    ``open_fan_out(host, i)`` and the node schedules its own items (``taskflow.kinds.fanout``).
+    """
+
+    TASK = "task"
+    SWITCH = "switch"
+    FANOUT = "fanout"
+
+
+_FINISH_STATES = (ResultState.SUCCESS, ResultState.SKIPPED, ResultState.DEGRADED)
+
+
+def check_timeout(value: object, what: str = "timeout") -> float | None:
+    """Validate a duration option: None, or a non-negative real number.
+
+    ``inf``, and anything at or above ``threading.TIMEOUT_MAX`` (about 292 years: ``sys.maxsize``,
+    ``1e10``, ``10**400``), means no limit and is returned as ``inf``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None, got {type(value).__name__}")
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError(f"{what} must not be NaN")
+    if value < 0:
+        raise ValueError(f"{what} must be non-negative, got {value!r}")
+    if value >= threading.TIMEOUT_MAX:
+        return math.inf
+    return float(value)
+
+
+def _check_retries(retries: object, backoff: object) -> tuple[int, float]:
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise TypeError(f"retries must be an int, got {type(retries).__name__}")
+    if retries < 0:
+        raise ValueError(f"retries must be non-negative, got {retries}")
+    checked = check_timeout(backoff, "retry_backoff")
+    if checked is None or math.isinf(checked):
+        raise ValueError(f"retry_backoff must be a finite number of seconds, got {backoff!r}")
+    return retries, checked
+
+
+NodeArg = Union["SchedulingNode[Any, Any]", Iterable["SchedulingNode[Any, Any]"]]
+
+
+def _flatten(nodes: tuple[Any, ...]) -> list[SchedulingNode[Any, Any]]:
+    """``f(a, b)`` and ``f([a, b])`` both give ``[a, b]``; anything else is a TypeError."""
+    if len(nodes) == 1 and not isinstance(nodes[0], SchedulingNode):
+        items = nodes[0]
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise InvalidNodeError(f"expected SchedulingNode instances, got {type(items).__name__}")
+        nodes = tuple(items)
+    out = []
+    for i, n in enumerate(nodes):
+        if not isinstance(n, SchedulingNode):
+            raise InvalidNodeError(
+                f"expected SchedulingNode instances, got {type(n).__name__} at position {i}"
+            )
+        out.append(n)
+    return out
+
+
+class SchedulingNode(Generic[T, V]):
+    """A unit of work in a flow. Subclass it and implement :meth:`task`.
+
+    Args:
+        param: the value passed to ``task`` as ``param``.
+        name: unique name within a flow; defaults to the class name.
+        timeout: seconds from the node's first start that cover all its attempts; when it passes
+            the node is ``TIMEOUT`` at once and its sons fail fast. Its thread keeps running (a
+            Python thread cannot be interrupted): the late result is dropped. None: no limit.
+        retries: extra attempts after a failure.
+        retry_backoff: seconds before the first retry, doubled for each further one. Retries stop
+            when the next back-off would not fit the budget.
+        join: the :class:`~taskflow.Join` policy deciding when the node runs.
+
+    Resilience options (keyword-only; see the resilience guide; all checked here, a bad one
+    raises ``FlowDefinitionError`` naming the node):
+        bulkhead: a :class:`~taskflow.Bulkhead` capping concurrent attempts across runs.
+        breaker: a :class:`~taskflow.CircuitBreaker`; while open the node fails at once.
+        rate_limit: a :class:`~taskflow.RateLimit` token bucket shared across runs.
+        fallback: a value, or ``fallback(ctx, error)``: the node ends ``DEGRADED`` with it
+            instead of ``EXCEPTION``/``TIMEOUT``.
+        hedge: a :class:`~taskflow.Hedge`: duplicate attempts when the first is slow; needs
+            ``idempotent=True``.
+        idempotent: the task may run more than once for one operation (``ctx.operation_id``).
+        share_key: ``share_key(ctx, param)`` -> a hashable key; concurrent runs with the same
+            key share one attempt. ``cache_ttl``/``cache_size``: keep successes that long.
+        priority: higher first when more nodes are ready than workers are free.
+        min_budget: seconds of budget the node needs to start; less: ``TIMEOUT`` at once.
+    """
+
+    # set in __init__ (through __dict__, so that construction does not invalidate plans)
+    param: T
+    name: str
+    timeout: float | None
+    retries: int
+    retry_backoff: float
+    join: Join
+    bulkhead: Any
+    breaker: Any
+    rate_limit: Any
+    fallback: Any
+    hedge: Any
+    idempotent: bool
+    share_key: Any
+    cache_ttl: float | None
+    cache_size: int
+    priority: float
+    min_budget: float | None
+    _fathers: list[SchedulingNode[Any, Any]]
+    _sons: list[SchedulingNode[Any, Any]]
+    _optional: set[int]
+    _run: weakref.ref[RunView] | None
+    _idx: int
+
+    node_kind: ClassVar[NodeKind] = NodeKind.TASK
+    """How the engine runs this class's nodes (see :class:`NodeKind`)."""
+
+    draw_as: ClassVar[str | None] = None
+    """How diagrams (Mermaid, DOT) draw this class's nodes: ``"task"``, ``"switch"``,
+    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from :attr:`node_kind`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # classes written before NodeKind declared their kind with a class flag
+        if cls.__dict__.get("_routes_sons"):
+            cls.node_kind = NodeKind.SWITCH
+        elif cls.__dict__.get("_fans_out"):
+            cls.node_kind = NodeKind.FANOUT
+
+    def __init__(
+        self,
+        param: T | None = None,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_backoff: float = 0.0,
+        join: Join = Join.ALL,
+        bulkhead: Any = None,
+        breaker: Any = None,
+        rate_limit: Any = None,
+        fallback: Any = NO_FALLBACK,
+        hedge: Any = None,
+        idempotent: bool = False,
+        share_key: Callable[[TaskContext, Any], Any] | None = None,
+        cache_ttl: float | None = None,
+        cache_size: int = 1024,
+        priority: float = 0,
+        min_budget: float | None = None,
+    ) -> None:
+        d = self.__dict__
+        d["_plans"] = []  # compiled plans that include this node; invalidated on change
+        d["_run"] = None  # set on per-run copies only
+        d["_idx"] = -1
+        d["_fathers"] = []
+        d["_sons"] = []
+        d["_optional"] = set()  # ids of fathers whose failure is tolerated
+        if name is not None:
+            _check_name(name)
+        if not isinstance(join, Join):
+            raise TypeError(f"join must be a taskflow.Join policy, got {join!r}")
+        d["param"] = param
+        d["name"] = name if name is not None else type(self).__name__
+        d["timeout"] = check_timeout(timeout, f"timeout of node {d['name']!r}")
+        d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff)
+        d["join"] = join
+        _set_policy(self, {
+            "bulkhead": bulkhead, "breaker": breaker, "rate_limit": rate_limit,
+            "fallback": fallback, "hedge": hedge, "idempotent": idempotent,
+            "share_key": share_key, "cache_ttl": cache_ttl, "cache_size": cache_size,
+            "priority": priority, "min_budget": min_budget,
+        })
+
+    # -- the work and the hooks -------------------------------------------------------------
+
+    def task(self, ctx: TaskContext, param: T) -> V:
+        """The work. Runs on an executor worker (or in another process, see the README)."""
+        raise NotImplementedError
+
+    def on_begin(self, support: TaskSupport) -> None:
+        """Called before each attempt, on the thread that runs the attempt."""
+
+    def on_success(self, support: TaskSupport) -> None:
+        """Called once when the node succeeded, before its sons are started."""
+
+    def on_fail(self, support: TaskSupport) -> None:
+        """Called once when the node ends EXCEPTION, TIMEOUT or CANCELLED (failed fast too)."""
+
+    def choose_sons(self, value: object) -> tuple[SchedulingNode[Any, Any], ...]:
+        """For ``NodeKind.SWITCH`` classes: the definition sons chosen by the task's ``value``
+        (called by the engine after ``task`` succeeded)."""
+        choose = getattr(self, "_choose", None)
+        if choose is None:
+            raise NotImplementedError(f"{type(self).__name__} does not implement choose_sons()")
+        chosen: tuple[SchedulingNode[Any, Any], ...] = choose(value)
+        return chosen
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def set_son_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
+        """Add edges self -> each node (also recorded on the sons). Returns self."""
+        for son in _flatten(nodes):
+            _link(self, son)
+        return self
+
+    def set_father_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
+        """Add edges each node -> self (also recorded on the fathers). Returns self."""
+        for father in _flatten(nodes):
+            _link(father, self)
+        return self
+
+    def depends_on(self, node: SchedulingNode[Any, Any], optional: bool = False) -> SchedulingNode[T, V]:
+        """Add the edge node -> self; ``optional=True`` tolerates that father's failure."""
+        (father,) = _flatten((node,))
+        _link(father, self)
+        opt = self._optional
+        if optional and id(father) not in opt:
+            opt.add(id(father))
+            self._touch()
+        elif not optional and id(father) in opt:
+            opt.discard(id(father))
+            self._touch()
+        return self
+
+    @property
+    def father_handler(self) -> list[SchedulingNode[Any, Any]]:
+        """The fathers (in a run's copy: that run's nodes)."""
+        run = self._run_view()
+        if run is not None:
+            return [run.node(i) for i in run.fathers_of(self._idx)]
+        return list(self._fathers)
+
+    @property
+    def son_handler(self) -> list[SchedulingNode[Any, Any]]:
+        """The sons (in a run's copy: that run's nodes)."""
+        run = self._run_view()
+        if run is not None:
+            return [run.node(i) for i in run.sons_of(self._idx)]
+        return list(self._sons)
+
+    @overload
+    def __rshift__(self, other: SchedulingNode[Any, Any]) -> SchedulingNode[Any, Any]: ...
+    @overload
+    def __rshift__(self, other: list[SchedulingNode[Any, Any]]) -> list[SchedulingNode[Any, Any]]: ...
+
+    def __rshift__(self, other: Any) -> Any:
+        """``a >> b`` adds a -> b and returns b; ``a >> [b, c]`` returns the list."""
+        if isinstance(other, SchedulingNode):
+            _link(self, other)
+            return other
+        sons = _flatten((other,))
+        for son in sons:
+            _link(self, son)
+        return other
+
+    def __rrshift__(self, other: Any) -> SchedulingNode[Any, Any]:
+        """``[a, b] >> c`` adds a -> c and b -> c and returns c."""
+        for father in _flatten((other,)):
+            _link(father, self)
+        return self
+
+    # -- per-run view --------------------------------------------------------------------------
+
+    def _run_view(self) -> RunView | None:
+        """The run this copy belongs to (None for a definition).
+
+        Raises:
+            RuntimeError: the run is gone (a copy holds its run weakly; keep the FlowResult).
+        """
+        ref = self.__dict__.get("_run")
+        if ref is None:
+            return None
+        run: RunView | None = ref()
+        if run is None:
+            raise RuntimeError(
+                f"the run of node {self.name!r} is gone; keep its FlowResult to walk its graph")
+        return run
+
+    @property
+    def work_result(self) -> WorkResult[V]:
+        """This run's result (a definition node holds a default result forever)."""
+        wr: WorkResult[V] | None = self.__dict__.get("_wr")
+        return _DEFAULT_RESULT if wr is None else wr
+
+    @property
+    def state(self) -> NodeState:
+        wr = self.__dict__.get("_wr")
+        if wr is None:
+            return NodeState.INIT
+        st = wr.state
+        if st is ResultState.DEFAULT:
+            return NodeState.WORKING if wr.started_at is not None else NodeState.INIT
+        return NodeState.FINISH if st in _FINISH_STATES else NodeState.ERROR
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        d = self.__dict__
+        if key in _PLAN_FIELDS and d.get("_run", 1) is None:
+            if key == "name":
+                _check_name(value)
+            if key == "join" and not isinstance(value, Join):
+                raise TypeError(f"join must be a taskflow.Join policy, got {value!r}")
+            if key == "timeout":
+                value = check_timeout(value, f"timeout of node {self.name!r}")
+            elif key == "retries":
+                value = _check_retries(value, d.get("retry_backoff", 0.0))[0]
+            elif key == "retry_backoff":
+                value = _check_retries(d.get("retries", 0), value)[1]
+            d[key] = value
+            self._touch()
+            return
+        if key in _POLICY_FIELDS and d.get("_run", 1) is None:
+            _set_policy(self, {**{k: d.get(k, _POLICY_DEFAULTS.get(k, NO_FALLBACK))
+                                  for k in _POLICY_FIELDS}, key: value})
+            self._touch()
+            return
+        object.__setattr__(self, key, value)
+
+    def _touch(self) -> None:
+        """Invalidate the compiled plans that include this node."""
+        plans = self.__dict__.get("_plans")
+        if plans:
+            for plan in plans:
+                plan.stale = True
+            plans.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # only the node itself travels to other processes: not the graph, not the run
+        state = {k: v for k, v in self.__dict__.items() if k not in _UNPICKLED}
+        state["_run"] = None
+        state.pop("_wr", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.update(_plans=[], _fathers=[], _sons=[], _optional=set(), _idx=-1,
+                             _policy=None)
+
+    def __repr__(self) -> str:
+        name = self.__dict__.get("name", "?")
+        run = self.__dict__.get("_run")
+        if run is None:
+            return f"<{type(self).__name__} {name!r}>"
+        return f"<{type(self).__name__} {name!r} {self.work_result.state.name}>"
+
+
+# the resilience options stay in the caller's process (all their bookkeeping is there), and a
+# lambda fallback or share_key must not stop a node from travelling to a process pool
+_UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
+                        "_plan_cache", "_policy", "bulkhead", "breaker", "rate_limit", "fallback",
+                        "hedge", "share_key"})
+
+
+def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None:
+    """Check ``options`` and store them with the node's ``NodePolicy`` (None when every option
+    has its default, so such nodes cost the engine nothing)."""
+    d = node.__dict__
+    if all(options[k] is v or options[k] == v and type(options[k]) is type(v)
+           for k, v in _POLICY_DEFAULTS.items()) and options["fallback"] is NO_FALLBACK:
+        d.update(options)
+        d["_policy"] = None
+        return
+    from taskflow.resilience.fallback import Fallback
+    from taskflow.resilience.policy import NodePolicy
+
+    name = d["name"]
+    spec = options["fallback"]
+    policy = NodePolicy(
+        name, fanout=type(node).node_kind is NodeKind.FANOUT,
+        bulkhead=options["bulkhead"], breaker=options["breaker"],
+        rate_limit=options["rate_limit"],
+        fallback=None if spec is NO_FALLBACK else Fallback(spec, node=name),
+        hedge=options["hedge"], idempotent=options["idempotent"],
+        share_key=options["share_key"], cache_ttl=options["cache_ttl"],
+        cache_size=options["cache_size"], priority=options["priority"],
+        min_budget=options["min_budget"],
+    )
+    d.update(options)
+    d["_policy"] = policy
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"node name must be a non-empty str, got {name!r}")
+_DEFAULT_RESULT: WorkResult[Any] = WorkResult()
+
+
+def _link(father: SchedulingNode[Any, Any], son: SchedulingNode[Any, Any]) -> None:
+    fd, sd = father.__dict__, son.__dict__
+    if "_sons" not in fd or "_fathers" not in sd:
+        bad = father if "_sons" not in fd else son
+        from taskflow.errors import FlowDefinitionError
+
+        raise FlowDefinitionError(
+            f"{type(bad).__name__}.__init__ did not call super().__init__(); "
+            "SchedulingNode subclasses must initialise their base"
+        )
+    if fd["_run"] is not None or sd["_run"] is not None:
+        raise RuntimeError("cannot rewire the nodes of a run; wire the definitions instead")
+    sons, fathers = fd["_sons"], sd["_fathers"]
+    if not any(s is son for s in sons):
+        sons.append(son)
+        father._touch()
+        son._touch()
+    if not any(f is father for f in fathers):
+        fathers.append(father)
+        father._touch()
+        son._touch()
+
+
+class FunctionNode(SchedulingNode[Any, Any]):
+    """A node that calls ``fn(ctx, param)``: replaces an ``executor.submit`` without a class.
+
+    Args:
+        fn: a callable taking ``(ctx, param)``.
+        param: passed as ``param``.
+        name: defaults to ``fn.__name__``.
+        **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` and the resilience
+            options (``bulkhead``, ``fallback``, ...) as for SchedulingNode.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[TaskContext, Any], Any],
+        param: Any = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"FunctionNode needs a callable, got {type(fn).__name__}")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"FunctionNode {getattr(fn, '__name__', fn)!r} is a coroutine function; "
+                "nodes run on executor threads: pass a plain function"
+            )
+        if name is None:
+            name = getattr(fn, "__name__", None) or type(fn).__name__
+        super().__init__(param, name=name, **options)
+        self.__dict__["fn"] = fn
+
+    fn: Callable[[TaskContext, Any], Any]
+
+    def task(self, ctx: TaskContext, param: Any) -> Any:
+        return self.fn(ctx, param)

@@ -1,0 +1,445 @@
+"""Results: ``ResultState``, ``WorkResult`` (one node in one run), ``FlowResult`` (one run).
+
+``WorkResult`` is a plain slotted object written by the engine (under the run's lock, result
+before state) and frozen once the run returns; ``FlowResult.report()`` gives the pydantic view
+(:mod:`taskflow.model.report`, imported on first use so that pydantic stays off the import path).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from taskflow.model.report import FlowReport
+
+__all__ = ["FlowResult", "FlowStatus", "HookError", "ResultState", "RunRecord", "WorkResult"]
+
+V = TypeVar("V")
+
+
+class ResultState(enum.Enum):
+    """How a node ended in one run. ``DEFAULT`` until it ends."""
+
+    DEFAULT = "DEFAULT"
+    SUCCESS = "SUCCESS"
+    TIMEOUT = "TIMEOUT"
+    EXCEPTION = "EXCEPTION"
+    SKIPPED = "SKIPPED"
+    CANCELLED = "CANCELLED"
+    DEGRADED = "DEGRADED"
+    """Succeeded with a fallback value (a resilience policy); joins count it as a success."""
+
+
+class FlowStatus(enum.Enum):
+    """How a run ended, as a whole (see ``FlowResult.status``)."""
+
+    COMPLETED = "COMPLETED"
+    """Nothing failed or degraded."""
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    """Every failure was tolerated (an optional edge, a join that still fired) and no sink
+    failed; or a node degraded."""
+    FAILED = "FAILED"
+    """A sink (a node without sons) failed."""
+    TIMED_OUT = "TIMED_OUT"
+    """The budget ended the run."""
+    CANCELLED = "CANCELLED"
+    """``ctx.cancel`` ended the run."""
+
+
+class HookError(NamedTuple):
+    """A hook of a node raised (``FlowResult.hook_errors``); the node's outcome is unchanged."""
+
+    hook: str
+    """Which hook: ``"on_begin"``, ``"on_success"`` or ``"on_fail"``."""
+    exception: BaseException
+    """What it raised."""
+
+
+class WorkResult(Generic[V]):
+    """One node's outcome in one run.
+
+    Attributes:
+        result: the value ``task`` returned (None unless SUCCESS).
+        state: the :class:`ResultState`; written after ``result``/``exception``.
+        exception: the original exception; for a node failed fast, an ``UpstreamFailedError``
+            whose ``__cause__`` is the father's exception.
+        attempts: how many times ``task`` was started.
+        queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
+            ``started_at`` is the first attempt's start.
+        thread: name of the thread that ran the last attempt.
+        hedges: duplicate attempts started for it (``hedge``).
+        shared: its outcome came from another run's call or the cache (``share_key``).
+
+    A hook that raised is not here (hooks never change a node's outcome): see
+    ``FlowResult.hook_errors``.
+    """
+
+    __slots__ = (
+        "attempts",
+        "exception",
+        "finished_at",
+        "hedges",
+        "queued_at",
+        "result",
+        "shared",
+        "started_at",
+        "state",
+        "thread",
+    )
+
+    def __init__(self) -> None:
+        self.result: V | None = None
+        self.state = ResultState.DEFAULT
+        self.exception: BaseException | None = None
+        self.attempts = 0
+        self.queued_at: float | None = None
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.thread: str | None = None
+        self.hedges = 0
+        self.shared = False
+
+    @property
+    def marks(self) -> tuple[str, ...]:
+        """What the resilience options did to it, for reports and charts: ``"fallback"``
+        (DEGRADED), ``"hedged N"`` (N duplicate attempts), ``"shared"`` (another run's call or
+        the cache gave its outcome)."""
+        marks: tuple[str, ...] = ()
+        if self.state is ResultState.DEGRADED:
+            marks += ("fallback",)
+        if self.hedges:
+            marks += (f"hedged {self.hedges}",)
+        if self.shared:
+            marks += ("shared",)
+        return marks
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from first start to the end, or None if it never started or has not ended."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at
+
+    def __repr__(self) -> str:
+        extra = f" exception={self.exception!r}" if self.exception is not None else ""
+        return f"<WorkResult {self.state.name} result={self.result!r}{extra} attempts={self.attempts}>"
+
+
+_FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
+_SUCCEEDED = (ResultState.SUCCESS, ResultState.DEGRADED)
+
+
+class RunRecord(Protocol):
+    """What a FlowResult reads of its run (the engine's run satisfies it)."""
+
+    flow_id: str
+    flow_name: str
+    t0: float
+    budget: float
+    cancel_reason: str | None
+    expired: bool
+    names: tuple[str, ...]
+    results: list[WorkResult[Any]]
+    data: dict[str, Any]
+    """The run's own context entries (its TaskContext's, kept when the context is reused)."""
+    hook_errors: dict[int, HookError]
+    """Node index -> the first error a hook of that node raised."""
+
+    def node(self, i: int) -> Any:
+        """This run's copy of node ``i``."""
+
+    def index_of(self, name: str) -> int:
+        """The index of node ``name`` (KeyError if there is none)."""
+
+    def fathers_of(self, i: int) -> tuple[int, ...]:
+        """Indices of the fathers of node ``i``."""
+
+    def is_sink(self, i: int) -> bool:
+        """Node ``i`` has no sons."""
+
+
+class FlowResult(Mapping[str, Any]):
+    """The outcome of one run: a mapping of node name to that run's node.
+
+    Attributes:
+        flow_id: the run's id (also bound in its log lines).
+        flow_name: the flow's name (``start(..., name=...)``; by default its first node's
+            name), used by logs, traces and statistics.
+        elapsed: seconds from start to return.
+        started_at: ``time.monotonic()`` when the run started.
+        timeout: the budget it had (None: none).
+    """
+
+    __slots__ = ("_failed", "_outputs", "_run", "_status", "elapsed", "flow_id", "flow_name",
+                 "started_at", "timeout")
+
+    def __init__(self, run: RunRecord, elapsed: float) -> None:
+        self._run = run
+        self.flow_id: str = run.flow_id
+        self.flow_name: str = run.flow_name
+        self.elapsed = elapsed
+        self.started_at: float = run.t0
+        self.timeout: float | None = None if math.isinf(run.budget) else run.budget
+        self._outputs: dict[str, Any] | None = None
+        self._failed: dict[str, WorkResult[Any]] | None = None
+        self._status: FlowStatus | None = None
+
+    # Mapping
+    def __getitem__(self, name: str) -> Any:
+        try:
+            i = self._run.index_of(name)
+        except KeyError:
+            raise KeyError(name) from None
+        return self._run.node(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._run.names)
+
+    def __len__(self) -> int:
+        return len(self._run.names)
+
+    def result_of(self, name: str) -> WorkResult[Any]:
+        """The WorkResult of node ``name`` (KeyError if there is no such node)."""
+        try:
+            return self._run.results[self._run.index_of(name)]
+        except KeyError:
+            raise KeyError(name) from None
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """name -> result of each node that ended SUCCESS or DEGRADED.
+
+        (Named ``values`` before 0.2; that name clashed with ``Mapping.values()``.)
+        """
+        if self._outputs is None:
+            names = self._run.names
+            self._outputs = {
+                names[i]: wr.result
+                for i, wr in enumerate(self._run.results)
+                if wr.state in _SUCCEEDED
+            }
+        return self._outputs
+
+    @property
+    def failed(self) -> dict[str, WorkResult[Any]]:
+        """name -> WorkResult of each node that ended EXCEPTION or TIMEOUT (tolerated failures
+        included)."""
+        if self._failed is None:
+            names = self._run.names
+            self._failed = {
+                names[i]: wr for i, wr in enumerate(self._run.results) if wr.state in _FAILED
+            }
+        return self._failed
+
+    @property
+    def degraded(self) -> dict[str, WorkResult[Any]]:
+        """name -> WorkResult of each node that ended DEGRADED."""
+        names = self._run.names
+        return {names[i]: wr for i, wr in enumerate(self._run.results)
+                if wr.state is ResultState.DEGRADED}
+
+    @property
+    def hook_errors(self) -> dict[str, HookError]:
+        """name -> :class:`HookError` of each node one of whose hooks raised (the first such
+        error of the node in this run).
+
+        Hooks never change a node's outcome: this is where their failures show without logging
+        (also in ``report()`` and ``to_html()``). A hook still running when the run returned
+        (a slow hook at the deadline, past a short grace) is only logged.
+        """
+        names = self._run.names
+        return {names[i]: err for i, err in sorted(self._run.hook_errors.items())}
+
+    @property
+    def context(self) -> Mapping[str, Any]:
+        """A read-only view of the run's context entries (its ``TaskContext``'s).
+
+        The entries this run left, whatever later runs of the same context write: a reused
+        context starts each run with a copy. Reports and pages leave them out unless asked
+        (``report(show_context=True)``, ``to_html(show_context=True)``): they often hold the
+        request.
+        """
+        return MappingProxyType(self._run.data)
+
+    @property
+    def cancelled(self) -> str | None:
+        """The reason given to ``ctx.cancel`` if the run was cancelled, else None."""
+        return self._run.cancel_reason
+
+    @property
+    def status(self) -> FlowStatus:
+        """How the run ended as a whole (see :class:`FlowStatus`)."""
+        if self._status is None:
+            run = self._run
+            if run.cancel_reason is not None:
+                status = FlowStatus.CANCELLED
+            elif run.expired:
+                status = FlowStatus.TIMED_OUT
+            else:
+                status = FlowStatus.COMPLETED
+                for i, wr in enumerate(run.results):
+                    st = wr.state
+                    if st in _FAILED:
+                        if run.is_sink(i):
+                            status = FlowStatus.FAILED
+                            break
+                        status = FlowStatus.COMPLETED_WITH_ERRORS
+                    elif st is ResultState.DEGRADED:
+                        status = FlowStatus.COMPLETED_WITH_ERRORS
+            self._status = status
+        return self._status
+
+    @property
+    def ok(self) -> bool:
+        """``status`` is COMPLETED or COMPLETED_WITH_ERRORS: a page whose optional backend
+        failed is ok, while ``failed`` still lists the failure."""
+        return self.status in (FlowStatus.COMPLETED, FlowStatus.COMPLETED_WITH_ERRORS)
+
+    def states(self) -> dict[str, ResultState]:
+        """name -> ResultState of every node."""
+        names = self._run.names
+        return {names[i]: wr.state for i, wr in enumerate(self._run.results)}
+
+    def raise_for_failure(self) -> None:
+        """Raise if the run is not ``ok``; return None otherwise.
+
+        A run that is ``ok`` with tolerated failures (COMPLETED_WITH_ERRORS) does not raise.
+
+        Raises:
+            BaseException: the earliest original exception of a node that ended EXCEPTION (the
+                exception object itself, with a note naming the node).
+            FlowTimeoutError: no original exception, but nodes timed out (names them).
+            NodeCancelledError: the run was cancelled with ``ctx.cancel``.
+            FlowFailedError: only failed-fast nodes remain (they are named).
+        """
+        from taskflow.errors import (
+            FlowFailedError,
+            FlowTimeoutError,
+            NodeCancelledError,
+            UpstreamFailedError,
+        )
+
+        if self.ok:
+            return
+        failed = self.failed
+        originals = [
+            (wr.finished_at or 0.0, name, wr)
+            for name, wr in failed.items()
+            if wr.state is ResultState.EXCEPTION
+            and wr.exception is not None
+            and not isinstance(wr.exception, UpstreamFailedError)
+        ]
+        if originals:
+            originals.sort(key=lambda t: t[0])
+            raise originals[0][2].exception  # type: ignore[misc]
+        timed_out = [n for n, wr in failed.items() if wr.state is ResultState.TIMEOUT]
+        if timed_out:
+            raise FlowTimeoutError(timed_out, self.timeout)
+        if self._run.cancel_reason is not None:
+            for wr in self._run.results:
+                if wr.state is ResultState.CANCELLED and isinstance(wr.exception,
+                                                                   NodeCancelledError):
+                    raise wr.exception  # names the node and carries the reason
+            raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
+        raise FlowFailedError(failed)
+
+    def report(self, *, show_context: bool = False) -> FlowReport:
+        """A JSON-ready pydantic model of the run (``.model_dump_json()``).
+
+        Node results are JSON values where JSON can carry them (``result``), else their
+        ``repr`` (``result_repr``); see :class:`~taskflow.model.report.NodeReport`. A hook that raised
+        is in the node's ``hook_error``.
+
+        Args:
+            show_context: include the run's context entries (``context``, and
+                ``context_repr`` for values JSON cannot carry). Off by default: contexts often
+                hold the request (cookies, tokens).
+        """
+        from taskflow.model.report import FlowReport, HookErrorReport, NodeReport, json_value
+
+        run = self._run
+        t0 = run.t0
+        names = run.names
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 6)
+
+        nodes = []
+        counts: dict[str, int] = {}
+        hook_errors = run.hook_errors
+        for i, wr in enumerate(run.results):
+            counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
+            exc = wr.exception
+            cause = exc.__cause__ if exc is not None else None
+            value, value_repr = json_value(wr.result)
+            hook = hook_errors.get(i)
+            nodes.append(
+                NodeReport(
+                    name=names[i],
+                    state=wr.state.name,
+                    node_state=run.node(i).state.name,
+                    attempts=wr.attempts,
+                    queued_at=rel(wr.queued_at),
+                    started_at=rel(wr.started_at),
+                    finished_at=rel(wr.finished_at),
+                    duration=None if wr.duration is None else round(wr.duration, 6),
+                    thread=wr.thread,
+                    fathers=[names[f] for f in run.fathers_of(i)],
+                    result=value,
+                    result_repr=value_repr,
+                    error_type=type(exc).__name__ if exc is not None else None,
+                    error=str(exc) if exc is not None else None,
+                    cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    hook_error=None if hook is None else HookErrorReport(
+                        hook=hook.hook, type=type(hook.exception).__name__,
+                        message=str(hook.exception)),
+                    hedges=wr.hedges,
+                    shared=wr.shared,
+                )
+            )
+        context: dict[str, Any] | None = None
+        context_repr: dict[str, str] | None = None
+        if show_context:
+            context, context_repr = {}, {}
+            for key, entry in list(run.data.items()):
+                value, value_repr = json_value(entry)
+                if value_repr is None:
+                    context[str(key)] = value
+                else:
+                    context_repr[str(key)] = value_repr
+        return FlowReport(
+            flow_id=self.flow_id,
+            flow=self.flow_name,
+            ok=self.ok,
+            status=self.status.name,
+            elapsed=round(self.elapsed, 6),
+            timeout=self.timeout,
+            cancelled=run.cancel_reason,
+            counts=counts,
+            nodes=nodes,
+            context=context,
+            context_repr=context_repr,
+            degraded=list(self.degraded),
+        )
+
+    def to_mermaid(self) -> str:
+        """A Mermaid Gantt chart of the run (one bar per node that started)."""
+        from taskflow.observe.viz import run_to_mermaid
+
+        return run_to_mermaid(self)
+
+    def to_html(self, **options: Any) -> str:
+        """One self-contained HTML page of the run; options as ``taskflow.observe.html.render_html``."""
+        from taskflow.observe.html import render_html
+
+        return render_html(self, **options)
+
+    def __repr__(self) -> str:
+        status = self.status.name
+        if self.failed:
+            status += f" failed={sorted(self.failed)}"
+        return f"<FlowResult {self.flow_id} {status} nodes={len(self)} elapsed={self.elapsed:.4f}s>"

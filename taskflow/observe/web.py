@@ -1,0 +1,262 @@
+"""A small read-only web view of runs, statistics and pools: a pure WSGI app.
+
+``make_app(stats=..., monitor=...)`` serves, relative to where it is mounted (``SCRIPT_NAME``
+is respected, so it works under a prefix: werkzeug's ``DispatcherMiddleware`` beside a Flask app
+or Django's ``get_wsgi_application()``, or any WSGI server):
+
+* ``/``: recent and slowest runs (links to their pages), per-node statistics, pool metrics;
+* ``/runs/<flow_id>``: one kept run as the :mod:`taskflow.observe.html` page;
+* ``/metrics``: the statistics and the pools in the Prometheus text format;
+* ``/stats.json``: ``stats.snapshot()`` as JSON.
+
+What it shows is safe to show by default: every name and message is escaped; node results only
+with ``show_values=True``; context entries only with ``show_context=True``. It answers only
+``GET`` and ``HEAD`` (``405`` with an ``Allow`` header otherwise), sets a Content-Security-Policy
+that forbids scripts, and changes nothing. Put it behind the application's own authentication:
+error messages and timings are still internal information.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from taskflow.observe.html import render_html
+from taskflow.observe.stats import STATS, FlowStats, KeptRun
+
+if TYPE_CHECKING:
+    from taskflow.observe.monitor import PoolMonitor
+    from taskflow.observe.snapshots import PoolSnapshot
+
+__all__ = ["make_app"]
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+margin:24px;color:#1b1b1b;background:#fff}
+h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:24px 0 8px}
+table{border-collapse:collapse;font-size:13px;margin-bottom:8px}
+th,td{border-bottom:1px solid #e5e5e5;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.note{color:#777;font-size:12px}.bad{color:#c62828}
+nav a{margin-right:12px}
+"""
+_HEADERS = [
+    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+]
+_ALLOWED = "GET, HEAD"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _text(path: str) -> str:
+    """A PATH_INFO segment as text: the server has %-decoded it into latin-1 (PEP 3333)."""
+    try:
+        return path.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return path
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1000
+    return f"{ms:.1f}" if ms >= 1 else f"{ms:.3f}"
+
+
+class _App:
+    """The WSGI callable (see :func:`make_app`)."""
+
+    def __init__(self, stats: FlowStats, monitors: Sequence[PoolMonitor], show_values: bool,
+                 show_context: bool, title: str) -> None:
+        self.stats = stats
+        self.monitors = monitors
+        self.show_values = show_values
+        self.show_context = show_context
+        self.title = title
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        if method not in ("GET", "HEAD"):
+            return self._send(start_response, "405 Method Not Allowed",
+                              b"method not allowed\n", "text/plain; charset=utf-8",
+                              head=False, extra=[("Allow", _ALLOWED)])
+        base = environ.get("SCRIPT_NAME", "").rstrip("/")
+        path = environ.get("PATH_INFO", "") or "/"
+        head = method == "HEAD"
+        if path == "/":
+            return self._send(start_response, "200 OK", self._index(base).encode(),
+                              "text/html; charset=utf-8", head)
+        if path == "/metrics":
+            return self._send(start_response, "200 OK", self._metrics().encode(),
+                              "text/plain; version=0.0.4; charset=utf-8", head)
+        if path == "/stats.json":
+            return self._send(start_response, "200 OK",
+                              self.stats.snapshot().model_dump_json().encode(),
+                              "application/json", head)
+        if path.startswith("/runs/"):
+            kept = self._run(_text(path[len("/runs/"):]))
+            if kept is not None:
+                page = render_html(kept.result, flow=kept.flow, show_values=self.show_values,
+                                   show_context=self.show_context)
+                return self._send(start_response, "200 OK", page.encode(),
+                                  "text/html; charset=utf-8", head)
+        return self._send(start_response, "404 Not Found", b"not found\n",
+                          "text/plain; charset=utf-8", head)
+
+    @staticmethod
+    def _send(start_response: StartResponse, status: str, body: bytes, content_type: str,
+              head: bool, extra: list[tuple[str, str]] | None = None) -> list[bytes]:
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))),
+                   *_HEADERS, *(extra or [])]
+        start_response(status, headers)
+        return [] if head else [body]
+
+    def _run(self, flow_id: str) -> KeptRun | None:
+        runs = self.stats.runs
+        return None if runs is None else runs.get(flow_id)
+
+    def _metrics(self) -> str:
+        from taskflow.observe.prometheus import render_prometheus
+
+        text = self.stats.to_prometheus()
+        snaps = [s for s in (m.latest() for m in self.monitors) if s is not None]
+        return text + render_prometheus(snaps)
+
+    # -- the index page ----------------------------------------------------------------------
+
+    def _index(self, base: str) -> str:
+        parts = [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{_e(self.title)}</title><style>{_CSS}</style></head><body>",
+            f"<h1>{_e(self.title)}</h1>",
+            (f'<nav><a href="{_e(base)}/metrics">Prometheus metrics</a>'
+            f'<a href="{_e(base)}/stats.json">statistics as JSON</a></nav>'),
+        ]
+        runs = self.stats.runs
+        if runs is not None:
+            parts += ["<h2>Recent runs</h2>", self._runs_table(runs.recent(), base),
+                      "<h2>Slowest runs</h2>", self._runs_table(runs.slowest(), base)]
+        parts += ["<h2>Nodes</h2>", self._nodes_table()]
+        if self.monitors:
+            parts.append("<h2>Pools</h2>")
+            for monitor in self.monitors:
+                parts.append(self._pool_table(monitor.latest()))
+        parts.append(f'<p class="note">rendered {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>')
+        parts.append("</body></html>\n")
+        return "\n".join(parts)
+
+    @staticmethod
+    def _runs_table(kept: list[KeptRun], base: str) -> str:
+        if not kept:
+            return '<p class="note">none yet</p>'
+        rows = []
+        for k in kept:
+            href = f"{base}/runs/{quote(k.flow_id, safe='')}"
+            when = time.strftime("%H:%M:%S", time.localtime(k.finished_at))
+            cls = "" if k.status.startswith("COMPLETED") else ' class="bad"'
+            rows.append(
+                f'<tr><td><a href="{_e(href)}">{_e(k.flow_id)}</a></td><td>{_e(k.flow)}</td>'
+                f"<td{cls}>{_e(k.status)}</td><td class=num>{_ms(k.elapsed)}</td>"
+                f"<td class=num>{_e(when)}</td></tr>"
+            )
+        return ("<table><thead><tr><th>run</th><th>flow</th><th>status</th>"
+                "<th>elapsed ms</th><th>finished</th></tr></thead><tbody>"
+                + "".join(rows) + "</tbody></table>")
+
+    def _nodes_table(self) -> str:
+        snap = self.stats.snapshot()
+        if not snap.flows:
+            return '<p class="note">no runs recorded</p>'
+        rows = []
+        for flow in snap.flows:
+            el = flow.elapsed
+            rows.append(
+                f"<tr><th colspan=10>{_e(flow.flow)}: {flow.runs} runs"
+                + (f", elapsed p50 {_ms(el.p50)} / p90 {_ms(el.p90)} / p99 {_ms(el.p99)} ms"
+                   if el is not None else "")
+                + f" ({_e(', '.join(f'{k} {v}' for k, v in sorted(flow.by_status.items())))})"
+                "</th></tr>"
+            )
+            for n in flow.nodes:
+                d, w = n.duration, n.queue_wait
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(n.counts.items()))
+                rows.append(
+                    f"<tr><td>{_e(n.node)}</td><td>{_e(counts)}</td>"
+                    f"<td class=num>{_ms(d.p50 if d else None)}</td>"
+                    f"<td class=num>{_ms(d.p90 if d else None)}</td>"
+                    f"<td class=num>{_ms(d.p99 if d else None)}</td>"
+                    f"<td class=num>{_ms(w.p50 if w else None)}</td>"
+                    f"<td class=num>{_ms(w.p99 if w else None)}</td>"
+                    f"<td class=num>{n.critical_share * 100:.0f}%</td></tr>"
+                )
+        return ("<table><thead><tr><th>node</th><th>outcomes</th><th>p50 ms</th><th>p90 ms</th>"
+                "<th>p99 ms</th><th>wait p50 ms</th><th>wait p99 ms</th>"
+                "<th>on critical path</th></tr></thead><tbody>" + "".join(rows)
+                + f"</tbody></table><p class=note>percentiles over the last {snap.window} runs "
+                "of each node</p>")
+
+    @staticmethod
+    def _pool_table(snap: PoolSnapshot | None) -> str:
+        if snap is None:
+            return '<p class="note">no sample yet</p>'
+        figures: list[tuple[str, object]] = []
+        if snap.pool is not None:
+            for key, value in snap.pool.model_dump().items():
+                if isinstance(value, dict):
+                    if {"p50", "p90", "p99"} <= value.keys():
+                        figures.append((f"{key} p50/p90/p99 ms", " / ".join(
+                            _ms(value[q]) for q in ("p50", "p90", "p99"))))
+                elif value is not None:
+                    figures.append((key, value))
+        if snap.tps is not None:
+            figures.append(("tasks per second", f"{snap.tps:.1f}"))
+        for key, value in snap.process.model_dump().items():
+            if value is not None:
+                figures.append((f"process {key}", value))
+        alarms = "".join(f"<li class=bad>{_e(a.message)}</li>" for a in snap.alarms)
+        body = "".join(f"<tr><td>{_e(k)}</td><td class=num>{_e(v)}</td></tr>" for k, v in figures)
+        return (f"<h3>{_e(snap.pool_name)}</h3>" + (f"<ul>{alarms}</ul>" if alarms else "")
+                + f"<table><tbody>{body}</tbody></table>")
+
+
+def make_app(
+    stats: FlowStats | None = None,
+    monitor: PoolMonitor | Sequence[PoolMonitor] | None = None,
+    *,
+    show_values: bool = False,
+    show_context: bool = False,
+    title: str = "taskflow",
+) -> WSGIApp:
+    """A read-only WSGI app showing runs, per-node statistics and pool metrics.
+
+    Args:
+        stats: Where runs are recorded (default: the process-wide ``taskflow.observe.stats.STATS``).
+            Run pages need ``stats.runs`` (a :class:`~taskflow.observe.stats.RunLog`).
+        monitor: One ``PoolMonitor`` or several; the page shows each one's ``latest()``.
+        show_values: Show node results on run pages (they may carry user data).
+        show_context: Show context entries on run pages (they often carry the request).
+        title: The index page's heading.
+
+    Returns:
+        A WSGI application. Mount it anywhere; links are built from ``SCRIPT_NAME``.
+    """
+    if monitor is None:
+        monitors: Sequence[PoolMonitor] = ()
+    elif isinstance(monitor, Sequence):
+        monitors = tuple(monitor)
+    else:
+        monitors = (monitor,)
+    return _App(STATS if stats is None else stats, monitors, bool(show_values),
+                bool(show_context), title)

@@ -1,0 +1,663 @@
+"""Conductor's system tasks run in-process, from definitions shaped as Conductor documents them.
+
+The fixtures in ``tests/conductor_fixtures`` follow the examples of Conductor's documentation of
+each task type (INLINE, LAMBDA, DO_WHILE, DECISION + EXCLUSIVE_JOIN, JSON_JQ_TRANSFORM,
+SET_VARIABLE, SWITCH with javascript, TERMINATE, DYNAMIC, SUB_WORKFLOW).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LONG
+
+from taskflow import FlowDefinitionError, ResultState, TaskContext, conductor
+from taskflow.declare.conductor import TaskFailedError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "conductor_fixtures"
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="conductor-sys")
+    yield executor
+    executor.shutdown(wait=True, cancel_futures=True)
+
+
+def echo(task_input: dict[str, Any]) -> dict[str, Any]:
+    return dict(task_input)
+
+
+def simple(ref: str, name: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"name": name or ref, "taskReferenceName": ref, "type": "SIMPLE", **fields}
+
+
+def states(result: Any) -> dict[str, str]:
+    return {name: state.name for name, state in result.states().items()}
+
+
+# -- INLINE, LAMBDA -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1, True), (2, False)])
+def test_inline_and_lambda_run_the_documented_scripts(pool: ThreadPoolExecutor, value: int,
+                                                      expected: bool) -> None:
+    wf = conductor.load(FIXTURES / "inline_lambda.json", {})
+    run = wf.run({"value": value}, executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.result.outputs["inline_task_example"] == {"result": {"result": expected}}
+    assert run.result.outputs["lambda_test"] == {"result": {"testvalue": expected}}
+    assert run.output == {"inline": expected, "lambda": expected}
+
+
+def test_inline_value_is_the_completion_value_of_the_script(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "calc", "taskReferenceName": "calc", "type": "INLINE",
+        "inputParameters": {"a": "${workflow.input.a}", "evaluatorType": "javascript",
+                            "expression": "var x = $.a * 2; [x, x + 1, {k: null}]"}}]}, {})
+    run = wf.run({"a": 20}, executor=pool)
+    assert run.result.outputs["calc"] == {"result": [40, 41, {"k": None}]}
+
+
+def test_inline_value_param_evaluator_reads_an_input(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "pick", "taskReferenceName": "pick", "type": "INLINE",
+        "inputParameters": {"v": [1, 2], "evaluatorType": "value-param", "expression": "v"}}]}, {})
+    assert wf.run(executor=pool).result.outputs["pick"] == {"result": [1, 2]}
+
+
+def test_a_script_that_throws_fails_its_task_with_the_message(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "bad", "taskReferenceName": "bad", "type": "INLINE",
+        "inputParameters": {"evaluatorType": "javascript",
+                            "expression": "throw new Error('no stock')"}}]}, {})
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED" and run.failed_task == "bad"
+    error = run.result.result_of("bad").exception
+    assert isinstance(error, conductor.ScriptError) and "no stock" in str(error)
+
+
+def test_inline_without_an_expression_is_refused_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"inline task 'i' \(tasks\[0\]\) has no"):
+        conductor.load({"tasks": [{"name": "i", "taskReferenceName": "i", "type": "INLINE",
+                                   "inputParameters": {"evaluatorType": "javascript"}}]}, {})
+
+
+# -- SWITCH (javascript), DECISION, EXCLUSIVE_JOIN ----------------------------------------------
+
+
+@pytest.mark.parametrize(("carrier", "ran", "skipped"), [("fedex", "terminate0", "ship_ups"),
+                                                          ("dhl", "ship_ups", "terminate0")])
+def test_switch_with_a_javascript_expression_chooses_its_case(
+    pool: ThreadPoolExecutor, carrier: str, ran: str, skipped: str,
+) -> None:
+    wf = conductor.load(FIXTURES / "jq_variables_terminate.json", {"ship": echo})
+    run = wf.run({"carrier": carrier}, executor=pool)
+    assert run.result.result_of(ran).state is ResultState.SUCCESS
+    assert run.result.result_of(skipped).state is ResultState.SKIPPED
+    expected = "fedex" if carrier == "fedex" else "ups"
+    assert run.result.outputs["switch_task"] == {"evaluationResult": [expected],
+                                                 "selectedCase": expected}
+
+
+def test_graaljs_is_the_same_evaluator(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "sw", "taskReferenceName": "sw", "type": "SWITCH", "evaluatorType": "graaljs",
+        "expression": "$.n > 10 ? 'big' : 'small'", "inputParameters": {"n": 42},
+        "decisionCases": {"big": [simple("big", "echo")]}}]}, {"echo": echo})
+    assert states(wf.run(executor=pool).result)["big"] == "SUCCESS"
+
+
+@pytest.mark.parametrize(("movie_type", "ran", "join_output"), [
+    ("Show", "task2", {"kind": "show"}),
+    ("Movie", "task3", {"kind": "movie"}),
+    ("Documentary", None, {"payload": 7}),  # no case: the default join task's output
+])
+def test_decision_with_case_value_param_and_exclusive_join(
+    pool: ThreadPoolExecutor, movie_type: str, ran: str | None, join_output: dict[str, Any],
+) -> None:
+    registry = {"task1": echo, "setup_episodes": echo, "setup_movie": echo}
+    wf = conductor.load(FIXTURES / "decision_exclusive_join.json", registry)
+    run = wf.run({"movieType": movie_type, "payload": 7}, executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.result.outputs["decide1"] == {"caseOutput": [movie_type]}
+    assert run.result.outputs["exclusiveJoin"] == join_output
+    for ref in ("task2", "task3"):
+        expected = ResultState.SUCCESS if ref == ran else ResultState.SKIPPED
+        assert run.result.result_of(ref).state is expected
+
+
+def test_decision_with_a_case_expression(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "d", "taskReferenceName": "d", "type": "DECISION",
+        "caseExpression": "$.amount > 100 ? 'review' : 'auto'",
+        "inputParameters": {"amount": "${workflow.input.amount}"},
+        "decisionCases": {"review": [simple("review", "echo")],
+                          "auto": [simple("auto", "echo")]}}]}, {"echo": echo})
+    assert states(wf.run({"amount": 500}, executor=pool).result)["review"] == "SUCCESS"
+    assert states(wf.run({"amount": 5}, executor=pool).result)["auto"] == "SUCCESS"
+
+
+def test_exclusive_join_naming_an_unknown_task_is_refused() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"joinOn names 'ghost'"):
+        conductor.load({"tasks": [simple("a", "echo"), {
+            "name": "x", "taskReferenceName": "x", "type": "EXCLUSIVE_JOIN",
+            "joinOn": ["ghost"]}]}, {"echo": echo})
+
+
+# -- DYNAMIC, NOOP ------------------------------------------------------------------------------
+
+
+def test_dynamic_runs_the_task_named_in_its_input(pool: ThreadPoolExecutor) -> None:
+    calls: list[str] = []
+
+    def resize(task_input: dict[str, Any]) -> dict[str, Any]:
+        calls.append("resize")
+        return {"resized": task_input["files"]}
+
+    wf = conductor.load(FIXTURES / "dynamic.json", {"resize": resize, "crop": echo})
+    run = wf.run({"files": ["a.png"], "user_supplied_task": "resize"}, executor=pool)
+    assert run.result.outputs["t1"] == {"resized": ["a.png"]} and calls == ["resize"]
+    run = wf.run({"files": [], "user_supplied_task": "nope"}, executor=pool)
+    assert run.status == "FAILED"
+    assert "task name 'nope' is not in the registry" in str(run.result.result_of("t1").exception)
+
+
+def test_noop_completes_with_an_empty_output(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{"name": "n", "taskReferenceName": "n", "type": "NOOP"}]}, {})
+    assert wf.run(executor=pool).result.outputs == {"n": {}}
+
+
+# -- JSON_JQ_TRANSFORM, SET_VARIABLE, TERMINATE -------------------------------------------------
+
+
+def test_jq_transform_outputs_result_and_result_list(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load(FIXTURES / "jq_variables_terminate.json", {"ship": echo})
+    run = wf.run({"carrier": "ups"}, executor=pool)
+    assert run.result.outputs["my_jq_example_task"] == {
+        "result": {"key3": ["a", "b", "c", "d"]}, "resultList": [{"key3": ["a", "b", "c", "d"]}]}
+
+
+def test_jq_program_with_several_outputs_and_a_failing_program(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "many", "taskReferenceName": "many", "type": "JSON_JQ_TRANSFORM",
+         "inputParameters": {"xs": [1, 2, 3], "queryExpression": ".xs[] | . * 10"}},
+        {"name": "bad", "taskReferenceName": "bad", "type": "JSON_JQ_TRANSFORM",
+         "inputParameters": {"queryExpression": ".a | error(\"nope\")"}},
+    ]}, {})
+    run = wf.run(executor=pool)
+    assert run.result.outputs["many"] == {"result": 10, "resultList": [10, 20, 30]}
+    error = run.result.result_of("bad").exception
+    assert isinstance(error, TaskFailedError) and "nope" in str(error)
+    assert "nope" in error.output["error"]
+
+
+def test_set_variable_is_read_by_later_tasks_and_the_workflow_output(
+    pool: ThreadPoolExecutor,
+) -> None:
+    wf = conductor.load(FIXTURES / "jq_variables_terminate.json", {"ship": echo})
+    run = wf.run({"carrier": "ups"}, executor=pool)
+    assert run.variables == {"name": "Orkes", "letters": ["a", "b", "c", "d"]}
+    assert run.result.outputs["ship_ups"] == {"letters": ["a", "b", "c", "d"]}
+    assert run.output == {"letters": ["a", "b", "c", "d"], "by": "ups"}
+    assert run.status == "COMPLETED"
+
+
+def test_terminate_ends_the_workflow_with_its_status_and_output(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load(FIXTURES / "jq_variables_terminate.json", {"ship": echo})
+    run = wf.run({"carrier": "fedex"}, executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.output == {"who": "Orkes", "by": "fedex"}
+    assert run.reason == "fedex orders stop here"
+    assert "never_after_terminate" not in run.result.outputs  # nothing runs after it
+    assert run.result.outputs["terminate0"] == {"output": {"who": "Orkes", "by": "fedex"}}
+    assert wf.status(run.result) == "COMPLETED"
+    assert wf.output(run.result) == {"who": "Orkes", "by": "fedex"}
+
+
+def test_terminate_with_failed_status_fails_the_workflow(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "t", "taskReferenceName": "t", "type": "TERMINATE",
+         "inputParameters": {"terminationStatus": "FAILED", "terminationReason": "bad order"}},
+        simple("after", "echo"),
+    ]}, {"echo": echo})
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED" and run.reason == "bad order"
+    assert states(run.result)["after"] == "CANCELLED"
+
+
+def test_terminate_with_an_unknown_status_is_refused_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match="terminationStatus 'DONE'"):
+        conductor.load({"tasks": [{"name": "t", "taskReferenceName": "t", "type": "TERMINATE",
+                                   "inputParameters": {"terminationStatus": "DONE"}}]}, {})
+
+
+# -- WAIT, EVENT --------------------------------------------------------------------------------
+
+
+def test_wait_with_a_duration_waits_then_goes_on(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "w", "taskReferenceName": "w", "type": "WAIT",
+         "inputParameters": {"duration": "0.05s"}},
+        simple("after", "echo"),
+    ]}, {"echo": echo})
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.result.result_of("w").duration >= 0.05  # type: ignore[operator]
+
+
+def test_a_wait_longer_than_the_budget_times_out_with_the_run(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "w", "taskReferenceName": "w", "type": "WAIT",
+         "inputParameters": {"duration": "2 days"}}]}, {})
+    run = wf.run(executor=pool, timeout=0.1)
+    assert run.status == "TIMED_OUT"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("10m20s", 620), ("1h 30m", 5400),
+                                               ("2 days 3 hours", 183600), ("250ms", 0.25)])
+def test_wait_durations_are_read_as_conductor_writes_them(text: str, seconds: float) -> None:
+    from taskflow.declare.conductor.tasks.control import parse_duration
+
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_a_wait_for_a_signal_and_an_event_without_a_sink_are_refused_together() -> None:
+    with pytest.raises(FlowDefinitionError) as info:
+        conductor.load({"tasks": [
+            {"name": "w", "taskReferenceName": "signal", "type": "WAIT"},
+            {"name": "e", "taskReferenceName": "notify", "type": "EVENT", "sink": "sqs:q"},
+        ]}, {})
+    message = str(info.value)
+    assert "task 'signal' (tasks[0]) has type 'WAIT' without a duration" in message
+    assert "task 'notify' (tasks[1]) has type 'EVENT', which needs an event_sink" in message
+
+
+def test_event_publishes_to_the_sink_given_to_load(pool: ThreadPoolExecutor) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    def sink(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+        sent.append((name, payload))
+        return {"messageId": "m-1"}
+
+    wf = conductor.load({"name": "orders", "tasks": [
+        {"name": "e", "taskReferenceName": "notify", "type": "EVENT", "sink": "conductor:orders",
+         "inputParameters": {"order": "${workflow.input.order}"}}]}, {}, event_sink=sink)
+    run = wf.run({"order": 9}, executor=pool)
+    assert sent == [("conductor:orders", {"order": 9})]
+    out = run.result.outputs["notify"]
+    assert out["sink"] == "conductor:orders" and out["messageId"] == "m-1"
+    assert out["workflowType"] == "orders"
+
+
+# -- DO_WHILE -----------------------------------------------------------------------------------
+
+
+def loop_registry(log: list[Any]) -> dict[str, Any]:
+    def first(task_input: dict[str, Any]) -> dict[str, Any]:
+        log.append(task_input["iteration"])
+        return {"response": {"body": task_input["iteration"] * 2}}
+
+    return {"first": first, "second": lambda i: {"seen": i["seen"]}, "after": echo}
+
+
+def test_do_while_keys_each_iteration_as_conductor_does(pool: ThreadPoolExecutor) -> None:
+    log: list[Any] = []
+    wf = conductor.load(FIXTURES / "do_while.json", loop_registry(log))
+    run = wf.run({"value": 3}, executor=pool)
+    assert run.status == "COMPLETED"
+    assert log == [1, 2, 3]  # ${LoopTask.output.iteration} inside the loop
+    assert run.result.outputs["LoopTask"] == {
+        "iteration": 3,
+        "1": {"first_task": {"response": {"body": 2}}, "second_task": {"seen": 2}},
+        "2": {"first_task": {"response": {"body": 4}}, "second_task": {"seen": 4}},
+        "3": {"first_task": {"response": {"body": 6}}, "second_task": {"seen": 6}},
+    }
+    # after the loop, a loop task's expression reads its last iteration
+    assert run.result.outputs["after_loop"] == {"last": 6, "loops": 3}
+
+
+def test_do_while_runs_once_before_checking_its_condition(pool: ThreadPoolExecutor) -> None:
+    log: list[Any] = []
+    wf = conductor.load(FIXTURES / "do_while.json", loop_registry(log))
+    run = wf.run({"value": 0}, executor=pool)
+    assert log == [1] and run.result.outputs["LoopTask"]["iteration"] == 1
+
+
+def test_do_while_is_bounded(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "loopCondition": "true", "loopOver": [simple("step", "echo")]}]},
+        {"echo": echo}, max_loop_iterations=5)
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED"
+    error = run.result.result_of("loop").exception
+    assert isinstance(error, TaskFailedError) and "max_loop_iterations=5" in str(error)
+    assert error.output["iteration"] == 5 and "5" in error.output and "6" not in error.output
+
+
+def test_a_failed_loop_task_fails_the_loop_with_its_output_so_far(
+    pool: ThreadPoolExecutor,
+) -> None:
+    def second(task_input: dict[str, Any]) -> dict[str, Any]:
+        if task_input["seen"] == 4:
+            raise RuntimeError("disk full")
+        return {"seen": task_input["seen"]}
+
+    registry = loop_registry([]) | {"second": second}
+    run = conductor.load(FIXTURES / "do_while.json", registry).run({"value": 5}, executor=pool)
+    assert run.status == "FAILED" and run.failed_task == "LoopTask"
+    error = run.result.result_of("LoopTask").exception
+    assert isinstance(error, TaskFailedError)
+    assert "iteration 2 failed: task 'second_task'" in str(error) and "disk full" in str(error)
+    assert error.output["1"]["second_task"] == {"seen": 2}
+    assert states(run.result)["after_loop"] in ("EXCEPTION", "CANCELLED")
+
+
+def test_do_while_on_a_one_worker_pool_does_not_deadlock() -> None:
+    log: list[Any] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="conductor-one") as one:
+        wf = conductor.load(FIXTURES / "do_while.json", loop_registry(log))
+        run = wf.run({"value": 2}, executor=one, timeout=30)
+    assert run.status == "COMPLETED" and log == [1, 2]
+
+
+def test_do_while_body_with_a_fork_and_a_switch(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "loopCondition": "$.loop.iteration < 2",
+        "loopOver": [
+            {"name": "fork", "taskReferenceName": "fork", "type": "FORK_JOIN",
+             "forkTasks": [[simple("a", "echo", inputParameters={"i": "${loop.output.iteration}"})],
+                           [simple("b", "echo", inputParameters={"k": 1})]]},
+            {"name": "join", "taskReferenceName": "join", "type": "JOIN", "joinOn": ["a", "b"]},
+            {"name": "sw", "taskReferenceName": "sw", "type": "SWITCH",
+             "evaluatorType": "value-param", "expression": "i",
+             "inputParameters": {"i": "${a.output.i}"},
+             "decisionCases": {"2": [simple("second", "echo")]}},
+        ]}]}, {"echo": echo})
+    run = wf.run(executor=pool)
+    out = run.result.outputs["loop"]
+    assert out["iteration"] == 2
+    assert out["1"]["join"] == {"a": {"i": 1}, "b": {"k": 1}}
+    assert "second" not in out["1"] and out["2"]["second"] == {}
+
+
+def test_a_loop_condition_that_throws_fails_the_loop(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "loopCondition": "$.nothing.here > 1", "loopOver": [simple("s", "echo")]}]},
+        {"echo": echo})
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED"
+    assert isinstance(run.result.result_of("loop").exception, conductor.ScriptError)
+
+
+
+def test_do_while_over_items_exposes_loop_item_and_index(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "each", "taskReferenceName": "each", "type": "DO_WHILE",
+        "items": "${workflow.input.skus}",
+        "loopOver": [simple("check", "echo", inputParameters={
+            "sku": "${each.output.loopItem}", "i": "${each.output.loopIndex}"})]}]},
+        {"echo": echo})
+    out = wf.run({"skus": ["a", "b", "c"]}, executor=pool).result.outputs["each"]
+    assert out["iteration"] == 3
+    assert [out[str(n)]["check"] for n in (1, 2, 3)] == [
+        {"sku": "a", "i": 0}, {"sku": "b", "i": 1}, {"sku": "c", "i": 2}]
+    empty = wf.run({"skus": []}, executor=pool)
+    assert empty.status == "COMPLETED" and empty.result.outputs["each"] == {}
+    bad = wf.run({"skus": "abc"}, executor=pool)
+    assert bad.status == "FAILED" and "items must give a list" in (bad.reason or "")
+
+
+def test_do_while_keep_last_n_keeps_only_the_last_iterations(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "inputParameters": {"keepLastN": 2},
+        "loopCondition": "$.loop.iteration < 5", "loopOver": [simple("s", "echo")]}]},
+        {"echo": echo})
+    out = wf.run(executor=pool).result.outputs["loop"]
+    assert out["iteration"] == 5 and sorted(k for k in out if k != "iteration") == ["4", "5"]
+
+
+def test_an_optional_loop_task_failure_does_not_fail_the_loop(pool: ThreadPoolExecutor) -> None:
+    def broken(task_input: dict[str, Any]) -> dict[str, Any]:
+        raise TaskFailedError("flaky", {"tried": True})
+
+    wf = conductor.load({"tasks": [{
+        "name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+        "loopCondition": "$.loop.iteration < 2",
+        "loopOver": [simple("maybe", "broken", optional=True)]}]}, {"broken": broken})
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    assert run.result.outputs["loop"]["2"] == {"maybe": {"tried": True}}
+
+# -- SUB_WORKFLOW -------------------------------------------------------------------------------
+
+
+def test_sub_workflow_by_name_and_version(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load(FIXTURES / "sub_workflow_parent.json", {"report": echo},
+                        workflows=[FIXTURES / "sub_workflow_child.json"])
+    run = wf.run({"mod": 3, "oddEven": "guess"}, executor=pool)
+    assert run.status == "COMPLETED"
+    out = run.result.outputs["subworkflow_task"]
+    assert out["parity"] == "odd" and out["asked"] == "guess" and out["subWorkflowId"]
+    assert run.result.outputs["report"] == {"parity": "odd"}
+
+
+def test_sub_workflow_with_an_inline_definition_and_its_failure(pool: ThreadPoolExecutor) -> None:
+    def broken(task_input: dict[str, Any]) -> dict[str, Any]:
+        raise TaskFailedError("card declined", {"code": 51})
+
+    definition = {"name": "pay", "tasks": [simple("charge", "charge")],
+                  "outputParameters": {"code": "${charge.output.code}"}}
+    wf = conductor.load({"tasks": [{
+        "name": "sub", "taskReferenceName": "sub", "type": "SUB_WORKFLOW",
+        "inputParameters": {"amount": 5},
+        "subWorkflowParam": {"name": "pay", "workflowDefinition": definition}}]},
+        {"charge": broken})
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED"
+    error = run.result.result_of("sub").exception
+    assert isinstance(error, TaskFailedError)
+    assert "workflow 'pay' ended FAILED" in str(error) and error.output["code"] == 51
+
+
+def test_sub_workflow_naming_an_unknown_definition_is_refused() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"no definition of workflow 'ghost'"):
+        conductor.load({"tasks": [{"name": "s", "taskReferenceName": "s", "type": "SUB_WORKFLOW",
+                                   "subWorkflowParam": {"name": "ghost"}}]}, {})
+
+
+def test_sub_workflow_picks_the_highest_version_without_one(pool: ThreadPoolExecutor) -> None:
+    def version(n: int) -> dict[str, Any]:
+        return {"name": "child", "version": n, "tasks": [{
+            "name": "v", "taskReferenceName": "v", "type": "INLINE",
+            "inputParameters": {"evaluatorType": "javascript", "expression": str(n)}}]}
+
+    wf = conductor.load({"tasks": [{"name": "s", "taskReferenceName": "s", "type": "SUB_WORKFLOW",
+                                    "subWorkflowParam": {"name": "child"}}]}, {},
+                        workflows=[version(1), version(3), version(2)])
+    assert wf.run(executor=pool).result.outputs["s"]["result"] == 3
+
+
+
+# -- dynamic forks of system tasks --------------------------------------------------------------
+
+
+def dynamic_fork(tasks: list[dict[str, Any]], inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "fan", "tasks": [
+        {"name": "dyn", "taskReferenceName": "dyn", "type": "FORK_JOIN_DYNAMIC",
+         "dynamicForkTasksParam": "tasks", "dynamicForkTasksInputParamName": "inputs",
+         "inputParameters": {"tasks": tasks, "inputs": inputs}},
+        {"name": "join", "taskReferenceName": "join", "type": "JOIN"},
+    ]}
+
+
+def test_a_dynamic_fork_runs_sub_workflows_and_system_tasks(pool: ThreadPoolExecutor) -> None:
+    child = {"name": "double", "version": 1, "tasks": [{
+        "name": "d", "taskReferenceName": "d", "type": "INLINE",
+        "inputParameters": {"n": "${workflow.input.n}", "evaluatorType": "javascript",
+                            "expression": "$.n * 2"}}],
+        "outputParameters": {"doubled": "${d.output.result}"}}
+    tasks = [
+        {"name": "sub", "taskReferenceName": "s1", "type": "SUB_WORKFLOW",
+         "subWorkflowParam": {"name": "double", "version": 1}},
+        {"name": "sub", "taskReferenceName": "s2", "type": "SUB_WORKFLOW",
+         "subWorkflowParam": {"name": "double"}},
+        {"name": "js", "taskReferenceName": "j1", "type": "INLINE",
+         "inputParameters": {"evaluatorType": "javascript", "expression": "$.text.length"}},
+        {"name": "echo", "taskReferenceName": "e1"},
+    ]
+    inputs = {"s1": {"n": 2}, "s2": {"n": 5}, "j1": {"text": "$${not an expression}"},
+              "e1": {"plain": True}}
+    wf = conductor.load(dynamic_fork(tasks, inputs), {"echo": echo}, workflows=[child])
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    join = run.result.outputs["join"]
+    assert join["s1"]["doubled"] == 4 and join["s2"]["doubled"] == 10
+    assert join["j1"] == {"result": len("${not an expression}")}  # input is data, not code
+    assert join["e1"] == {"plain": True}
+
+
+def test_a_dynamically_forked_task_keeps_the_boundaries_of_load(
+    pool: ThreadPoolExecutor,
+) -> None:
+    tasks = [{"name": "call", "taskReferenceName": "h1", "type": "HTTP"}]
+    inputs = {"h1": {"http_request": {"uri": "http://metadata.invalid/x"}}}
+    wf = conductor.load(dynamic_fork(tasks, inputs), {}, allow_hosts=["127.0.0.1"])
+    run = wf.run(executor=pool)
+    assert run.status == "FAILED"
+    error = run.result.result_of("dyn").result.failed["h1"]
+    assert isinstance(error, TaskFailedError) and "metadata.invalid" in str(error)
+
+
+def test_a_bad_dynamically_forked_system_task_fails_the_fork_before_any_runs(
+    pool: ThreadPoolExecutor,
+) -> None:
+    calls: list[Any] = []
+    tasks = [{"name": "echo", "taskReferenceName": "ok"},
+             {"name": "js", "taskReferenceName": "bad", "type": "INLINE"}]
+    wf = conductor.load(dynamic_fork(tasks, {}), {"echo": lambda i: calls.append(i)})
+    run = wf.run(executor=pool)
+    error = run.result.result_of("dyn").exception
+    assert isinstance(error, FlowDefinitionError)
+    assert "dynamic fork 'dyn': task 'bad'" in str(error) and calls == []
+
+# -- system parameters --------------------------------------------------------------------------
+
+
+def test_system_parameters_resolve(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "v", "taskReferenceName": "v", "type": "SET_VARIABLE",
+         "inputParameters": {"colour": "red"}},
+        simple("t", "echo", inputParameters={
+            "task_id": "${CPEWF_TASK_ID}", "wid": "${workflow.workflowId}",
+            "cid": "${workflow.correlationId}", "colour": "${workflow.variables.colour}",
+            "v_input": "${v.input.colour}", "v_status": "${v.status}", "v_id": "${v.taskId}",
+            "env": "${NETFLIX_ENV}", "text": "id=${CPEWF_TASK_ID}"}),
+    ]}, {"echo": echo})
+    ctx = TaskContext()
+    run = wf.run(executor=pool, context=ctx, correlation_id="order-42")
+    out = run.result.outputs["t"]
+    assert out["wid"] == run.result.flow_id and out["cid"] == "order-42"
+    assert out["task_id"].endswith("/t") and out["text"] == f"id={out['task_id']}"
+    assert out["v_id"].endswith("/v") and out["v_id"] != out["task_id"]
+    assert out["colour"] == "red" and out["v_input"] == "red" and out["v_status"] == "COMPLETED"
+    assert out["env"] is None  # the process environment is never read
+
+
+def test_a_workflow_run_from_many_threads_keeps_variables_apart(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "v", "taskReferenceName": "v", "type": "SET_VARIABLE",
+         "inputParameters": {"who": "${workflow.input.who}"}},
+        simple("t", "echo", inputParameters={"who": "${workflow.variables.who}"}),
+    ]}, {"echo": echo})
+    barrier = threading.Barrier(4)
+    seen: dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        barrier.wait()
+        with ThreadPoolExecutor(2, thread_name_prefix=f"conductor-run{i}") as own:
+            seen[i] = wf.run({"who": i}, executor=own).result.outputs["t"]["who"]
+
+    threads = [threading.Thread(target=one, args=(i,), name=f"conductor-caller-{i}")
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {i: i for i in range(4)}
+
+
+# -- the example --------------------------------------------------------------------------------
+
+
+def test_the_orders_example_runs_its_three_orders(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "conductor_orders.py"
+    spec = importlib.util.spec_from_file_location("examples_conductor_orders", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = module.main()
+    assert {k: r.status for k, r in runs.items()} == {"small": "COMPLETED", "large": "COMPLETED",
+                                                      "backorder": "COMPLETED"}
+    assert runs["small"].output == {"state": "packed", "total": 7.5, "polls": 3}
+    assert "reviewed" in str(runs["large"].result.outputs["review"])
+    assert runs["small"].result.result_of("review").state is ResultState.SKIPPED
+    assert runs["backorder"].output == {"state": "backorder", "missing": ["ink"]}
+    assert "pack_loop" not in runs["backorder"].result.outputs  # terminated before the loop
+    assert "backorder COMPLETED" in capsys.readouterr().out
+
+
+def test_system_tasks_run_on_a_process_pool() -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    wf = conductor.load({"tasks": [
+        {"name": "i", "taskReferenceName": "i", "type": "INLINE",
+         "inputParameters": {"x": "${workflow.input.x}", "evaluatorType": "javascript",
+                             "expression": "$.x * 2"}},
+        {"name": "v", "taskReferenceName": "v", "type": "SET_VARIABLE",
+         "inputParameters": {"k": "${i.output.result}"}},
+        {"name": "loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+         "loopCondition": "$.loop.iteration < 2",
+         "loopOver": [simple("e", "echo", inputParameters={"k": "${workflow.variables.k}"})]},
+        {"name": "j", "taskReferenceName": "j", "type": "JSON_JQ_TRANSFORM",
+         "inputParameters": {"a": "${e.output.k}", "queryExpression": ".a + 1"}},
+        {"name": "t", "taskReferenceName": "t", "type": "TERMINATE",
+         "inputParameters": {"terminationStatus": "COMPLETED",
+                             "workflowOutput": {"j": "${j.output.result}"}}},
+        simple("never", "echo"),
+    ]}, {"echo": echo})
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
+        run = wf.run({"x": 21}, executor=executor, timeout=LONG * 6)
+    assert run.status == "COMPLETED" and run.output == {"j": 43}
+    assert run.variables == {"k": 42}
+    assert run.result.outputs["loop"]["2"] == {"e": {"k": 42}}
+    assert "never" not in run.result.outputs
+
+
+def test_a_deep_scan_collects_a_field_at_any_depth(pool: ThreadPoolExecutor) -> None:
+    # the kitchensink example of Conductor's documentation reads ${get_es_1.output..status}
+    hits = {"hits": {"hits": [{"_source": {"status": "RUNNING", "workflowId": "w1"}},
+                              {"_source": {"status": "FAILED", "workflowId": "w2"}}]}}
+    wf = conductor.load({"tasks": [
+        simple("search", "search"),
+        simple("report", "echo", inputParameters={"statuses": "${search.output..status}",
+                                                  "ids": "${search.output..hits[0]}"}),
+    ], "outputParameters": {"workflowIds": "${search.output..workflowId}"}},
+        {"search": lambda i: hits, "echo": echo})
+    run = wf.run(executor=pool)
+    assert run.result.outputs["report"]["statuses"] == ["RUNNING", "FAILED"]
+    # [0] applies to each match; the match that is not a list is left out
+    assert run.result.outputs["report"]["ids"] == [hits["hits"]["hits"][0]]
+    assert run.output == {"workflowIds": ["w1", "w2"]}
