@@ -79,9 +79,21 @@ class Plan:
         self.pruned = pruned
         self.subsets: dict[tuple[int, ...], Plan] = {}
         self.nodes = tuple(nodes)
-        self.pos = pos = {id(n): i for i, n in enumerate(nodes)}
         self.names = tuple(n.name for n in nodes)
         self.index = {name: i for i, name in enumerate(self.names)}
+        self._wire(nodes)
+        self._read_options(nodes)
+        self._read_kinds(nodes)
+        # the one mutable field: each node's typical task time (seconds, an exponential moving
+        # average; -1.0 until measured), written by runs without a lock (a float store is atomic)
+        # and read by the engine to decide whether a ready node deserves a worker loop of its own
+        self.est = [-1.0] * len(nodes)
+        self._mark_plain()
+
+    def _wire(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
+        """The edges as indices: fathers, sons (pruned ones left out), optional fathers, roots
+        and sinks, and each node's join."""
+        self.pos = pos = {id(n): i for i, n in enumerate(nodes)}
         self.fathers = tuple(tuple(pos[id(f)] for f in n._fathers) for n in nodes)
         self.sons = tuple(tuple(pos[id(s)] for s in n._sons if id(s) in pos) for n in nodes)
         self.optional = tuple(
@@ -91,10 +103,21 @@ class Plan:
         self.join_kind = tuple(n.join.kind for n in nodes)
         self.join_k = tuple(n.join.k for n in nodes)
         self.roots = tuple(i for i, f in enumerate(self.fathers) if not f)
+        self.sinks = tuple(not s for s in self.sons)
+
+    def _read_options(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
+        """Timeouts, retries and resilience options, with the run-wide "any" flags."""
         self.timeout = tuple(n.timeout for n in nodes)
         self.any_timeout = any(t is not None for t in self.timeout)
         self.retries = tuple(n.retries for n in nodes)
         self.backoff = tuple(n.retry_backoff for n in nodes)
+        # each node's resilience options (``taskflow.resilience.policy``; None: none), read by
+        # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
+        self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
+        self.any_policy = any(p is not None for p in self.policy)
+
+    def _read_kinds(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
+        """Which hooks each node's class overrides, and what kind of node it is."""
         base = SchedulingNode
         self.has_begin = tuple(type(n).on_begin is not base.on_begin for n in nodes)
         self.has_success = tuple(type(n).on_success is not base.on_success for n in nodes)
@@ -102,25 +125,18 @@ class Plan:
         kinds = tuple(type(n).node_kind for n in nodes)
         # nodes that choose which sons run (switches): index -> True
         self.routes = tuple(k is NodeKind.SWITCH for k in kinds)
+        # nodes that schedule sub-work themselves (taskflow.kinds.fanout)
+        self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
         # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
         self.stateless = tuple(
             type(n).task is FunctionNode.task and not (b or s or f)
             for n, b, s, f in zip(nodes, self.has_begin, self.has_success, self.has_fail, strict=True)
         )
-        # nodes that schedule sub-work themselves (taskflow.kinds.fanout)
-        self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
-        # the one mutable field: each node's typical task time (seconds, an exponential moving
-        # average; -1.0 until measured), written by runs without a lock (a float store is atomic)
-        # and read by the engine to decide whether a ready node deserves a worker loop of its own
-        self.est = [-1.0] * len(nodes)
-        self.sinks = tuple(not s for s in self.sons)
-        # each node's resilience options (``taskflow.resilience.policy``; None: none), read by
-        # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
-        self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
-        self.any_policy = any(p is not None for p in self.policy)
-        # the engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
-        # with no own timeout, no routing, no fan-out and no resilience options; its task is
-        # ``fn(ctx, param)`` called directly and a success settles without any of those checks
+
+    def _mark_plain(self) -> None:
+        """The engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
+        with no own timeout, no routing, no fan-out and no resilience options; its task is
+        ``fn(ctx, param)`` called directly and a success settles without any of those checks."""
         self.plain = tuple(
             sl and t is None and not r and not fo and p is None
             for sl, t, r, fo, p in zip(self.stateless, self.timeout, self.routes, self.fanout,
