@@ -1,6 +1,14 @@
 """The ``taskflow`` command line: ``taskflow demo | graph | run`` (or ``python -m taskflow ...``).
 
-This module is an application, not library code: it is the one place in taskflow that configures
+One parser, one :func:`main` and the demo's printed table here; the rest lives beside it:
+
+* :mod:`taskflow.cli.demo` — the product-detail flow that ``demo`` runs, against the same calls
+  made stage by stage by hand;
+* :mod:`taskflow.cli.flows` — ``graph`` and ``run`` for Conductor definitions and flow specs;
+* :mod:`taskflow.cli.terminal` — what may reach the terminal (user data escaped), the option
+  parsers shared by the subcommands, and the exit codes.
+
+This package is an application, not library code: it is the one place in taskflow that configures
 loguru, and only when asked (``--verbose``). By default it prints the demo's output and nothing
 else. Exit status: 0 the flow succeeded, 1 it failed (``--fail``, a too short ``--timeout``),
 2 the command line was wrong (or the ``taskflow`` package found is not this one).

@@ -7,10 +7,8 @@ slot, a token or another run's call holds no worker. See ``docs/resilience-desig
 
 from __future__ import annotations
 
-from taskflow.exposition import Sample
-from taskflow.resilience.breaker import BreakerMetrics, BreakerPermit, BreakerState, CircuitBreaker
-from taskflow.resilience.bulkhead import Bulkhead, BulkheadMetrics, Permit, Ticket
-from taskflow.resilience.dispatch import ReadyQueue, fits_budget, node_weights, remaining_paths
+from taskflow.resilience.breaker import BreakerMetrics, BreakerState, CircuitBreaker
+from taskflow.resilience.bulkhead import Bulkhead, BulkheadMetrics
 from taskflow.resilience.errors import (
     BulkheadFullError,
     CircuitOpenError,
@@ -19,22 +17,16 @@ from taskflow.resilience.errors import (
 )
 from taskflow.resilience.export import render_prometheus
 from taskflow.resilience.fallback import Fallback
-from taskflow.resilience.hedge import Hedge, HedgeRace, Verdict
+from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies
-from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics, Reservation
-from taskflow.resilience.singleflight import (
-    Member,
-    Outcome,
-    SharedCall,
-    SingleFlight,
-    SingleFlightMetrics,
-    check_share_key,
-    share_key_of,
-)
+from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics
+from taskflow.resilience.singleflight import SingleFlight, SingleFlightMetrics
 
+# what a user writes (the primitives and their options), reads (their metrics and states) or
+# catches (their errors); what the engine alone calls (permits, tickets, reservations, a hedge's
+# race, a shared call's members, dispatch weights) stays in the modules that define it
 __all__ = [
     "BreakerMetrics",
-    "BreakerPermit",
     "BreakerState",
     "Bulkhead",
     "BulkheadFullError",
@@ -44,28 +36,13 @@ __all__ = [
     "Fallback",
     "FallbackError",
     "Hedge",
-    "HedgeRace",
     "LatencyRegistry",
     "LatencyTracker",
-    "Member",
-    "Outcome",
-    "Permit",
     "RateLimit",
     "RateLimitMetrics",
-    "ReadyQueue",
-    "Reservation",
-    "Sample",
-    "SharedCall",
     "SingleFlight",
     "SingleFlightMetrics",
-    "Ticket",
     "UnhashableKeyError",
-    "Verdict",
-    "check_share_key",
-    "fits_budget",
     "latencies",
-    "node_weights",
-    "remaining_paths",
     "render_prometheus",
-    "share_key_of",
 ]

@@ -11,7 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from resilience_helpers import FakeClock, run_threads
 
 from taskflow.errors import FlowDefinitionError, TaskflowError
-from taskflow.resilience import BreakerPermit, BreakerState, CircuitBreaker, CircuitOpenError
+from taskflow.resilience import BreakerState, CircuitBreaker, CircuitOpenError
+from taskflow.resilience.breaker import BreakerPermit
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from resilience_helpers import FakeClock, run_threads
 
 from taskflow.errors import FlowDefinitionError, TaskflowError
-from taskflow.resilience import Bulkhead, BulkheadFullError, Permit, Ticket
+from taskflow.resilience import Bulkhead, BulkheadFullError
+from taskflow.resilience.bulkhead import Permit, Ticket
 
 
 @pytest.mark.parametrize(

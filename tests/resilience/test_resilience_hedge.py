@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from resilience_helpers import run_threads
 
 from taskflow.errors import FlowDefinitionError
-from taskflow.resilience import Hedge, HedgeRace, LatencyRegistry, LatencyTracker, Verdict
+from taskflow.resilience import Hedge, LatencyRegistry, LatencyTracker
+from taskflow.resilience.hedge import HedgeRace, Verdict
 
 
 @pytest.mark.parametrize(

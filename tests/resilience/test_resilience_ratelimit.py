@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from resilience_helpers import FakeClock, run_threads
 
 from taskflow.errors import FlowDefinitionError
-from taskflow.resilience import RateLimit, Reservation
+from taskflow.resilience import RateLimit
+from taskflow.resilience.ratelimit import Reservation
 
 
 def _within_bucket(times: list[float], rate: float, burst: int) -> bool:

@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 from resilience_helpers import FakeClock, run_threads
 
 from taskflow.errors import FlowDefinitionError, TaskflowError
-from taskflow.resilience import (
-    Member,
-    Outcome,
-    SingleFlight,
-    UnhashableKeyError,
-    check_share_key,
-    share_key_of,
-)
+from taskflow.resilience import SingleFlight, UnhashableKeyError
+from taskflow.resilience.singleflight import Member, Outcome, check_share_key, share_key_of
 
 
 class Inbox:

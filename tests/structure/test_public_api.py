@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+
+import pytest
+
 import taskflow
 
 PUBLIC = [
@@ -72,6 +76,53 @@ def test_all_is_pinned():
 def test_every_public_name_is_importable_from_the_package():
     missing = [name for name in PUBLIC if not hasattr(taskflow, name)]
     assert missing == []
+
+
+# the other namespaces a user imports from or reaches through ``taskflow.<name>``
+NAMESPACES = {
+    "taskflow.resilience": [
+        "BreakerMetrics", "BreakerState", "Bulkhead", "BulkheadFullError", "BulkheadMetrics",
+        "CircuitBreaker", "CircuitOpenError", "Fallback", "FallbackError", "Hedge",
+        "LatencyRegistry", "LatencyTracker", "RateLimit", "RateLimitMetrics", "SingleFlight",
+        "SingleFlightMetrics", "UnhashableKeyError", "latencies", "render_prometheus",
+    ],
+    "taskflow.declare.conductor": [
+        "HostNotAllowedError", "INPUT_KEY", "JqError", "Limits", "SUPPORTED_TYPES", "ScriptError",
+        "TaskFailedError", "TaskFn", "Workflow", "WorkflowRun", "load",
+    ],
+    "taskflow.observe.stats": [
+        "DEFAULT_BUCKETS", "FlowStats", "FlowStatsModel", "KeptRun", "NodeStatsModel",
+        "PrometheusCollector", "RunLog", "STATS", "StatsSnapshot", "critical_path", "disable",
+        "enable", "flow_name_of", "record_run", "snapshot", "to_prometheus",
+    ],
+    "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
+    "taskflow.observe.web": ["make_app"],
+}
+# ``taskflow.conductor`` and friends are these modules, loaded on first access
+REACHED_AS = {"conductor": "taskflow.declare.conductor", "stats": "taskflow.observe.stats",
+              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web"}
+
+
+@pytest.mark.parametrize("module", sorted(NAMESPACES))
+def test_every_public_namespace_is_pinned_and_importable(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == NAMESPACES[module]
+    assert [name for name in mod.__all__ if not hasattr(mod, name)] == []
+
+
+@pytest.mark.parametrize(("name", "module"), sorted(REACHED_AS.items()))
+def test_module_valued_names_of_the_package_are_the_pinned_modules(name: str, module: str) -> None:
+    assert getattr(taskflow, name) is importlib.import_module(module)
+
+
+def test_engine_internal_names_stay_out_of_the_resilience_namespace() -> None:
+    # permits, races, shared calls and dispatch weights are the engine's; users never build them
+    import taskflow.resilience as resilience
+
+    for internal in ("HedgeRace", "Verdict", "Permit", "Ticket", "Reservation", "BreakerPermit",
+                     "Member", "SharedCall", "Outcome", "node_weights", "remaining_paths"):
+        assert internal not in resilience.__all__
+        assert not hasattr(resilience, internal), internal
 
 
 
