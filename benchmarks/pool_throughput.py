@@ -15,7 +15,7 @@ the median over ``--rounds`` rounds (at least 7):
 * **monitoring overhead**: ``MonitoredExecutor(ThreadPoolExecutor)`` / stdlib on the same
   no-op throughput run. Goal <= 1.05. It comes out below 1: a wrapped pool that has all its
   threads skips the stdlib's idle-thread semaphore, the lock its threads convoy on (see
-  ``taskflow/monitor.py``), which gains more than counting and timing each task costs.
+  ``taskflow/pools/monitored.py``), which gains more than counting and timing each task costs.
   ``--own-cost`` adds a fourth executor to every round, the stdlib pool with the same skip and
   no monitoring (:class:`FullPoolSkip`), and prints what the monitoring itself costs against it.
 

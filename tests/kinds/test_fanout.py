@@ -1,7 +1,7 @@
 """FanOutNode: bounded lazy fan-out, dedupe by item id, item timeouts, all / quorum / best-effort
 fan-in (docs/concepts/joins.md: the partial-failure table and the 100-file exercise).
 
-Semantics pinned here (taskflow/fanout.py's module docstring):
+Semantics pinned here (taskflow/kinds/fanout.py's module docstring):
 
 * ``missing`` = items pulled and still in flight when the fan-in ends (the node's ``timeout``, or
   the run's budget, which makes the node TIMEOUT with the partial FanInResult as its result).
