@@ -21,12 +21,15 @@ fails the task with that output.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskflow.declare.conductor import state
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.declare.conductor.tasks.javascript import evaluate, truthy
+from taskflow.errors import FlowDefinitionError
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.node import SchedulingNode
 from taskflow.model.result import FlowResult
@@ -34,7 +37,8 @@ from taskflow.model.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.declare.conductor.workflow import Workflow
 
-__all__ = ["DoWhileTask", "SubWorkflowTask", "run_nested"]
+__all__ = ["DoWhileTask", "SubWorkflowTask", "compile_do_while", "compile_sub_workflow",
+           "run_nested"]
 
 
 def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: TaskContext
@@ -206,3 +210,112 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
                 f"sub_workflow task {self.ref!r}: workflow {sub.name!r} ended {status}"
                 + (f": {meta.get('reason')}" if meta.get("reason") else ""), output)
         return output
+
+
+def compile_do_while(ctx: CompileContext, site: Site) -> Step:
+    """``DO_WHILE``: the loop node, its ``loopOver`` tasks compiled as a graph of their own
+    (their references stay unique across the whole definition)."""
+    ctx.params(site)
+    loop_over = site.task.get("loopOver")
+    if not isinstance(loop_over, list) or not loop_over:
+        raise ctx.fail(f"do_while {site.label} has no loopOver tasks")
+    evaluator = _loop_evaluator(ctx, site)
+    condition, items = _loop_condition(ctx, site)
+    node = ctx.new_node(DoWhileTask, site, body=[], body_refs=(), condition=condition,
+                        items=items, body_optional=frozenset(), evaluator=evaluator)
+    outer, before = ctx.nodes, set(ctx.where)
+    ctx.nodes = {}
+    try:
+        ctx.sequence(loop_over, f"{site.where}.loopOver", [])
+        body = list(ctx.nodes.values())
+    finally:
+        ctx.nodes = outer
+    ctx.nodes[site.ref] = node  # keep definition order: the loop, then what follows
+    body_refs = tuple(r for r in ctx.where if r not in before)
+    node.__dict__.update(body=body, body_refs=body_refs,
+                         body_optional=frozenset(r for r in body_refs if r in ctx.optional))
+    return ctx.single(site, node)
+
+
+def _loop_evaluator(ctx: CompileContext, site: Site) -> str:
+    """"value-param" or "javascript" (graaljs read as javascript)."""
+    evaluator = site.task.get("evaluatorType") or "javascript"
+    if evaluator not in ("javascript", "graaljs", "value-param"):
+        raise ctx.fail(f"do_while {site.label}: evaluatorType {evaluator!r} is not "
+                       "'javascript', 'graaljs' or 'value-param'")
+    return "value-param" if evaluator == "value-param" else "javascript"
+
+
+def _loop_condition(ctx: CompileContext, site: Site) -> tuple[str | None, Any]:
+    """(loopCondition or None, the compiled ``items`` or None); a loop with neither runs
+    once, with a warning."""
+    condition = site.task.get("loopCondition")
+    if condition is not None and not isinstance(condition, str):
+        raise ctx.fail(f"do_while {site.label}: loopCondition must be a string")
+    items = None
+    if site.task.get("items") is not None:
+        items = ctx.compile_inputs(site.task["items"], site.ref, site.where, "items")
+    if not condition and items is None:
+        ctx.warn(f"do_while {site.label} has no loopCondition: it runs once")
+    return condition or None, items
+
+
+def compile_sub_workflow(ctx: CompileContext, site: Site) -> Step:
+    """``SUB_WORKFLOW``: its definition (embedded, or passed to ``load`` by name) compiled
+    through the context's ``compile_workflow``; a workflow may not reach itself."""
+    ctx.params(site)
+    param = site.task.get("subWorkflowParam")
+    if not isinstance(param, Mapping):
+        raise ctx.fail(f"sub_workflow {site.label} has no subWorkflowParam")
+    data = _sub_definition(ctx, site, param)
+    name = param.get("name")
+    sub_name = str(data.get("name") or name or f"{ctx.workflow_name}.{site.ref}")
+    if data.get("name"):
+        _refuse_cycle(ctx, site, data["name"])
+    try:
+        sub = ctx.compile_workflow(data, ctx.chain + (sub_name,))
+    except FlowDefinitionError as exc:
+        raise ctx.fail(f"sub_workflow {site.label}: {exc}") from None
+    ctx.warnings.extend(f"sub_workflow {site.ref!r}: {w}" for w in sub.warnings)
+    return ctx.single(site, ctx.new_node(SubWorkflowTask, site, sub=sub))
+
+
+def _sub_definition(ctx: CompileContext, site: Site, param: Mapping[str, Any]
+                    ) -> Mapping[str, Any]:
+    """The sub-workflow's definition: ``workflowDefinition``, else the one named."""
+    data = param.get("workflowDefinition")
+    if isinstance(data, str) and "${" in data:
+        raise ctx.fail(f"sub_workflow {site.label}: a workflowDefinition chosen at run time is "
+                       "not supported in-process; pass the definitions to load()")
+    if data is None:
+        data = _named_definition(ctx, site, param)
+    if not isinstance(data, Mapping):
+        raise ctx.fail(f"sub_workflow {site.label}: workflowDefinition must be an object")
+    return data
+
+
+def _named_definition(ctx: CompileContext, site: Site, param: Mapping[str, Any]
+                      ) -> Mapping[str, Any]:
+    """The definition passed to ``load(workflows=...)`` that ``param`` names."""
+    name = param.get("name")
+    if not isinstance(name, str) or not name:
+        raise ctx.fail(f"sub_workflow {site.label}: subWorkflowParam needs a name or a "
+                       "workflowDefinition")
+    _refuse_cycle(ctx, site, name)
+    data = ctx.library.find(name, param.get("version"))
+    if data is None:
+        known = sorted({str(w.get("name")) for w in ctx.library.workflows})
+        raise ctx.fail(
+            f"sub_workflow {site.label}: no definition of workflow {name!r}"
+            + (f" version {param.get('version')!r}" if param.get("version") else "")
+            + " was passed to load(workflows=...) (known: "
+            + (", ".join(repr(k) for k in known) or "none") + ")")
+    return data
+
+
+def _refuse_cycle(ctx: CompileContext, site: Site, name: Any) -> None:
+    """A workflow being compiled (one of the chain) may not be reached again."""
+    if name in ctx.chain:
+        loop = " -> ".join(repr(n) for n in ctx.chain + (name,))
+        raise ctx.fail(f"sub_workflow {site.label} reaches workflow {name!r} again ({loop}): "
+                       "a workflow may not run itself")
