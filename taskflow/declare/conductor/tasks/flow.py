@@ -250,64 +250,94 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                 ) -> list[tuple[str, str, dict[str, Any], bool, bool]]:
         """(ref, name, input, optional, system) of each forked task, checked before any of
         them runs; for a system task (any type but SIMPLE) the input is its definition."""
-        out: list[tuple[str, str, dict[str, Any], bool]] = []
-        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
         inputs = task_input.get("forkTaskInputs")
+        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
         if isinstance(inputs, list):
-            name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"dynamic fork {self.ref!r}: forkTaskInputs needs a forkTaskName")
-            for i, item in enumerate(inputs):
-                fn_input = dict(item) if isinstance(item, Mapping) else {"input": item}
-                fn_input["__index"] = i
-                out.append((f"_{name}_{i}", name, fn_input, self.optional_task))
+            out = self._named_forks(task_input, inputs)
         else:
-            tasks = task_input.get(self.tasks_param or "")
-            if not isinstance(tasks, list):
-                raise TypeError(
-                    f"dynamic fork {self.ref!r}: input {self.tasks_param!r} must be a list of "
-                    f"tasks, got {type(tasks).__name__}"
-                )
-            all_inputs = task_input.get(self.input_param or "")
-            if not isinstance(all_inputs, Mapping):
-                raise TypeError(
-                    f"dynamic fork {self.ref!r}: input {self.input_param!r} must be a map of "
-                    f"task reference name -> input, got {type(all_inputs).__name__}"
-                )
-            scope = None
-            for i, t in enumerate(tasks):
-                if not isinstance(t, Mapping) or not isinstance(t.get("taskReferenceName"), str):
-                    raise TypeError(
-                        f"dynamic fork {self.ref!r}: task {i} has no taskReferenceName: {t!r}"
-                    )
-                ref = t["taskReferenceName"]
-                kind = t.get("type") or "SIMPLE"
-                name = t.get("name")
-                if not isinstance(name, str) or not name:
-                    raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
-                entry = all_inputs.get(ref)
-                if entry is not None and not isinstance(entry, Mapping):
-                    raise TypeError(
-                        f"dynamic fork {self.ref!r}: the input of task {ref!r} in "
-                        f"{self.input_param!r} must be an object, got "
-                        f"{type(entry).__name__} {entry!r}"
-                    )
-                own = t.get("inputParameters") or {}
-                if not isinstance(own, Mapping):
-                    raise TypeError(f"dynamic fork {self.ref!r}: inputParameters of task "
-                                    f"{ref!r} must be an object, got {type(own).__name__}")
-                merged: dict[str, Any] = {}
-                if own:
-                    if scope is None:
-                        scope = self.scope(ctx)
-                    merged.update(_resolve_forked_input(self.ref, ref, own, scope))
-                merged.update(entry or {})
-                optional = bool(t.get("optional")) or self.optional_task
-                if kind != "SIMPLE":
-                    system[ref] = _as_system_task(t, merged)
-                out.append((ref, name, merged, optional))
-            for ref, tdef in system.items():
-                self._compile_one(ref, tdef)  # checked before any forked task runs
+            out, system = self._listed_forks(ctx, task_input)
+        self._check_forked(out, system)
+        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
+                for ref, name, fn_input, optional in out]
+
+    def _named_forks(self, task_input: dict[str, Any], inputs: list[Any]
+                     ) -> list[tuple[str, str, dict[str, Any], bool]]:
+        """``forkTaskName`` forked once per ``forkTaskInputs`` entry, as ``_{name}_{i}``."""
+        name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dynamic fork {self.ref!r}: forkTaskInputs needs a forkTaskName")
+        out = []
+        for i, item in enumerate(inputs):
+            fn_input = dict(item) if isinstance(item, Mapping) else {"input": item}
+            fn_input["__index"] = i
+            out.append((f"_{name}_{i}", name, fn_input, self.optional_task))
+        return out
+
+    def _listed_forks(self, ctx: TaskContext, task_input: dict[str, Any]
+                      ) -> tuple[list[tuple[str, str, dict[str, Any], bool]],
+                                 dict[str, dict[str, Any]]]:
+        """The tasks the tasks param lists, and ref -> definition of the system tasks among
+        them (every one compiled here, before any forked task runs)."""
+        tasks = task_input.get(self.tasks_param or "")
+        if not isinstance(tasks, list):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: input {self.tasks_param!r} must be a list of "
+                f"tasks, got {type(tasks).__name__}"
+            )
+        all_inputs = task_input.get(self.input_param or "")
+        if not isinstance(all_inputs, Mapping):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: input {self.input_param!r} must be a map of "
+                f"task reference name -> input, got {type(all_inputs).__name__}"
+            )
+        scopes: list[Any] = []  # the fork's scope, resolved once, when a task needs it
+
+        def scope() -> Any:
+            if not scopes:
+                scopes.append(self.scope(ctx))
+            return scopes[0]
+
+        out = []
+        system: dict[str, dict[str, Any]] = {}
+        for i, t in enumerate(tasks):
+            ref, name, merged = self._listed_fork(i, t, all_inputs, scope)
+            if (t.get("type") or "SIMPLE") != "SIMPLE":
+                system[ref] = _as_system_task(t, merged)
+            out.append((ref, name, merged, bool(t.get("optional")) or self.optional_task))
+        for ref, tdef in system.items():
+            self._compile_one(ref, tdef)  # checked before any forked task runs
+        return out, system
+
+    def _listed_fork(self, i: int, t: Any, all_inputs: Mapping[str, Any],
+                     scope: Callable[[], Any]) -> tuple[str, str, dict[str, Any]]:
+        """(ref, name, input) of listed task ``i``: its own ``inputParameters`` (resolved in
+        the fork's scope) merged with its entry in the tasks-input map, the entry winning."""
+        if not isinstance(t, Mapping) or not isinstance(t.get("taskReferenceName"), str):
+            raise TypeError(f"dynamic fork {self.ref!r}: task {i} has no taskReferenceName: {t!r}")
+        ref = t["taskReferenceName"]
+        name = t.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
+        entry = all_inputs.get(ref)
+        if entry is not None and not isinstance(entry, Mapping):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: the input of task {ref!r} in "
+                f"{self.input_param!r} must be an object, got {type(entry).__name__} {entry!r}"
+            )
+        own = t.get("inputParameters") or {}
+        if not isinstance(own, Mapping):
+            raise TypeError(f"dynamic fork {self.ref!r}: inputParameters of task {ref!r} must "
+                            f"be an object, got {type(own).__name__}")
+        merged: dict[str, Any] = {}
+        if own:
+            merged.update(_resolve_forked_input(self.ref, ref, own, scope()))
+        merged.update(entry or {})
+        return ref, name, merged
+
+    def _check_forked(self, out: list[tuple[str, str, dict[str, Any], bool]],
+                      system: Mapping[str, Any]) -> None:
+        """Every forked reference is new to the workflow and used once; every forked SIMPLE
+        task's name is in the registry."""
         seen: set[str] = set()
         registry = self.registry
         for ref, name, _, _ in out:
@@ -323,8 +353,6 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                     f"dynamic fork {self.ref!r}: task {ref!r} uses name {name!r}, "
                     "which is not in the registry"
                 )
-        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
-                for ref, name, fn_input, optional in out]
 
     def _compile_one(self, ref: str, tdef: Mapping[str, Any]) -> Any:
         """A forked system task as a one-task workflow (FlowDefinitionError naming it)."""
