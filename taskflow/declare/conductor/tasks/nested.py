@@ -77,6 +77,12 @@ def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
     return result, state.snapshot(child)
 
 
+def _keep_last(keep: Any) -> int | None:
+    """``keepLastN``: a positive int keeps that many iterations' outputs; else all are
+    kept."""
+    return keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 else None
+
+
 class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``DO_WHILE``: see the module docstring."""
 
@@ -89,62 +95,92 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     items: Any  # the compiled ``items`` expression (list iteration), or None
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
-        from taskflow.declare.conductor.workflow import conductor_status
-
+        """Run the body once per iteration until the condition is false, the items are done,
+        a TERMINATE inside ends the workflow, or an iteration fails (which fails the loop)."""
         output: dict[str, Any] = {}
-        limit = self.limits.max_loop_iterations
         items = self._items(ctx)
-        keep = task_input.get("keepLastN")
-        keep_last = keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 \
-            else None
+        keep_last = _keep_last(task_input.get("keepLastN"))
         iteration = 0
         while True:
             ctx.raise_if_cancelled()  # the enclosing run ended (a failure elsewhere, the budget)
             iteration += 1
             if items is not None and iteration > len(items):
                 return output  # every item done (an empty list runs no iteration)
-            if iteration > limit:
-                raise TaskFailedError(
-                    f"do_while task {self.ref!r}: still looping after max_loop_iterations="
-                    f"{limit} iterations", output)
-            output["iteration"] = iteration
-            if items is not None:
-                output["loopItem"] = items[iteration - 1]
-                output["loopIndex"] = iteration - 1
-            state.put_task(ctx, self.ref, output=dict(output))
-            child = TaskContext()
-            child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
-            wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
-            child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
-            record = state.snapshot(ctx)
-            record.pop("meta", None)  # the loop's own failures and terminations start empty
-            state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
-            result = _nested(ctx, self.body, child)
-            records = state.tasks(child)
-            done = {r: dict(records[r]) for r in self.body_refs if r in records}
-            state.put_tasks(ctx, done)
-            output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
-                                      if "output" in rec}
-            if keep_last is not None:
-                output.pop(str(iteration - keep_last), None)
-            child_vars = state.variables(child)
-            if child_vars:
-                state.set_variables(ctx, child_vars)
-            meta = state.meta(child)
-            if "terminated" in meta:  # a TERMINATE inside the loop ends the whole workflow
-                state.put_meta(ctx, terminated=meta["terminated"])
-                ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
+            self._begin(ctx, output, iteration, items)
+            child, result = self._run_body(ctx, iteration)
+            self._record(ctx, child, output, iteration, keep_last)
+            if self._terminated(ctx, child):
                 return output
-            if conductor_status(result, meta, self.body_optional) != "COMPLETED":
-                why = meta.get("reason") or result.cancelled or "failed"
-                raise TaskFailedError(
-                    f"do_while task {self.ref!r}: iteration {iteration} failed: task "
-                    f"{meta.get('failed_by')!r}: {why}", output)
+            self._check_iteration(child, result, output, iteration)
             state.put_task(ctx, self.ref, output=dict(output))
             if items is not None and self.condition is None:
                 continue
             if not self._again(ctx, output):
                 return output
+
+    def _begin(self, ctx: TaskContext, output: dict[str, Any], iteration: int,
+               items: list[Any] | None) -> None:
+        """Record the iteration (and its item) as the loop's output before the body runs;
+        past max_loop_iterations the loop fails."""
+        limit = self.limits.max_loop_iterations
+        if iteration > limit:
+            raise TaskFailedError(
+                f"do_while task {self.ref!r}: still looping after max_loop_iterations="
+                f"{limit} iterations", output)
+        output["iteration"] = iteration
+        if items is not None:
+            output["loopItem"] = items[iteration - 1]
+            output["loopIndex"] = iteration - 1
+        state.put_task(ctx, self.ref, output=dict(output))
+
+    def _run_body(self, ctx: TaskContext, iteration: int) -> tuple[TaskContext, FlowResult]:
+        """Run the body as a nested run seeded with the workflow's records (its own failures
+        and terminations starting empty): its context and result."""
+        child = TaskContext()
+        child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
+        wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
+        child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
+        record = state.snapshot(ctx)
+        record.pop("meta", None)  # the loop's own failures and terminations start empty
+        state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
+        return child, _nested(ctx, self.body, child)
+
+    def _record(self, ctx: TaskContext, child: TaskContext, output: dict[str, Any],
+                iteration: int, keep_last: int | None) -> None:
+        """Copy the body's task records and variables to the workflow, and its outputs to
+        ``output[str(iteration)]`` (keeping the last ``keep_last`` iterations)."""
+        records = state.tasks(child)
+        done = {r: dict(records[r]) for r in self.body_refs if r in records}
+        state.put_tasks(ctx, done)
+        output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
+                                  if "output" in rec}
+        if keep_last is not None:
+            output.pop(str(iteration - keep_last), None)
+        child_vars = state.variables(child)
+        if child_vars:
+            state.set_variables(ctx, child_vars)
+
+    @staticmethod
+    def _terminated(ctx: TaskContext, child: TaskContext) -> bool:
+        """A TERMINATE inside the loop ends the whole workflow: record it, cancel the run."""
+        meta = state.meta(child)
+        if "terminated" not in meta:
+            return False
+        state.put_meta(ctx, terminated=meta["terminated"])
+        ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
+        return True
+
+    def _check_iteration(self, child: TaskContext, result: FlowResult, output: dict[str, Any],
+                         iteration: int) -> None:
+        """An iteration that did not complete fails the loop, naming the task that failed."""
+        from taskflow.declare.conductor.workflow import conductor_status
+
+        meta = state.meta(child)
+        if conductor_status(result, meta, self.body_optional) != "COMPLETED":
+            why = meta.get("reason") or result.cancelled or "failed"
+            raise TaskFailedError(
+                f"do_while task {self.ref!r}: iteration {iteration} failed: task "
+                f"{meta.get('failed_by')!r}: {why}", output)
 
     def _items(self, ctx: TaskContext) -> list[Any] | None:
         """The list a list-iterating loop (``items``) walks, or None for a counting loop."""
