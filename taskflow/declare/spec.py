@@ -625,48 +625,11 @@ class _Builder:
         options: dict[str, Any] = {"timeout": t.timeout, "join": _join_policy(t.join)}
         try:
             if t.switch is not None:
-                from taskflow.kinds.switch import SwitchNode
-
-                cases = {
-                    value: [self.node(n, f"{where}.switch.cases[{value!r}][{k}]")
-                            for k, n in enumerate(targets)]
-                    for value, targets in t.switch.cases.items()
-                }
-                default = None
-                if t.switch.default:
-                    default = [self.node(n, f"{where}.switch.default[{k}]")
-                               for k, n in enumerate(t.switch.default)]
-                fn = self.callable(t.callable or "", f"{where}.callable")
-                node: SchedulingNode[Any, Any] = SwitchNode.of(
-                    fn, t.param, name=name, cases=cases, default=default, retries=t.retries,
-                    retry_backoff=t.retry_backoff, **options)
+                node = self.switch_node(t, t.switch, where, options)
             elif t.fork is not None:
-                from taskflow.kinds.forkjoin import JoinNode, fork_join
-
-                branches = [[self.node(n, f"{where}.fork.branches[{b}][{k}]")
-                             for k, n in enumerate(branch)]
-                            for b, branch in enumerate(t.fork.branches)]
-                jspec = t.fork.join
-                join = JoinNode(name=jspec.name, join=_join_policy(jspec.policy))
-                if jspec.join_on is not None:
-                    inside = {n for branch in t.fork.branches for n in branch}
-                    for k, n in enumerate(jspec.join_on):
-                        if n not in inside:
-                            raise self.error(f"{where}.fork.join.join_on[{k}]",
-                                             f"{n!r} is not a task of the fork's branches")
-                try:
-                    node = fork_join(branches, join, jspec.join_on, fork_name=name)
-                except (FlowDefinitionError, TypeError) as exc:
-                    raise self.error(f"{where}.fork", str(exc)) from None
-                if options["join"] != Join.ALL:
-                    node.join = options["join"]
-                self.nodes[jspec.name] = join
+                node = self.fork_node(t, t.fork, where, options)
             elif t.fanout is not None:
-                fan = t.fanout
-                node = _SpecFanOut(t.param, name=name, max_concurrency=fan.max_concurrency,
-                                   item_timeout=fan.item_timeout, policy=fan.policy, **options)
-                node.__dict__["items_fn"] = self.callable(fan.items, f"{where}.fanout.items")
-                node.__dict__["work_fn"] = self.callable(fan.work, f"{where}.fanout.work")
+                node = self.fanout_node(t, t.fanout, where, options)
             else:
                 fn = self.callable(t.callable or "", f"{where}.callable")
                 node = FunctionNode(fn, t.param, name=name, retries=t.retries,
@@ -678,6 +641,59 @@ class _Builder:
         finally:
             self.building.discard(name)
         self.nodes[name] = node
+        return node
+
+    def switch_node(self, t: TaskSpec, switch: SwitchSpec, where: str, options: dict[str, Any]
+                    ) -> SchedulingNode[Any, Any]:
+        """A switch task's node, its cases' tasks built first."""
+        from taskflow.kinds.switch import SwitchNode
+
+        cases = {
+            value: [self.node(n, f"{where}.switch.cases[{value!r}][{k}]")
+                    for k, n in enumerate(targets)]
+            for value, targets in switch.cases.items()
+        }
+        default = None
+        if switch.default:
+            default = [self.node(n, f"{where}.switch.default[{k}]")
+                       for k, n in enumerate(switch.default)]
+        fn = self.callable(t.callable or "", f"{where}.callable")
+        return SwitchNode.of(fn, t.param, name=t.name, cases=cases, default=default,
+                             retries=t.retries, retry_backoff=t.retry_backoff, **options)
+
+    def fork_node(self, t: TaskSpec, fork: ForkSpec, where: str, options: dict[str, Any]
+                  ) -> SchedulingNode[Any, Any]:
+        """A fork task's node, its branches' tasks built first; its join node is added to the
+        nodes under the join's name."""
+        from taskflow.kinds.forkjoin import JoinNode, fork_join
+
+        branches = [[self.node(n, f"{where}.fork.branches[{b}][{k}]")
+                     for k, n in enumerate(branch)]
+                    for b, branch in enumerate(fork.branches)]
+        jspec = fork.join
+        join = JoinNode(name=jspec.name, join=_join_policy(jspec.policy))
+        if jspec.join_on is not None:
+            inside = {n for branch in fork.branches for n in branch}
+            for k, n in enumerate(jspec.join_on):
+                if n not in inside:
+                    raise self.error(f"{where}.fork.join.join_on[{k}]",
+                                     f"{n!r} is not a task of the fork's branches")
+        try:
+            node = fork_join(branches, join, jspec.join_on, fork_name=t.name)
+        except (FlowDefinitionError, TypeError) as exc:
+            raise self.error(f"{where}.fork", str(exc)) from None
+        if options["join"] != Join.ALL:
+            node.join = options["join"]
+        self.nodes[jspec.name] = join
+        return node
+
+    def fanout_node(self, t: TaskSpec, fan: FanOutSpec, where: str, options: dict[str, Any]
+                    ) -> SchedulingNode[Any, Any]:
+        """A fan-out task's node, with its items and work callables."""
+        node = _SpecFanOut(t.param, name=t.name, max_concurrency=fan.max_concurrency,
+                           item_timeout=fan.item_timeout, policy=fan.policy, **options)
+        node.__dict__["items_fn"] = self.callable(fan.items, f"{where}.fanout.items")
+        node.__dict__["work_fn"] = self.callable(fan.work, f"{where}.fanout.work")
         return node
 
 

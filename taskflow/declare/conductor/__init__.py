@@ -11,7 +11,10 @@ dict) -> dict``).
 The package, one concept per module:
 
 ``loader``
-    ``load``: checks a definition by Conductor's rules and compiles it (:data:`SUPPORTED_TYPES`).
+    ``load``: checks a definition by Conductor's rules and compiles it, each task through the
+    compile function its type maps to (:data:`SUPPORTED_TYPES`).
+``compiling``
+    the compile context every task type's compile function is handed.
 ``expressions``
     ``${workflow.input.x}``, ``${ref.output.a[0]}``, ``${workflow.variables.x}``,
     ``${CPEWF_TASK_ID}``... parsed at load, resolved when a task starts.
@@ -20,8 +23,8 @@ The package, one concept per module:
 ``boundaries``
     what a definition may make the process do: hosts, response sizes, script time and memory.
 ``tasks``
-    the node each task type becomes (``flow``, ``javascript``, ``jq``, ``http``, ``control``,
-    ``nested``).
+    the node each task type becomes and the function that compiles it (``flow``,
+    ``javascript``, ``jq``, ``http``, ``control``, ``nested``).
 ``workflow``
     :class:`Workflow` (start, run, status, output, drawings) and :class:`WorkflowRun`.
 

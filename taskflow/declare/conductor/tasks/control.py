@@ -8,11 +8,13 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar
 
 from taskflow.declare.conductor import state
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskMixin, pause
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.node import SchedulingNode
 
-__all__ = ["EventTask", "SetVariableTask", "TerminateTask", "WaitTask", "parse_duration"]
+__all__ = ["EventTask", "SetVariableTask", "TerminateTask", "WaitTask", "compile_event",
+           "compile_set_variable", "compile_terminate", "compile_wait", "parse_duration"]
 
 TERMINATION_STATUSES = ("COMPLETED", "FAILED", "TERMINATED")
 
@@ -164,3 +166,39 @@ class EventTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         if isinstance(extra, Mapping):
             out.update(extra)
         return out
+
+
+def compile_set_variable(ctx: CompileContext, site: Site) -> Step:
+    """``SET_VARIABLE``."""
+    ctx.params(site)
+    return ctx.single(site, ctx.new_node(SetVariableTask, site))
+
+
+def compile_terminate(ctx: CompileContext, site: Site) -> Step:
+    """``TERMINATE``: a literal ``terminationStatus`` is one of TERMINATION_STATUSES."""
+    status = ctx.params(site).get("terminationStatus")
+    if isinstance(status, str) and "${" not in status and status not in TERMINATION_STATUSES:
+        raise ctx.fail(f"terminate {site.label}: terminationStatus {status!r} is not one of "
+                       + ", ".join(TERMINATION_STATUSES))
+    return ctx.single(site, ctx.new_node(TerminateTask, site))
+
+
+def compile_wait(ctx: CompileContext, site: Site) -> Step:
+    """``WAIT``: a literal ``duration`` parses (one without a duration or until was refused
+    before compiling)."""
+    duration = ctx.params(site).get("duration")
+    if isinstance(duration, str) and "${" not in duration:
+        try:
+            parse_duration(duration)
+        except ValueError as exc:
+            raise ctx.fail(f"wait {site.label}: {exc}") from None
+    return ctx.single(site, ctx.new_node(WaitTask, site))
+
+
+def compile_event(ctx: CompileContext, site: Site) -> Step:
+    """``EVENT``: it names its ``sink``."""
+    ctx.params(site)
+    sink = site.task.get("sink")
+    if not isinstance(sink, str) or not sink:
+        raise ctx.fail(f"event {site.label} has no sink")
+    return ctx.single(site, ctx.new_node(EventTask, site, sink=sink))

@@ -1,5 +1,5 @@
 """The tasks that shape the graph: SIMPLE, NOOP, DYNAMIC, FORK_JOIN, JOIN, EXCLUSIVE_JOIN,
-SWITCH, DECISION and FORK_JOIN_DYNAMIC."""
+SWITCH, DECISION and FORK_JOIN_DYNAMIC, and the functions that compile them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from taskflow.declare.conductor import state
+from taskflow.declare.conductor.compiling import CompileContext, Edge, Node, Site, Step
 from taskflow.declare.conductor.expressions import as_text
 from taskflow.declare.conductor.tasks.base import (
     TaskFailedError,
@@ -22,7 +23,9 @@ from taskflow.model.context import TaskContext
 from taskflow.model.node import NodeKind, SchedulingNode
 
 __all__ = ["DynamicForkTask", "DynamicTask", "ExclusiveJoinTask", "ForkTask", "JoinTask",
-           "NoopTask", "SimpleTask", "SwitchTask", "TaskFn"]
+           "NoopTask", "SimpleTask", "SwitchTask", "TaskFn", "compile_dynamic",
+           "compile_dynamic_fork", "compile_exclusive_join", "compile_fork", "compile_join",
+           "compile_noop", "compile_simple", "compile_switch"]
 
 #: A registry entry: called with the task's resolved input, returns its output.
 TaskFn = Callable[[dict[str, Any]], Any]
@@ -232,7 +235,7 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
     registry: Mapping[str, TaskFn] | None
     static_refs: frozenset[str]
     # compiles a forked system task as a one-task workflow, with the limits and definitions
-    # of the load() call (handed over by the loader, which this module does not import)
+    # of the load() call: the compile context's compile_forked, handed over at compile time
     compile_task: Callable[[Mapping[str, Any]], Any]
 
     task = FanOutNode.task  # the engine schedules the items; TaskMixin's task is not used
@@ -247,64 +250,94 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                 ) -> list[tuple[str, str, dict[str, Any], bool, bool]]:
         """(ref, name, input, optional, system) of each forked task, checked before any of
         them runs; for a system task (any type but SIMPLE) the input is its definition."""
-        out: list[tuple[str, str, dict[str, Any], bool]] = []
-        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
         inputs = task_input.get("forkTaskInputs")
+        system: dict[str, dict[str, Any]] = {}  # ref -> a forked system task's definition
         if isinstance(inputs, list):
-            name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"dynamic fork {self.ref!r}: forkTaskInputs needs a forkTaskName")
-            for i, item in enumerate(inputs):
-                fn_input = dict(item) if isinstance(item, Mapping) else {"input": item}
-                fn_input["__index"] = i
-                out.append((f"_{name}_{i}", name, fn_input, self.optional_task))
+            out = self._named_forks(task_input, inputs)
         else:
-            tasks = task_input.get(self.tasks_param or "")
-            if not isinstance(tasks, list):
-                raise TypeError(
-                    f"dynamic fork {self.ref!r}: input {self.tasks_param!r} must be a list of "
-                    f"tasks, got {type(tasks).__name__}"
-                )
-            all_inputs = task_input.get(self.input_param or "")
-            if not isinstance(all_inputs, Mapping):
-                raise TypeError(
-                    f"dynamic fork {self.ref!r}: input {self.input_param!r} must be a map of "
-                    f"task reference name -> input, got {type(all_inputs).__name__}"
-                )
-            scope = None
-            for i, t in enumerate(tasks):
-                if not isinstance(t, Mapping) or not isinstance(t.get("taskReferenceName"), str):
-                    raise TypeError(
-                        f"dynamic fork {self.ref!r}: task {i} has no taskReferenceName: {t!r}"
-                    )
-                ref = t["taskReferenceName"]
-                kind = t.get("type") or "SIMPLE"
-                name = t.get("name")
-                if not isinstance(name, str) or not name:
-                    raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
-                entry = all_inputs.get(ref)
-                if entry is not None and not isinstance(entry, Mapping):
-                    raise TypeError(
-                        f"dynamic fork {self.ref!r}: the input of task {ref!r} in "
-                        f"{self.input_param!r} must be an object, got "
-                        f"{type(entry).__name__} {entry!r}"
-                    )
-                own = t.get("inputParameters") or {}
-                if not isinstance(own, Mapping):
-                    raise TypeError(f"dynamic fork {self.ref!r}: inputParameters of task "
-                                    f"{ref!r} must be an object, got {type(own).__name__}")
-                merged: dict[str, Any] = {}
-                if own:
-                    if scope is None:
-                        scope = self.scope(ctx)
-                    merged.update(_resolve_forked_input(self.ref, ref, own, scope))
-                merged.update(entry or {})
-                optional = bool(t.get("optional")) or self.optional_task
-                if kind != "SIMPLE":
-                    system[ref] = _as_system_task(t, merged)
-                out.append((ref, name, merged, optional))
-            for ref, tdef in system.items():
-                self._compile_one(ref, tdef)  # checked before any forked task runs
+            out, system = self._listed_forks(ctx, task_input)
+        self._check_forked(out, system)
+        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
+                for ref, name, fn_input, optional in out]
+
+    def _named_forks(self, task_input: dict[str, Any], inputs: list[Any]
+                     ) -> list[tuple[str, str, dict[str, Any], bool]]:
+        """``forkTaskName`` forked once per ``forkTaskInputs`` entry, as ``_{name}_{i}``."""
+        name = task_input.get("forkTaskName") or task_input.get("forkTaskType")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dynamic fork {self.ref!r}: forkTaskInputs needs a forkTaskName")
+        out = []
+        for i, item in enumerate(inputs):
+            fn_input = dict(item) if isinstance(item, Mapping) else {"input": item}
+            fn_input["__index"] = i
+            out.append((f"_{name}_{i}", name, fn_input, self.optional_task))
+        return out
+
+    def _listed_forks(self, ctx: TaskContext, task_input: dict[str, Any]
+                      ) -> tuple[list[tuple[str, str, dict[str, Any], bool]],
+                                 dict[str, dict[str, Any]]]:
+        """The tasks the tasks param lists, and ref -> definition of the system tasks among
+        them (every one compiled here, before any forked task runs)."""
+        tasks = task_input.get(self.tasks_param or "")
+        if not isinstance(tasks, list):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: input {self.tasks_param!r} must be a list of "
+                f"tasks, got {type(tasks).__name__}"
+            )
+        all_inputs = task_input.get(self.input_param or "")
+        if not isinstance(all_inputs, Mapping):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: input {self.input_param!r} must be a map of "
+                f"task reference name -> input, got {type(all_inputs).__name__}"
+            )
+        scopes: list[Any] = []  # the fork's scope, resolved once, when a task needs it
+
+        def scope() -> Any:
+            if not scopes:
+                scopes.append(self.scope(ctx))
+            return scopes[0]
+
+        out = []
+        system: dict[str, dict[str, Any]] = {}
+        for i, t in enumerate(tasks):
+            ref, name, merged = self._listed_fork(i, t, all_inputs, scope)
+            if (t.get("type") or "SIMPLE") != "SIMPLE":
+                system[ref] = _as_system_task(t, merged)
+            out.append((ref, name, merged, bool(t.get("optional")) or self.optional_task))
+        for ref, tdef in system.items():
+            self._compile_one(ref, tdef)  # checked before any forked task runs
+        return out, system
+
+    def _listed_fork(self, i: int, t: Any, all_inputs: Mapping[str, Any],
+                     scope: Callable[[], Any]) -> tuple[str, str, dict[str, Any]]:
+        """(ref, name, input) of listed task ``i``: its own ``inputParameters`` (resolved in
+        the fork's scope) merged with its entry in the tasks-input map, the entry winning."""
+        if not isinstance(t, Mapping) or not isinstance(t.get("taskReferenceName"), str):
+            raise TypeError(f"dynamic fork {self.ref!r}: task {i} has no taskReferenceName: {t!r}")
+        ref = t["taskReferenceName"]
+        name = t.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"dynamic fork {self.ref!r}: task {ref!r} has no name")
+        entry = all_inputs.get(ref)
+        if entry is not None and not isinstance(entry, Mapping):
+            raise TypeError(
+                f"dynamic fork {self.ref!r}: the input of task {ref!r} in "
+                f"{self.input_param!r} must be an object, got {type(entry).__name__} {entry!r}"
+            )
+        own = t.get("inputParameters") or {}
+        if not isinstance(own, Mapping):
+            raise TypeError(f"dynamic fork {self.ref!r}: inputParameters of task {ref!r} must "
+                            f"be an object, got {type(own).__name__}")
+        merged: dict[str, Any] = {}
+        if own:
+            merged.update(_resolve_forked_input(self.ref, ref, own, scope()))
+        merged.update(entry or {})
+        return ref, name, merged
+
+    def _check_forked(self, out: list[tuple[str, str, dict[str, Any], bool]],
+                      system: Mapping[str, Any]) -> None:
+        """Every forked reference is new to the workflow and used once; every forked SIMPLE
+        task's name is in the registry."""
         seen: set[str] = set()
         registry = self.registry
         for ref, name, _, _ in out:
@@ -320,8 +353,6 @@ class DynamicForkTask(TaskMixin, FanOutNode[None]):
                     f"dynamic fork {self.ref!r}: task {ref!r} uses name {name!r}, "
                     "which is not in the registry"
                 )
-        return [(ref, name, system.get(ref, fn_input), optional, ref in system)
-                for ref, name, fn_input, optional in out]
 
     def _compile_one(self, ref: str, tdef: Mapping[str, Any]) -> Any:
         """A forked system task as a one-task workflow (FlowDefinitionError naming it)."""
@@ -384,3 +415,241 @@ def _resolve_forked_input(fork: str, ref: str, params: Mapping[str, Any], scope:
         raise ValueError(f"dynamic fork {fork!r}: task {ref!r}: {exc}") from None
     value = scope.resolve(compiled)
     return dict(value) if isinstance(value, Mapping) else {}
+
+
+# -- compile functions (see taskflow.declare.conductor.compiling) --
+
+
+def compile_simple(ctx: CompileContext, site: Site) -> Step:
+    """``SIMPLE``: one registry call (None when loaded without a registry)."""
+    ctx.params(site)
+    return ctx.single(site, ctx.new_node(SimpleTask, site, fn=_registry_callable(ctx, site)))
+
+
+def _registry_callable(ctx: CompileContext, site: Site) -> TaskFn | None:
+    """The registry's callable for the task's ``name`` (FlowDefinitionError if missing)."""
+    name = site.task.get("name")
+    if not isinstance(name, str) or not name:
+        raise ctx.fail(f"{site.label} has no name")
+    if ctx.registry is None:
+        return None
+    fn = ctx.registry.get(name)
+    if fn is None:
+        known = ", ".join(repr(k) for k in sorted(ctx.registry)) or "none"
+        raise ctx.fail(f"{site.label} uses name {name!r}, which is not in the registry "
+                       f"(registry: {known})")
+    if not callable(fn):
+        raise ctx.fail(f"registry entry {name!r} (for {site.label}) is not callable: {fn!r}")
+    return fn
+
+
+def compile_noop(ctx: CompileContext, site: Site) -> Step:
+    """``NOOP``."""
+    ctx.params(site)
+    return ctx.single(site, ctx.new_node(NoopTask, site))
+
+
+def compile_dynamic(ctx: CompileContext, site: Site) -> Step:
+    """``DYNAMIC``: its ``dynamicTaskNameParam`` must be one of its inputParameters."""
+    params = ctx.params(site)
+    param = site.task.get("dynamicTaskNameParam") or "taskToExecute"
+    if not isinstance(param, str) or param not in params:
+        raise ctx.fail(f"dynamic task {site.label}: dynamicTaskNameParam {param!r} is not one "
+                       "of its inputParameters")
+    return ctx.single(site, ctx.new_node(DynamicTask, site, name_param=param,
+                                         registry=ctx.registry))
+
+
+def compile_join(ctx: CompileContext, site: Site) -> Step:
+    """``JOIN``: compiled with the fork before it, so one reached alone is refused."""
+    raise ctx.fail(f"join {site.label} does not follow a FORK_JOIN or FORK_JOIN_DYNAMIC task")
+
+
+def compile_exclusive_join(ctx: CompileContext, site: Site) -> Step:
+    """``EXCLUSIVE_JOIN``: ``joinOn`` and ``defaultExclusiveJoinTask`` name tasks before it."""
+    ctx.params(site)
+    join_on = site.task.get("joinOn") or []
+    defaults = site.task.get("defaultExclusiveJoinTask") or []
+    for field, refs in (("joinOn", join_on), ("defaultExclusiveJoinTask", defaults)):
+        if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+            raise ctx.fail(f"exclusive join {site.label}: {field} must be a list of task "
+                           "reference names")
+        for r in refs:
+            if r not in ctx.where:
+                raise ctx.fail(f"exclusive join {site.label}: {field} names {r!r}, which is "
+                               "not a task before it")
+    return ctx.single(site, ctx.new_node(ExclusiveJoinTask, site, joined=tuple(join_on),
+                                         defaults=tuple(defaults)))
+
+
+def compile_switch(ctx: CompileContext, site: Site) -> Step:
+    """``SWITCH`` and ``DECISION``: the switch, then its cases, each a sequence after it.
+
+    Its exits are its cases' exits, and the switch itself when it has no default case (no
+    branch may run)."""
+    params = ctx.params(site)
+    evaluator, expression = _switch_evaluator(ctx, site)
+    what = site.kind.lower()
+    if not isinstance(expression, str) or not expression:
+        raise ctx.fail(f"{what} {site.label} has no expression")
+    if evaluator == "value-param" and expression not in params:
+        raise ctx.fail(f"{what} {site.label}: malformed expression {expression!r}: with "
+                       "value-param it must name one of its inputParameters")
+    cases_def = site.task.get("decisionCases") or {}
+    if not isinstance(cases_def, Mapping):
+        raise ctx.fail(f"{what} {site.label}: decisionCases must be an object")
+    node = ctx.new_node(SwitchTask, site, evaluator=evaluator, expression=expression,
+                        decision=site.kind == "DECISION", cases={}, default=None)
+    ctx.wire(node, site.fathers)
+    cases, default, exits = _switch_cases(ctx, site, node, cases_def)
+    if default is None:
+        exits.append((node, site.optional))  # no branch may run: the next step hears it too
+    node.__dict__.update(cases=cases, default=default)
+    return node, exits, 1
+
+
+def _switch_evaluator(ctx: CompileContext, site: Site) -> tuple[Any, Any]:
+    """(evaluator, expression) of a DECISION or SWITCH (graaljs read as javascript)."""
+    task = site.task
+    if site.kind == "DECISION":
+        if task.get("caseValueParam"):
+            return "value-param", task["caseValueParam"]
+        if task.get("caseExpression"):
+            return "javascript", task["caseExpression"]
+        raise ctx.fail(f"decision {site.label} has no caseValueParam or caseExpression")
+    evaluator = task.get("evaluatorType")
+    if evaluator is None:
+        raise ctx.fail(f"switch {site.label} has no evaluatorType; use 'value-param', "
+                       "'javascript' or 'graaljs'")
+    if evaluator not in ("value-param", "javascript", "graaljs"):
+        raise ctx.fail(f"switch {site.label} uses evaluatorType {evaluator!r}, which is not "
+                       "supported in-process; use 'value-param', 'javascript' or 'graaljs'")
+    return "javascript" if evaluator == "graaljs" else evaluator, task.get("expression")
+
+
+def _switch_cases(ctx: CompileContext, site: Site, node: SwitchTask,
+                  cases_def: Mapping[str, Any]
+                  ) -> tuple[dict[str, tuple[Node, ...]], tuple[Node, ...] | None, list[Edge]]:
+    """(case value -> entry, default entry, exits) of the switch's branches, each compiled
+    one switch deeper."""
+    exits: list[Edge] = []
+    cases: dict[str, tuple[Node, ...]] = {}
+    ctx.depth += 1
+    try:
+        for value, branch in cases_def.items():
+            entry, ends = ctx.sequence(branch, f"{site.where}.decisionCases[{value!r}]",
+                                       [(node, False)])
+            if entry is not None:
+                cases[case_value(value)] = (entry,)
+                exits.extend(ends)
+        entry, ends = ctx.sequence(site.task.get("defaultCase") or [],
+                                   f"{site.where}.defaultCase", [(node, False)])
+    finally:
+        ctx.depth -= 1
+    exits.extend(ends)
+    return cases, (entry,) if entry is not None else None, exits
+
+
+def _require_join(ctx: CompileContext, site: Site) -> None:
+    """A fork is followed by its JOIN (the two are one step)."""
+    nxt = site.nxt
+    if not isinstance(nxt, Mapping) or (nxt.get("type") or "SIMPLE") != "JOIN":
+        what = "fork" if site.kind == "FORK_JOIN" else "dynamic fork"
+        raise ctx.fail(f"{what} {site.label} is not followed by a join task")
+
+
+def compile_fork(ctx: CompileContext, site: Site) -> Step:
+    """``FORK_JOIN`` and the JOIN after it: the branches run after the fork, the join after
+    the tasks its ``joinOn`` names (and after the fork when that list is empty or a joined
+    task is inside a switch case, which may skip it)."""
+    _require_join(ctx, site)
+    branches = site.task.get("forkTasks")
+    if not isinstance(branches, list) or not branches:
+        raise ctx.fail(f"fork {site.label} has no forkTasks")
+    fork = ctx.new_node(ForkTask, site)
+    ctx.wire(fork, site.fathers)
+    before = len(ctx.nodes)
+    for b, branch in enumerate(branches):
+        if not isinstance(branch, list) or not branch:
+            raise ctx.fail(f"fork {site.label}: branch forkTasks[{b}] is empty")
+        ctx.sequence(branch, f"{site.where}.forkTasks[{b}]", [(fork, site.optional)])
+    join_site = ctx.join_site(site)
+    joined = _joined(ctx, site, join_site, list(ctx.nodes)[before:])
+    join = ctx.new_node(JoinTask, join_site, joined=joined, dynamic=None)
+    if not joined or any(ctx.switch_depth[r] > ctx.depth for r in joined):
+        join.depends_on(fork, optional=site.optional)
+    for r in joined:
+        join.depends_on(ctx.nodes[r], optional=r in ctx.optional)
+    return fork, [(join, join_site.optional)], 2
+
+
+def _joined(ctx: CompileContext, site: Site, join_site: Site, inside: list[str]
+            ) -> tuple[str, ...]:
+    """The join's ``joinOn``, each a task of the fork's branches (``inside``), once each."""
+    join_on = join_site.task.get("joinOn") or []
+    if not isinstance(join_on, list) or not all(isinstance(r, str) for r in join_on):
+        raise ctx.fail(f"join {join_site.label}: joinOn must be a list of task reference names")
+    for r in join_on:
+        if r not in ctx.nodes:
+            raise ctx.fail(f"join {join_site.label} joins on {r!r}, which does not exist "
+                           f"(tasks of fork {site.ref!r}: {', '.join(repr(x) for x in inside)})")
+        if r not in inside:
+            raise ctx.fail(f"join {join_site.label} joins on {r!r}, which is not a task of "
+                           f"fork {site.ref!r}")
+    return tuple(dict.fromkeys(join_on))
+
+
+def compile_dynamic_fork(ctx: CompileContext, site: Site) -> Step:
+    """``FORK_JOIN_DYNAMIC`` and the JOIN after it, which waits for every forked task.
+
+    The fork is handed the context's ``compile_forked`` to compile the system tasks it forks
+    when it runs."""
+    _require_join(ctx, site)
+    fork = _dynamic_fork_node(ctx, site)
+    ctx.wire(fork, site.fathers)
+    join_site = ctx.join_site(site)
+    if join_site.task.get("joinOn"):
+        ctx.warn(f"join {join_site.label}: joinOn is ignored after a dynamic fork (the join "
+                 "waits for every forked task)")
+    join = ctx.new_node(JoinTask, join_site, joined=(), dynamic=site.ref)
+    join.depends_on(fork, optional=site.optional)
+    return fork, [(join, join_site.optional)], 2
+
+
+def _dynamic_fork_node(ctx: CompileContext, site: Site) -> DynamicForkTask:
+    """The fan-out node (its retries are ignored, with a warning)."""
+    tasks_param, input_param = _dynamic_fork_params(ctx, site)
+    options, delays, alert = ctx.node_options(site.task, site.ref, site.where)
+    node = DynamicForkTask(name=site.ref, max_concurrency=ctx.library.max_concurrency,
+                           timeout=options.get("timeout"))
+    if options.get("retries") or delays:
+        ctx.warn(f"{site.label}: retryCount is not supported on a dynamic fork and is ignored")
+    ctx.register(node, site, (), alert, tasks_param=tasks_param, input_param=input_param,
+                 registry=ctx.registry, static_refs=frozenset(),
+                 compile_task=ctx.compile_forked)
+    ctx.dynamic_forks.append(node)
+    return node
+
+
+def _dynamic_fork_params(ctx: CompileContext, site: Site) -> tuple[Any, Any]:
+    """(dynamicForkTasksParam, dynamicForkTasksInputParamName), both inputParameters, unless
+    the fork names one task (``forkTaskName``, ``forkTaskInputs``)."""
+    params = ctx.params(site)
+    tasks_param = site.task.get("dynamicForkTasksParam")
+    input_param = site.task.get("dynamicForkTasksInputParamName")
+    if "forkTaskInputs" in params:
+        name = params.get("forkTaskName")
+        if isinstance(name, str) and ctx.registry is not None and "${" not in name \
+                and name not in ctx.registry:
+            raise ctx.fail(f"dynamic fork {site.label} uses forkTaskName {name!r}, which is "
+                           "not in the registry")
+        return tasks_param, input_param
+    if not tasks_param or not input_param:
+        raise ctx.fail(f"dynamic fork {site.label} needs dynamicForkTasksParam and "
+                       "dynamicForkTasksInputParamName, or forkTaskName and forkTaskInputs in "
+                       "its inputParameters")
+    for key in (tasks_param, input_param):
+        if key not in params:
+            raise ctx.fail(f"dynamic fork {site.label}: {key!r} is not one of its "
+                           "inputParameters")
+    return tasks_param, input_param

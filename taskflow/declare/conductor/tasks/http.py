@@ -22,11 +22,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskflow.declare.conductor.boundaries import Limits, check_url
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.model.context import TaskContext
 from taskflow.model.node import SchedulingNode
 
-__all__ = ["HttpTask", "ResponseTooLargeError"]
+__all__ = ["HttpTask", "ResponseTooLargeError", "compile_http"]
 
 _DEFAULT_TIMEOUT = 30.0  # seconds, when the definition and the budget give none
 
@@ -136,3 +137,12 @@ class HttpTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         charset = headers.get_content_charset() if headers is not None else None
         return {"response": {"statusCode": status, "reasonPhrase": reason,
                              "headers": header_map, "body": _body(raw, charset)}}
+
+
+def compile_http(ctx: CompileContext, site: Site) -> Step:
+    """``HTTP``: an ``http_request`` (or the inputParameters themselves) with a uri."""
+    params = ctx.params(site)
+    spec = params.get("http_request", params)
+    if not isinstance(spec, Mapping) or not (spec.get("uri") or spec.get("url")):
+        raise ctx.fail(f"http {site.label} has no inputParameters.http_request.uri")
+    return ctx.single(site, ctx.new_node(HttpTask, site))

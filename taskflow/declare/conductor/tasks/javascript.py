@@ -26,12 +26,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from taskflow.declare.conductor.boundaries import Limits
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskMixin
 from taskflow.errors import TaskflowError
 from taskflow.model.context import TaskContext
 from taskflow.model.node import SchedulingNode
 
-__all__ = ["InlineTask", "LambdaTask", "ScriptError", "evaluate"]
+__all__ = ["InlineTask", "LambdaTask", "ScriptError", "compile_inline", "compile_lambda",
+           "evaluate"]
 
 
 class ScriptError(TaskflowError, RuntimeError):
@@ -171,3 +173,22 @@ class LambdaTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             raise ScriptError(self.ref, "error", "inputParameters.scriptExpression is not a string")
         wrapped = f"(function scriptFun(){{{script}\n}})()"
         return {"result": evaluate(self.ref, wrapped, task_input, self.limits, ctx.remaining())}
+
+
+def compile_inline(ctx: CompileContext, site: Site) -> Step:
+    """``INLINE``: a javascript (or graaljs, or value-param) ``expression``."""
+    params = ctx.params(site)
+    evaluator = params.get("evaluatorType") or "javascript"
+    if evaluator not in ("javascript", "graaljs", "value-param"):
+        raise ctx.fail(f"inline {site.label}: evaluatorType {evaluator!r} is not "
+                       "'javascript', 'graaljs' or 'value-param'")
+    if not isinstance(params.get("expression"), str):
+        raise ctx.fail(f"inline {site.label} has no inputParameters.expression")
+    return ctx.single(site, ctx.new_node(InlineTask, site))
+
+
+def compile_lambda(ctx: CompileContext, site: Site) -> Step:
+    """``LAMBDA``: a javascript ``scriptExpression``."""
+    if not isinstance(ctx.params(site).get("scriptExpression"), str):
+        raise ctx.fail(f"lambda {site.label} has no inputParameters.scriptExpression")
+    return ctx.single(site, ctx.new_node(LambdaTask, site))

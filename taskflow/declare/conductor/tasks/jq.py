@@ -23,12 +23,13 @@ import time
 from typing import Any
 
 from taskflow.declare.conductor.boundaries import Limits
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.errors import TaskflowError
 from taskflow.model.context import TaskContext
 from taskflow.model.node import SchedulingNode
 
-__all__ = ["JqError", "JqTask", "run_jq"]
+__all__ = ["JqError", "JqTask", "compile_jq", "run_jq"]
 
 _WORKER = r"""
 import json, sys
@@ -162,3 +163,9 @@ class JqTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
             raise TaskFailedError(str(exc), {"error": str(exc)}) from exc
         return {"result": values[0] if values else None, "resultList": values}
 
+
+def compile_jq(ctx: CompileContext, site: Site) -> Step:
+    """``JSON_JQ_TRANSFORM``: a jq ``queryExpression``."""
+    if not isinstance(ctx.params(site).get("queryExpression"), str):
+        raise ctx.fail(f"json_jq_transform {site.label} has no inputParameters.queryExpression")
+    return ctx.single(site, ctx.new_node(JqTask, site))

@@ -21,12 +21,15 @@ fails the task with that output.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskflow.declare.conductor import state
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.declare.conductor.tasks.javascript import evaluate, truthy
+from taskflow.errors import FlowDefinitionError
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.node import SchedulingNode
 from taskflow.model.result import FlowResult
@@ -34,7 +37,8 @@ from taskflow.model.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.declare.conductor.workflow import Workflow
 
-__all__ = ["DoWhileTask", "SubWorkflowTask", "run_nested"]
+__all__ = ["DoWhileTask", "SubWorkflowTask", "compile_do_while", "compile_sub_workflow",
+           "run_nested"]
 
 
 def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: TaskContext
@@ -73,6 +77,12 @@ def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
     return result, state.snapshot(child)
 
 
+def _keep_last(keep: Any) -> int | None:
+    """``keepLastN``: a positive int keeps that many iterations' outputs; else all are
+    kept."""
+    return keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 else None
+
+
 class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``DO_WHILE``: see the module docstring."""
 
@@ -85,62 +95,92 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     items: Any  # the compiled ``items`` expression (list iteration), or None
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
-        from taskflow.declare.conductor.workflow import conductor_status
-
+        """Run the body once per iteration until the condition is false, the items are done,
+        a TERMINATE inside ends the workflow, or an iteration fails (which fails the loop)."""
         output: dict[str, Any] = {}
-        limit = self.limits.max_loop_iterations
         items = self._items(ctx)
-        keep = task_input.get("keepLastN")
-        keep_last = keep if isinstance(keep, int) and not isinstance(keep, bool) and keep > 0 \
-            else None
+        keep_last = _keep_last(task_input.get("keepLastN"))
         iteration = 0
         while True:
             ctx.raise_if_cancelled()  # the enclosing run ended (a failure elsewhere, the budget)
             iteration += 1
             if items is not None and iteration > len(items):
                 return output  # every item done (an empty list runs no iteration)
-            if iteration > limit:
-                raise TaskFailedError(
-                    f"do_while task {self.ref!r}: still looping after max_loop_iterations="
-                    f"{limit} iterations", output)
-            output["iteration"] = iteration
-            if items is not None:
-                output["loopItem"] = items[iteration - 1]
-                output["loopIndex"] = iteration - 1
-            state.put_task(ctx, self.ref, output=dict(output))
-            child = TaskContext()
-            child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
-            wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
-            child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
-            record = state.snapshot(ctx)
-            record.pop("meta", None)  # the loop's own failures and terminations start empty
-            state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
-            result = _nested(ctx, self.body, child)
-            records = state.tasks(child)
-            done = {r: dict(records[r]) for r in self.body_refs if r in records}
-            state.put_tasks(ctx, done)
-            output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
-                                      if "output" in rec}
-            if keep_last is not None:
-                output.pop(str(iteration - keep_last), None)
-            child_vars = state.variables(child)
-            if child_vars:
-                state.set_variables(ctx, child_vars)
-            meta = state.meta(child)
-            if "terminated" in meta:  # a TERMINATE inside the loop ends the whole workflow
-                state.put_meta(ctx, terminated=meta["terminated"])
-                ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
+            self._begin(ctx, output, iteration, items)
+            child, result = self._run_body(ctx, iteration)
+            self._record(ctx, child, output, iteration, keep_last)
+            if self._terminated(ctx, child):
                 return output
-            if conductor_status(result, meta, self.body_optional) != "COMPLETED":
-                why = meta.get("reason") or result.cancelled or "failed"
-                raise TaskFailedError(
-                    f"do_while task {self.ref!r}: iteration {iteration} failed: task "
-                    f"{meta.get('failed_by')!r}: {why}", output)
+            self._check_iteration(child, result, output, iteration)
             state.put_task(ctx, self.ref, output=dict(output))
             if items is not None and self.condition is None:
                 continue
             if not self._again(ctx, output):
                 return output
+
+    def _begin(self, ctx: TaskContext, output: dict[str, Any], iteration: int,
+               items: list[Any] | None) -> None:
+        """Record the iteration (and its item) as the loop's output before the body runs;
+        past max_loop_iterations the loop fails."""
+        limit = self.limits.max_loop_iterations
+        if iteration > limit:
+            raise TaskFailedError(
+                f"do_while task {self.ref!r}: still looping after max_loop_iterations="
+                f"{limit} iterations", output)
+        output["iteration"] = iteration
+        if items is not None:
+            output["loopItem"] = items[iteration - 1]
+            output["loopIndex"] = iteration - 1
+        state.put_task(ctx, self.ref, output=dict(output))
+
+    def _run_body(self, ctx: TaskContext, iteration: int) -> tuple[TaskContext, FlowResult]:
+        """Run the body as a nested run seeded with the workflow's records (its own failures
+        and terminations starting empty): its context and result."""
+        child = TaskContext()
+        child[state.INPUT_KEY] = ctx.get(state.INPUT_KEY) or {}
+        wid = state.workflow_object(ctx, self.workflow_name, self.workflow_version)
+        child[state.WORKFLOW_ID_KEY] = wid["workflowId"]
+        record = state.snapshot(ctx)
+        record.pop("meta", None)  # the loop's own failures and terminations start empty
+        state.seed(child, f"{state.run_key(ctx)}/{self.ref}#{iteration}", record)
+        return child, _nested(ctx, self.body, child)
+
+    def _record(self, ctx: TaskContext, child: TaskContext, output: dict[str, Any],
+                iteration: int, keep_last: int | None) -> None:
+        """Copy the body's task records and variables to the workflow, and its outputs to
+        ``output[str(iteration)]`` (keeping the last ``keep_last`` iterations)."""
+        records = state.tasks(child)
+        done = {r: dict(records[r]) for r in self.body_refs if r in records}
+        state.put_tasks(ctx, done)
+        output[str(iteration)] = {r: rec.get("output") or {} for r, rec in done.items()
+                                  if "output" in rec}
+        if keep_last is not None:
+            output.pop(str(iteration - keep_last), None)
+        child_vars = state.variables(child)
+        if child_vars:
+            state.set_variables(ctx, child_vars)
+
+    @staticmethod
+    def _terminated(ctx: TaskContext, child: TaskContext) -> bool:
+        """A TERMINATE inside the loop ends the whole workflow: record it, cancel the run."""
+        meta = state.meta(child)
+        if "terminated" not in meta:
+            return False
+        state.put_meta(ctx, terminated=meta["terminated"])
+        ctx.cancel(f"terminated by task {meta['terminated'].get('by')!r}")
+        return True
+
+    def _check_iteration(self, child: TaskContext, result: FlowResult, output: dict[str, Any],
+                         iteration: int) -> None:
+        """An iteration that did not complete fails the loop, naming the task that failed."""
+        from taskflow.declare.conductor.workflow import conductor_status
+
+        meta = state.meta(child)
+        if conductor_status(result, meta, self.body_optional) != "COMPLETED":
+            why = meta.get("reason") or result.cancelled or "failed"
+            raise TaskFailedError(
+                f"do_while task {self.ref!r}: iteration {iteration} failed: task "
+                f"{meta.get('failed_by')!r}: {why}", output)
 
     def _items(self, ctx: TaskContext) -> list[Any] | None:
         """The list a list-iterating loop (``items``) walks, or None for a counting loop."""
@@ -206,3 +246,112 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
                 f"sub_workflow task {self.ref!r}: workflow {sub.name!r} ended {status}"
                 + (f": {meta.get('reason')}" if meta.get("reason") else ""), output)
         return output
+
+
+def compile_do_while(ctx: CompileContext, site: Site) -> Step:
+    """``DO_WHILE``: the loop node, its ``loopOver`` tasks compiled as a graph of their own
+    (their references stay unique across the whole definition)."""
+    ctx.params(site)
+    loop_over = site.task.get("loopOver")
+    if not isinstance(loop_over, list) or not loop_over:
+        raise ctx.fail(f"do_while {site.label} has no loopOver tasks")
+    evaluator = _loop_evaluator(ctx, site)
+    condition, items = _loop_condition(ctx, site)
+    node = ctx.new_node(DoWhileTask, site, body=[], body_refs=(), condition=condition,
+                        items=items, body_optional=frozenset(), evaluator=evaluator)
+    outer, before = ctx.nodes, set(ctx.where)
+    ctx.nodes = {}
+    try:
+        ctx.sequence(loop_over, f"{site.where}.loopOver", [])
+        body = list(ctx.nodes.values())
+    finally:
+        ctx.nodes = outer
+    ctx.nodes[site.ref] = node  # keep definition order: the loop, then what follows
+    body_refs = tuple(r for r in ctx.where if r not in before)
+    node.__dict__.update(body=body, body_refs=body_refs,
+                         body_optional=frozenset(r for r in body_refs if r in ctx.optional))
+    return ctx.single(site, node)
+
+
+def _loop_evaluator(ctx: CompileContext, site: Site) -> str:
+    """"value-param" or "javascript" (graaljs read as javascript)."""
+    evaluator = site.task.get("evaluatorType") or "javascript"
+    if evaluator not in ("javascript", "graaljs", "value-param"):
+        raise ctx.fail(f"do_while {site.label}: evaluatorType {evaluator!r} is not "
+                       "'javascript', 'graaljs' or 'value-param'")
+    return "value-param" if evaluator == "value-param" else "javascript"
+
+
+def _loop_condition(ctx: CompileContext, site: Site) -> tuple[str | None, Any]:
+    """(loopCondition or None, the compiled ``items`` or None); a loop with neither runs
+    once, with a warning."""
+    condition = site.task.get("loopCondition")
+    if condition is not None and not isinstance(condition, str):
+        raise ctx.fail(f"do_while {site.label}: loopCondition must be a string")
+    items = None
+    if site.task.get("items") is not None:
+        items = ctx.compile_inputs(site.task["items"], site.ref, site.where, "items")
+    if not condition and items is None:
+        ctx.warn(f"do_while {site.label} has no loopCondition: it runs once")
+    return condition or None, items
+
+
+def compile_sub_workflow(ctx: CompileContext, site: Site) -> Step:
+    """``SUB_WORKFLOW``: its definition (embedded, or passed to ``load`` by name) compiled
+    through the context's ``compile_workflow``; a workflow may not reach itself."""
+    ctx.params(site)
+    param = site.task.get("subWorkflowParam")
+    if not isinstance(param, Mapping):
+        raise ctx.fail(f"sub_workflow {site.label} has no subWorkflowParam")
+    data = _sub_definition(ctx, site, param)
+    name = param.get("name")
+    sub_name = str(data.get("name") or name or f"{ctx.workflow_name}.{site.ref}")
+    if data.get("name"):
+        _refuse_cycle(ctx, site, data["name"])
+    try:
+        sub = ctx.compile_workflow(data, ctx.chain + (sub_name,))
+    except FlowDefinitionError as exc:
+        raise ctx.fail(f"sub_workflow {site.label}: {exc}") from None
+    ctx.warnings.extend(f"sub_workflow {site.ref!r}: {w}" for w in sub.warnings)
+    return ctx.single(site, ctx.new_node(SubWorkflowTask, site, sub=sub))
+
+
+def _sub_definition(ctx: CompileContext, site: Site, param: Mapping[str, Any]
+                    ) -> Mapping[str, Any]:
+    """The sub-workflow's definition: ``workflowDefinition``, else the one named."""
+    data = param.get("workflowDefinition")
+    if isinstance(data, str) and "${" in data:
+        raise ctx.fail(f"sub_workflow {site.label}: a workflowDefinition chosen at run time is "
+                       "not supported in-process; pass the definitions to load()")
+    if data is None:
+        data = _named_definition(ctx, site, param)
+    if not isinstance(data, Mapping):
+        raise ctx.fail(f"sub_workflow {site.label}: workflowDefinition must be an object")
+    return data
+
+
+def _named_definition(ctx: CompileContext, site: Site, param: Mapping[str, Any]
+                      ) -> Mapping[str, Any]:
+    """The definition passed to ``load(workflows=...)`` that ``param`` names."""
+    name = param.get("name")
+    if not isinstance(name, str) or not name:
+        raise ctx.fail(f"sub_workflow {site.label}: subWorkflowParam needs a name or a "
+                       "workflowDefinition")
+    _refuse_cycle(ctx, site, name)
+    data = ctx.library.find(name, param.get("version"))
+    if data is None:
+        known = sorted({str(w.get("name")) for w in ctx.library.workflows})
+        raise ctx.fail(
+            f"sub_workflow {site.label}: no definition of workflow {name!r}"
+            + (f" version {param.get('version')!r}" if param.get("version") else "")
+            + " was passed to load(workflows=...) (known: "
+            + (", ".join(repr(k) for k in known) or "none") + ")")
+    return data
+
+
+def _refuse_cycle(ctx: CompileContext, site: Site, name: Any) -> None:
+    """A workflow being compiled (one of the chain) may not be reached again."""
+    if name in ctx.chain:
+        loop = " -> ".join(repr(n) for n in ctx.chain + (name,))
+        raise ctx.fail(f"sub_workflow {site.label} reaches workflow {name!r} again ({loop}): "
+                       "a workflow may not run itself")
