@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures._base as _cfb
 import concurrent.futures.thread as _cft
-import inspect
+import functools
 import itertools
 import math
 import threading
@@ -35,6 +35,7 @@ from typing import Any, Final, NoReturn, ParamSpec, TypeVar
 
 from taskflow import _fork
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
+from taskflow.pools.stdlib_fit import stdlib_pool_matches, worker_loop_matches
 from taskflow.pools.threadpool import ThreadPool
 
 __all__ = ["MonitoredExecutor"]
@@ -84,31 +85,6 @@ class _Tracked:
 
 
 _monotonic = time.monotonic
-
-
-def _stdlib_work_item_fits() -> bool:
-    """Whether this Python's ``ThreadPoolExecutor`` internals are the ones ``_TimedWorkItem``
-    is written against (CPython 3.9 to 3.13: ``_WorkItem(future, fn, args, kwargs)`` on
-    ``_work_queue``, ``_adjust_thread_count``, ``_shutdown_lock``)."""
-    try:
-        params = list(inspect.signature(_cft._WorkItem.__init__).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    try:
-        worker = list(inspect.signature(_cft._worker).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return params == ["self", "future", "fn", "args", "kwargs"] and worker == [
-        "executor_reference", "work_queue", "initializer", "initargs",
-    ] and hasattr(_cft, "_threads_queues") and hasattr(_cfb, "LOGGER") and all(
-        hasattr(_cft, name) for name in ("_global_shutdown_lock", "_shutdown", "BrokenThreadPool")
-    ) and hasattr(_cfb, "PENDING") and all(
-        hasattr(ThreadPoolExecutor, name)
-        for name in ("_adjust_thread_count", "_initializer_failed", "submit")
-    )
-
-
-_STDLIB_FITS: Final = _stdlib_work_item_fits()
 
 
 class _TimedWorkItem:
@@ -407,6 +383,34 @@ def _adjust_monitored_threads(
         threads_queues[t] = self._work_queue
 
 
+@functools.cache
+def stdlib_copy_fits() -> bool:
+    """Whether ``MonitoredExecutor`` may put its own work items on a plain stdlib pool's queue
+    and start the pool's new threads on ``_monitored_worker`` (checked at first use, then
+    cached): the stdlib pool and worker loop of this interpreter behave as the copy assumes
+    (see ``taskflow.pools.stdlib_fit``). Elsewhere a wrapped stdlib pool keeps its own submit
+    and worker, and each task runs inside ``MonitoredExecutor._run``: the same counts and
+    timings, one call frame more per task.
+
+    By CPython version: on for 3.10 and 3.11, whose ``thread.py`` is the same file and whose
+    loop the copy is. Off for 3.12 and 3.13 (their worker loops are the same as each other):
+    a worker first polls the queue with ``get_nowait`` and releases an idle token only when
+    it finds the queue empty, where the copy releases one after every task, so the copy would
+    hand out idle tokens the stdlib no longer does (and a busy pool would start fewer threads
+    than the stdlib's).
+    """
+    return stdlib_pool_matches() and worker_loop_matches(_monitored_worker, _no_monitor())
+
+
+class _Collected:
+    """Stands for a monitor already collected."""
+
+
+def _no_monitor() -> weakref.ref[Any]:
+    """A dead weak reference: the probed worker loop counts its thread for no monitor."""
+    return weakref.ref(_Collected())
+
+
 class MonitoredExecutor(Executor):
     """Counts the tasks of any executor: submitted, queued, active, completed, failed, timings.
 
@@ -441,9 +445,10 @@ class MonitoredExecutor(Executor):
         self._in_process: bool = in_process
         # a plain stdlib pool: tasks go straight onto its queue as _TimedWorkItems
         self._direct = (
-            _STDLIB_FITS and isinstance(executor, ThreadPoolExecutor)
+            isinstance(executor, ThreadPoolExecutor)
             and type(executor).submit is ThreadPoolExecutor.submit
             and type(executor)._adjust_thread_count is ThreadPoolExecutor._adjust_thread_count
+            and stdlib_copy_fits()
         )
         self._wref = weakref.ref(self)
         if self._direct:
@@ -501,7 +506,11 @@ class MonitoredExecutor(Executor):
         return _max_workers_of(self._inner)
 
     @property
-    def _max_workers(self) -> int | None:  # read by the engine to guess parallelism
+    def _max_workers(self) -> int | None:
+        """``max_size`` under the stdlib pool's private name, for code written against
+        ``ThreadPoolExecutor``. taskflow's engine does not read it: it reads ``max_size``
+        (``taskflow.engine.executors.capabilities``), and ``_max_workers`` only of a plain
+        stdlib pool."""
         return _max_workers_of(self._inner)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
