@@ -31,7 +31,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 from taskflow import _fork
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
@@ -684,110 +684,181 @@ class MonitoredExecutor(Executor):
         size = base.pool_size if base is not None else _pool_size_of(inner)
         if self._in_process:
             self._scan_cancelled()
+        counts = self._read_counts(size)
+        active_count, queue_size = self._active_and_queued(counts)
+        return self._snapshot(base, size, counts, active_count, queue_size)
+
+    def _read_counts(self, size: int | None) -> _Counts:
+        """The counts, read under the lock; ``size`` is the inner pool's live workers.
+
+        ``task_count`` is read after the threads' counts: a task is counted submitted before
+        it can start, so queued = task_count - started - ... is never negative.
+        """
         waits: list[float] = []
         runs: list[float] = []
         with self._lock:
-            # task_count is read after the threads' counts: a task is counted submitted before
-            # it can start, so queued = task_count - started - ... is never negative
-            failed, completed = self._failed, self._completed
-            started = self._retired_started
-            wait_total, run_total = self._retired_wait_total, self._retired_run_total
-            for st in self._stats:
-                st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
-                failed += st_failed
-                completed += st_done
-                started += st_started
-                wait_total += st_wait
-                run_total += st_run
+            failed, completed, started, wait_total, run_total = self._thread_totals_locked(
+                waits, runs
+            )
             pending = list(self._pending.values())
-            ab_running = 0
-            for future, counted in list(self._abandoned.items()):
-                if future.cancelled():
-                    del self._abandoned[future]  # it never ran
-                    continue
-                done = future.done()
-                began = done or future.running()
-                if began and not counted:
-                    self._abandoned[future] = True  # it started after it was marked
-                    self._abandoned_total += 1
-                if done:
-                    del self._abandoned[future]
-                elif began or not self._in_process:
-                    ab_running += 1
+            ab_running = self._abandoned_running_locked()
             tasks = next(self._submitted) - self._peeks  # after the threads' counts (above)
             self._peeks += 1
-            cancelled, rejected = self._cancelled, self._rejected
-            ab_total = self._abandoned_total
-            shut = self._shutdown
             if size is not None and size > self._largest_seen:
                 self._largest_seen = size
-            largest = self._largest_seen if size is not None else None
-        active_count: int | None
-        queue_size: int | None
+            return _Counts(
+                failed=failed, completed=completed, started=started, wait_total=wait_total,
+                run_total=run_total, pending=pending, abandoned_running=ab_running,
+                tasks=tasks, cancelled=self._cancelled, rejected=self._rejected,
+                abandoned_total=self._abandoned_total, shutdown=self._shutdown,
+                largest=self._largest_seen if size is not None else None,
+                waits=waits if self._in_process else [],
+                runs=runs if self._in_process else [],
+            )
+
+    def _thread_totals_locked(
+        self, waits: list[float], runs: list[float],
+    ) -> tuple[int, int, int, float, float]:
+        """``(failed, completed, started, wait total, run total)`` of the retired threads and
+        the live ones (see ``_ThreadStats.read``); appends the live ones' recent samples."""
+        failed, completed = self._failed, self._completed
+        started = self._retired_started
+        wait_total, run_total = self._retired_wait_total, self._retired_run_total
+        for st in self._stats:
+            st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
+            failed += st_failed
+            completed += st_done
+            started += st_started
+            wait_total += st_wait
+            run_total += st_run
+        return failed, completed, started, wait_total, run_total
+
+    def _abandoned_running_locked(self) -> int:
+        """Abandoned tasks still running; counts those that started since they were marked,
+        and forgets those that finished or were cancelled (out of process, a task not done
+        counts as running)."""
+        running = 0
+        for future, counted in list(self._abandoned.items()):
+            if future.cancelled():
+                del self._abandoned[future]  # it never ran
+                continue
+            done = future.done()
+            began = done or future.running()
+            if began and not counted:
+                self._abandoned[future] = True  # it started after it was marked
+                self._abandoned_total += 1
+            if done:
+                del self._abandoned[future]
+            elif began or not self._in_process:
+                running += 1
+        return running
+
+    def _active_and_queued(self, c: _Counts) -> tuple[int | None, int | None]:
+        """``(active_count, queue_size)``; both ``None`` out of process where the inner
+        executor's ``running()`` means nothing."""
         if self._in_process:
-            active_count = max(0, started - completed)
-            queue_size = max(0, tasks - started - cancelled - rejected)
-        else:
-            not_done = tasks - completed - cancelled - rejected
-            # out of process, "queued" would be every task not done: split it where running()
-            # means something
-            if self._running_known:
-                active_count = sum(1 for f in pending if f.running())
-                queue_size = max(0, not_done - active_count)
-            else:
-                active_count = queue_size = None
-            waits = runs = []
-        max_size = base.max_size if base is not None else _max_workers_of(inner)
-        capacity = base.queue_capacity if base is not None else None
-        shut = shut or getattr(inner, "_shutdown", False) is True or (
-            getattr(inner, "_shutdown_thread", False) is True
-        )
-        if base is not None:
-            largest = base.largest_pool_size
-        elif isinstance(inner, ThreadPoolExecutor):
-            largest = size  # its threads never exit
+            return max(0, c.started - c.completed), max(
+                0, c.tasks - c.started - c.cancelled - c.rejected
+            )
+        if not self._running_known:
+            return None, None
+        # out of process, "queued" would be every task not done: split it where running()
+        # means something
+        not_done = c.tasks - c.completed - c.cancelled - c.rejected
+        active = sum(1 for f in c.pending if f.running())
+        return active, max(0, not_done - active)
+
+    def _snapshot(
+        self, base: PoolMetrics | None, size: int | None, c: _Counts,
+        active_count: int | None, queue_size: int | None,
+    ) -> PoolMetrics:
+        """The ``PoolMetrics`` of counts ``c``; the pool's configuration is ``base``'s (the
+        inner pool's own snapshot), else what can be read of the inner executor."""
+        inner = self._inner
+        config = _configuration(base, inner, size, c.largest)
+        max_size, capacity = config["max_size"], config["queue_capacity"]
+        largest = config["largest_pool_size"]
         return PoolMetrics(
             pool_name=self._name,
             executor_type=type(inner).__name__,
-            core_size=base.core_size if base is not None else None,
-            max_size=max_size,
-            queue_capacity=capacity,
-            keep_alive_s=base.keep_alive_s if base is not None else None,
-            rejection_policy=base.rejection_policy if base is not None else None,
+            **config,
             pool_size=size,
-            largest_pool_size=largest,
             active_count=active_count,
             queue_size=queue_size,
             queue_remaining_capacity=(
                 None if capacity is None or queue_size is None else max(0, capacity - queue_size)
             ),
-            abandoned_running=ab_running,
-            is_shutdown=shut,
-            is_terminated=base.is_terminated if base is not None else None,
-            task_count=tasks,
-            completed_task_count=completed,
-            failed_task_count=failed,
-            cancelled_task_count=cancelled,
-            rejected_count=rejected,
-            abandoned_total=ab_total,
+            abandoned_running=c.abandoned_running,
+            is_shutdown=c.shutdown or _inner_shut_down(inner),
+            task_count=c.tasks,
+            completed_task_count=c.completed,
+            failed_task_count=c.failed,
+            cancelled_task_count=c.cancelled,
+            rejected_count=c.rejected,
+            abandoned_total=c.abandoned_total,
             liveness_pct=pct(active_count, max_size),
             peak_load_pct=pct(largest, max_size),
             queue_usage_pct=pct(queue_size, capacity),
-            queue_wait_s=Percentiles.of(waits),
-            run_time_s=Percentiles.of(runs),
-            queue_wait_total_s=wait_total if self._in_process else None,
-            run_time_total_s=run_total if self._in_process else None,
-            retired_worker_cpu_s=(
-                base.retired_worker_cpu_s if base is not None
-                else 0.0 if isinstance(inner, ThreadPoolExecutor)  # its threads never exit
-                else None
-            ),
+            queue_wait_s=Percentiles.of(c.waits),
+            run_time_s=Percentiles.of(c.runs),
+            queue_wait_total_s=c.wait_total if self._in_process else None,
+            run_time_total_s=c.run_total if self._in_process else None,
             timestamp=time.time(),
             monotonic=time.monotonic(),
         )
 
     def __repr__(self) -> str:
         return f"<MonitoredExecutor {self._name!r} of {self._inner!r}>"
+
+
+class _Counts(NamedTuple):
+    """What ``MonitoredExecutor.metrics`` reads under the monitor's lock."""
+
+    failed: int
+    completed: int
+    started: int
+    wait_total: float
+    run_total: float
+    pending: list[Future[Any]]  # out of process: the inner futures not done yet
+    abandoned_running: int
+    tasks: int
+    cancelled: int
+    rejected: int
+    abandoned_total: int
+    shutdown: bool
+    largest: int | None  # the most live workers seen, None when they cannot be read
+    waits: list[float]  # the recent samples (empty out of process)
+    runs: list[float]
+
+
+def _configuration(
+    base: PoolMetrics | None, inner: Executor, size: int | None, largest_seen: int | None,
+) -> dict[str, Any]:
+    """The pool's configuration figures and its largest size: ``base``'s (the inner pool's
+    own snapshot), else what can be read of ``inner``."""
+    if base is not None:
+        return {
+            "core_size": base.core_size, "max_size": base.max_size,
+            "queue_capacity": base.queue_capacity, "keep_alive_s": base.keep_alive_s,
+            "rejection_policy": base.rejection_policy, "is_terminated": base.is_terminated,
+            "largest_pool_size": base.largest_pool_size,
+            "retired_worker_cpu_s": base.retired_worker_cpu_s,
+        }
+    stdlib = isinstance(inner, ThreadPoolExecutor)
+    return {
+        "core_size": None, "max_size": _max_workers_of(inner), "queue_capacity": None,
+        "keep_alive_s": None, "rejection_policy": None, "is_terminated": None,
+        # a stdlib pool's threads never exit
+        "largest_pool_size": size if stdlib else largest_seen,
+        "retired_worker_cpu_s": 0.0 if stdlib else None,
+    }
+
+
+def _inner_shut_down(inner: Executor) -> bool:
+    """Whether the inner executor says it is shut down (stdlib thread and process pools)."""
+    return getattr(inner, "_shutdown", False) is True or (
+        getattr(inner, "_shutdown_thread", False) is True
+    )
 
 
 def _max_workers_of(executor: Executor) -> int | None:
