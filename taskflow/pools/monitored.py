@@ -11,7 +11,9 @@ has all its threads, its submit and its monitored workers skip the stdlib's idle
 (it only decides whether to start a thread, and a full pool starts none): that lock, taken twice
 per task by the submitter and the workers, is where the stdlib pool's threads convoy, so a wrapped
 pool runs no-op tasks faster than the bare one although the counting itself costs CPU (see
-``benchmarks/pool_throughput.py``).
+``benchmarks/pool_throughput.py``). All this holds only where ``stdlib_copy_fits()``: the
+interpreter's own pool and worker loop behave as the copy assumes; elsewhere a stdlib pool's
+tasks run inside a timing wrapper on its own workers, with the same counts.
 
 The snapshots it returns (``metrics()``) are :class:`~taskflow.metrics.PoolMetrics`;
 :class:`~taskflow.observe.monitor.PoolMonitor` samples them in the background. After
@@ -354,8 +356,8 @@ class _MonitoredThreadCount:
 def _adjust_monitored_threads(
     self: Any, monitor_reference: weakref.ref[MonitoredExecutor],
 ) -> None:
-    """``ThreadPoolExecutor._adjust_thread_count`` (CPython 3.9 to 3.13), starting threads on
-    ``_monitored_worker``.
+    """``ThreadPoolExecutor._adjust_thread_count`` (the same in CPython 3.10 to 3.13),
+    starting threads on ``_monitored_worker``.
 
     A full pool returns at once: the stdlib's version would take an idle token (a lock and,
     with none left, a ``Condition.wait(0)``) only to start nothing. The pool's threads never

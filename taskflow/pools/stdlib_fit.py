@@ -158,7 +158,7 @@ def worker_loop_matches(copy: Callable[..., object], *extra: Any) -> bool:
             _trace_case(_cft._worker, case, ()) == _trace_case(copy, case, extra)
             for case in _CASES
         )
-    except Exception:  # noqa: BLE001 - a loop of another shape: it does not match
+    except (Exception, _ProbeEnd):  # noqa: BLE001 - a loop of another shape: no match
         return False
 
 
