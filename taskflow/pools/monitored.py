@@ -27,6 +27,7 @@ import concurrent.futures.thread as _cft
 import functools
 import itertools
 import math
+import queue
 import threading
 import time
 import weakref
@@ -247,7 +248,7 @@ class _ThreadStats:
 def _monitored_worker(
     executor_reference: weakref.ref[Any], work_queue: Any,
     initializer: Callable[..., object] | None, initargs: tuple[Any, ...],
-    monitor_reference: weakref.ref[MonitoredExecutor],
+    monitor_reference: weakref.ref[MonitoredExecutor], polls_first: bool,
 ) -> None:
     """The stdlib ``concurrent.futures.thread._worker`` loop, with its monitor's tasks inlined.
 
@@ -256,11 +257,14 @@ def _monitored_worker(
     so a task of that monitor costs no thread-local lookup and no ``run()`` frame; other work
     items (submitted to the pool directly, or through another monitor) run as the stdlib runs
     them. Exit and initializer failure are the stdlib's, and so is idle accounting while the
-    pool is below its size; a full pool starts no thread, so its workers skip the idle-thread
-    semaphore (as ``_adjust_monitored_threads`` does), which no one reads then. Like the stdlib
-    worker, it holds only weak references to the pool and to the monitor, so a pool dropped
-    without ``shutdown`` still lets its threads exit, and it drops each task (callable,
-    arguments, result, Future) before it waits for the next.
+    pool is below its size, in the interpreter's shape (see ``stdlib_copy_shape``): with
+    ``polls_first`` (CPython 3.12, 3.13) a worker polls the queue and releases an idle token
+    only when it finds it empty; without (3.10, 3.11) it releases one after every task. A full
+    pool starts no thread, so its workers skip the idle-thread semaphore (as
+    ``_adjust_monitored_threads`` does), which no one reads then. Like the stdlib worker, it
+    holds only weak references to the pool and to the monitor, so a pool dropped without
+    ``shutdown`` still lets its threads exit, and it drops each task (callable, arguments,
+    result, Future) before it waits for the next.
     """
     if initializer is not None:
         try:
@@ -283,12 +287,19 @@ def _monitored_worker(
     idle = executor._idle_semaphore.release
     threads, most = executor._threads, executor._max_workers
     del executor
-    get = work_queue.get
+    get, get_nowait = work_queue.get, work_queue.get_nowait
     subs, starts, ends = st.subs, st.starts, st.ends
     clock = _monotonic
     try:
         while True:
-            item = get(block=True)
+            if polls_first and len(threads) < most:
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    idle()
+                    item = get(block=True)
+            else:
+                item = get(block=True)
             if item is not None:
                 if type(item) is _TimedWorkItem and item.mon._wref is monitor_reference:
                     future = item.future
@@ -317,7 +328,7 @@ def _monitored_worker(
                 else:
                     item.run()
                 del item
-                if len(threads) < most:
+                if not polls_first and len(threads) < most:
                     idle()
                 continue
             executor = executor_reference()
@@ -377,7 +388,7 @@ def _adjust_monitored_threads(
         t = threading.Thread(
             name=thread_name, target=_monitored_worker,
             args=(weakref.ref(self, weakref_cb), self._work_queue, self._initializer,
-                  self._initargs, monitor_reference),
+                  self._initargs, monitor_reference, stdlib_copy_shape() == _POLLS_FIRST),
         )
         t.start()
         self._threads.add(t)
@@ -385,23 +396,39 @@ def _adjust_monitored_threads(
         threads_queues[t] = self._work_queue
 
 
+# the shapes of the stdlib worker loop's idle accounting that _monitored_worker can take
+_RELEASES_AFTER_EACH_TASK: Final = "releases an idle token after each task"
+_POLLS_FIRST: Final = "polls the queue, releases an idle token when it is empty"
+
+
 @functools.cache
+def stdlib_copy_shape() -> str | None:
+    """The shape of the stdlib worker loop that ``_monitored_worker`` takes on this interpreter,
+    or ``None`` when it can take none (checked at first use, then cached).
+
+    A shape fits when the stdlib pool and worker loop of this interpreter behave as the copy in
+    that shape assumes (see ``taskflow.pools.stdlib_fit``). By CPython version: 3.10 and 3.11
+    (whose ``thread.py`` is the same file) release an idle token after every task; 3.12 and
+    3.13 (the same loop as each other) poll the queue with ``get_nowait`` and release a token
+    only when they find it empty, so a token means a thread is waiting. Both fit. A loop of any
+    other shape (another CPython, another implementation) fits neither.
+    """
+    if not stdlib_pool_matches():
+        return None
+    for shape in (_RELEASES_AFTER_EACH_TASK, _POLLS_FIRST):
+        if worker_loop_matches(_monitored_worker, _no_monitor(), shape == _POLLS_FIRST):
+            return shape
+    return None
+
+
 def stdlib_copy_fits() -> bool:
     """Whether ``MonitoredExecutor`` may put its own work items on a plain stdlib pool's queue
-    and start the pool's new threads on ``_monitored_worker`` (checked at first use, then
-    cached): the stdlib pool and worker loop of this interpreter behave as the copy assumes
-    (see ``taskflow.pools.stdlib_fit``). Elsewhere a wrapped stdlib pool keeps its own submit
-    and worker, and each task runs inside ``MonitoredExecutor._run``: the same counts and
-    timings, one call frame more per task.
-
-    By CPython version: on for 3.10 and 3.11, whose ``thread.py`` is the same file and whose
-    loop the copy is. Off for 3.12 and 3.13 (their worker loops are the same as each other):
-    a worker first polls the queue with ``get_nowait`` and releases an idle token only when
-    it finds the queue empty, where the copy releases one after every task, so the copy would
-    hand out idle tokens the stdlib no longer does (and a busy pool would start fewer threads
-    than the stdlib's).
+    and start the pool's new threads on ``_monitored_worker``: the copy fits this interpreter's
+    loop in one of its shapes (``stdlib_copy_shape``). Elsewhere a wrapped stdlib pool keeps
+    its own submit and worker, and each task runs inside ``MonitoredExecutor._run``: the same
+    counts and timings, one call frame more per task.
     """
-    return stdlib_pool_matches() and worker_loop_matches(_monitored_worker, _no_monitor())
+    return stdlib_copy_shape() is not None
 
 
 class _Collected:
