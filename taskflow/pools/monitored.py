@@ -11,7 +11,9 @@ has all its threads, its submit and its monitored workers skip the stdlib's idle
 (it only decides whether to start a thread, and a full pool starts none): that lock, taken twice
 per task by the submitter and the workers, is where the stdlib pool's threads convoy, so a wrapped
 pool runs no-op tasks faster than the bare one although the counting itself costs CPU (see
-``benchmarks/pool_throughput.py``).
+``benchmarks/pool_throughput.py``). All this holds only where ``stdlib_copy_fits()``: the
+interpreter's own pool and worker loop behave as the copy assumes; elsewhere a stdlib pool's
+tasks run inside a timing wrapper on its own workers, with the same counts.
 
 The snapshots it returns (``metrics()``) are :class:`~taskflow.metrics.PoolMetrics`;
 :class:`~taskflow.observe.monitor.PoolMonitor` samples them in the background. After
@@ -22,19 +24,21 @@ from __future__ import annotations
 
 import concurrent.futures._base as _cfb
 import concurrent.futures.thread as _cft
-import inspect
+import functools
 import itertools
 import math
+import queue
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any, Final, NoReturn, ParamSpec, TypeVar
+from typing import Any, Final, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 from taskflow import _fork
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
+from taskflow.pools.stdlib_fit import stdlib_pool_matches, worker_loop_matches
 from taskflow.pools.threadpool import ThreadPool
 
 __all__ = ["MonitoredExecutor"]
@@ -84,31 +88,6 @@ class _Tracked:
 
 
 _monotonic = time.monotonic
-
-
-def _stdlib_work_item_fits() -> bool:
-    """Whether this Python's ``ThreadPoolExecutor`` internals are the ones ``_TimedWorkItem``
-    is written against (CPython 3.9 to 3.13: ``_WorkItem(future, fn, args, kwargs)`` on
-    ``_work_queue``, ``_adjust_thread_count``, ``_shutdown_lock``)."""
-    try:
-        params = list(inspect.signature(_cft._WorkItem.__init__).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    try:
-        worker = list(inspect.signature(_cft._worker).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return params == ["self", "future", "fn", "args", "kwargs"] and worker == [
-        "executor_reference", "work_queue", "initializer", "initargs",
-    ] and hasattr(_cft, "_threads_queues") and hasattr(_cfb, "LOGGER") and all(
-        hasattr(_cft, name) for name in ("_global_shutdown_lock", "_shutdown", "BrokenThreadPool")
-    ) and hasattr(_cfb, "PENDING") and all(
-        hasattr(ThreadPoolExecutor, name)
-        for name in ("_adjust_thread_count", "_initializer_failed", "submit")
-    )
-
-
-_STDLIB_FITS: Final = _stdlib_work_item_fits()
 
 
 class _TimedWorkItem:
@@ -269,7 +248,7 @@ class _ThreadStats:
 def _monitored_worker(
     executor_reference: weakref.ref[Any], work_queue: Any,
     initializer: Callable[..., object] | None, initargs: tuple[Any, ...],
-    monitor_reference: weakref.ref[MonitoredExecutor],
+    monitor_reference: weakref.ref[MonitoredExecutor], polls_first: bool,
 ) -> None:
     """The stdlib ``concurrent.futures.thread._worker`` loop, with its monitor's tasks inlined.
 
@@ -278,11 +257,14 @@ def _monitored_worker(
     so a task of that monitor costs no thread-local lookup and no ``run()`` frame; other work
     items (submitted to the pool directly, or through another monitor) run as the stdlib runs
     them. Exit and initializer failure are the stdlib's, and so is idle accounting while the
-    pool is below its size; a full pool starts no thread, so its workers skip the idle-thread
-    semaphore (as ``_adjust_monitored_threads`` does), which no one reads then. Like the stdlib
-    worker, it holds only weak references to the pool and to the monitor, so a pool dropped
-    without ``shutdown`` still lets its threads exit, and it drops each task (callable,
-    arguments, result, Future) before it waits for the next.
+    pool is below its size, in the interpreter's shape (see ``stdlib_copy_shape``): with
+    ``polls_first`` (CPython 3.12, 3.13) a worker polls the queue and releases an idle token
+    only when it finds it empty; without (3.10, 3.11) it releases one after every task. A full
+    pool starts no thread, so its workers skip the idle-thread semaphore (as
+    ``_adjust_monitored_threads`` does), which no one reads then. Like the stdlib worker, it
+    holds only weak references to the pool and to the monitor, so a pool dropped without
+    ``shutdown`` still lets its threads exit, and it drops each task (callable, arguments,
+    result, Future) before it waits for the next.
     """
     if initializer is not None:
         try:
@@ -305,12 +287,19 @@ def _monitored_worker(
     idle = executor._idle_semaphore.release
     threads, most = executor._threads, executor._max_workers
     del executor
-    get = work_queue.get
+    get, get_nowait = work_queue.get, work_queue.get_nowait
     subs, starts, ends = st.subs, st.starts, st.ends
     clock = _monotonic
     try:
         while True:
-            item = get(block=True)
+            if polls_first and len(threads) < most:
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    idle()
+                    item = get(block=True)
+            else:
+                item = get(block=True)
             if item is not None:
                 if type(item) is _TimedWorkItem and item.mon._wref is monitor_reference:
                     future = item.future
@@ -339,7 +328,7 @@ def _monitored_worker(
                 else:
                     item.run()
                 del item
-                if len(threads) < most:
+                if not polls_first and len(threads) < most:
                     idle()
                 continue
             executor = executor_reference()
@@ -378,8 +367,8 @@ class _MonitoredThreadCount:
 def _adjust_monitored_threads(
     self: Any, monitor_reference: weakref.ref[MonitoredExecutor],
 ) -> None:
-    """``ThreadPoolExecutor._adjust_thread_count`` (CPython 3.9 to 3.13), starting threads on
-    ``_monitored_worker``.
+    """``ThreadPoolExecutor._adjust_thread_count`` (the same in CPython 3.10 to 3.13),
+    starting threads on ``_monitored_worker``.
 
     A full pool returns at once: the stdlib's version would take an idle token (a lock and,
     with none left, a ``Condition.wait(0)``) only to start nothing. The pool's threads never
@@ -399,12 +388,56 @@ def _adjust_monitored_threads(
         t = threading.Thread(
             name=thread_name, target=_monitored_worker,
             args=(weakref.ref(self, weakref_cb), self._work_queue, self._initializer,
-                  self._initargs, monitor_reference),
+                  self._initargs, monitor_reference, stdlib_copy_shape() == _POLLS_FIRST),
         )
         t.start()
         self._threads.add(t)
         threads_queues: Any = _cft._threads_queues
         threads_queues[t] = self._work_queue
+
+
+# the shapes of the stdlib worker loop's idle accounting that _monitored_worker can take
+_RELEASES_AFTER_EACH_TASK: Final = "releases an idle token after each task"
+_POLLS_FIRST: Final = "polls the queue, releases an idle token when it is empty"
+
+
+@functools.cache
+def stdlib_copy_shape() -> str | None:
+    """The shape of the stdlib worker loop that ``_monitored_worker`` takes on this interpreter,
+    or ``None`` when it can take none (checked at first use, then cached).
+
+    A shape fits when the stdlib pool and worker loop of this interpreter behave as the copy in
+    that shape assumes (see ``taskflow.pools.stdlib_fit``). By CPython version: 3.10 and 3.11
+    (whose ``thread.py`` is the same file) release an idle token after every task; 3.12 and
+    3.13 (the same loop as each other) poll the queue with ``get_nowait`` and release a token
+    only when they find it empty, so a token means a thread is waiting. Both fit. A loop of any
+    other shape (another CPython, another implementation) fits neither.
+    """
+    if not stdlib_pool_matches():
+        return None
+    for shape in (_RELEASES_AFTER_EACH_TASK, _POLLS_FIRST):
+        if worker_loop_matches(_monitored_worker, _no_monitor(), shape == _POLLS_FIRST):
+            return shape
+    return None
+
+
+def stdlib_copy_fits() -> bool:
+    """Whether ``MonitoredExecutor`` may put its own work items on a plain stdlib pool's queue
+    and start the pool's new threads on ``_monitored_worker``: the copy fits this interpreter's
+    loop in one of its shapes (``stdlib_copy_shape``). Elsewhere a wrapped stdlib pool keeps
+    its own submit and worker, and each task runs inside ``MonitoredExecutor._run``: the same
+    counts and timings, one call frame more per task.
+    """
+    return stdlib_copy_shape() is not None
+
+
+class _Collected:
+    """Stands for a monitor already collected."""
+
+
+def _no_monitor() -> weakref.ref[Any]:
+    """A dead weak reference: the probed worker loop counts its thread for no monitor."""
+    return weakref.ref(_Collected())
 
 
 class MonitoredExecutor(Executor):
@@ -441,9 +474,10 @@ class MonitoredExecutor(Executor):
         self._in_process: bool = in_process
         # a plain stdlib pool: tasks go straight onto its queue as _TimedWorkItems
         self._direct = (
-            _STDLIB_FITS and isinstance(executor, ThreadPoolExecutor)
+            isinstance(executor, ThreadPoolExecutor)
             and type(executor).submit is ThreadPoolExecutor.submit
             and type(executor)._adjust_thread_count is ThreadPoolExecutor._adjust_thread_count
+            and stdlib_copy_fits()
         )
         self._wref = weakref.ref(self)
         if self._direct:
@@ -501,7 +535,11 @@ class MonitoredExecutor(Executor):
         return _max_workers_of(self._inner)
 
     @property
-    def _max_workers(self) -> int | None:  # read by the engine to guess parallelism
+    def _max_workers(self) -> int | None:
+        """``max_size`` under the stdlib pool's private name, for code written against
+        ``ThreadPoolExecutor``. taskflow's engine does not read it: it reads ``max_size``
+        (``taskflow.engine.executors.capabilities``), and ``_max_workers`` only of a plain
+        stdlib pool."""
         return _max_workers_of(self._inner)
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
@@ -675,110 +713,181 @@ class MonitoredExecutor(Executor):
         size = base.pool_size if base is not None else _pool_size_of(inner)
         if self._in_process:
             self._scan_cancelled()
+        counts = self._read_counts(size)
+        active_count, queue_size = self._active_and_queued(counts)
+        return self._snapshot(base, size, counts, active_count, queue_size)
+
+    def _read_counts(self, size: int | None) -> _Counts:
+        """The counts, read under the lock; ``size`` is the inner pool's live workers.
+
+        ``task_count`` is read after the threads' counts: a task is counted submitted before
+        it can start, so queued = task_count - started - ... is never negative.
+        """
         waits: list[float] = []
         runs: list[float] = []
         with self._lock:
-            # task_count is read after the threads' counts: a task is counted submitted before
-            # it can start, so queued = task_count - started - ... is never negative
-            failed, completed = self._failed, self._completed
-            started = self._retired_started
-            wait_total, run_total = self._retired_wait_total, self._retired_run_total
-            for st in self._stats:
-                st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
-                failed += st_failed
-                completed += st_done
-                started += st_started
-                wait_total += st_wait
-                run_total += st_run
+            failed, completed, started, wait_total, run_total = self._thread_totals_locked(
+                waits, runs
+            )
             pending = list(self._pending.values())
-            ab_running = 0
-            for future, counted in list(self._abandoned.items()):
-                if future.cancelled():
-                    del self._abandoned[future]  # it never ran
-                    continue
-                done = future.done()
-                began = done or future.running()
-                if began and not counted:
-                    self._abandoned[future] = True  # it started after it was marked
-                    self._abandoned_total += 1
-                if done:
-                    del self._abandoned[future]
-                elif began or not self._in_process:
-                    ab_running += 1
+            ab_running = self._abandoned_running_locked()
             tasks = next(self._submitted) - self._peeks  # after the threads' counts (above)
             self._peeks += 1
-            cancelled, rejected = self._cancelled, self._rejected
-            ab_total = self._abandoned_total
-            shut = self._shutdown
             if size is not None and size > self._largest_seen:
                 self._largest_seen = size
-            largest = self._largest_seen if size is not None else None
-        active_count: int | None
-        queue_size: int | None
+            return _Counts(
+                failed=failed, completed=completed, started=started, wait_total=wait_total,
+                run_total=run_total, pending=pending, abandoned_running=ab_running,
+                tasks=tasks, cancelled=self._cancelled, rejected=self._rejected,
+                abandoned_total=self._abandoned_total, shutdown=self._shutdown,
+                largest=self._largest_seen if size is not None else None,
+                waits=waits if self._in_process else [],
+                runs=runs if self._in_process else [],
+            )
+
+    def _thread_totals_locked(
+        self, waits: list[float], runs: list[float],
+    ) -> tuple[int, int, int, float, float]:
+        """``(failed, completed, started, wait total, run total)`` of the retired threads and
+        the live ones (see ``_ThreadStats.read``); appends the live ones' recent samples."""
+        failed, completed = self._failed, self._completed
+        started = self._retired_started
+        wait_total, run_total = self._retired_wait_total, self._retired_run_total
+        for st in self._stats:
+            st_failed, st_done, st_started, st_wait, st_run = st.read(waits, runs)
+            failed += st_failed
+            completed += st_done
+            started += st_started
+            wait_total += st_wait
+            run_total += st_run
+        return failed, completed, started, wait_total, run_total
+
+    def _abandoned_running_locked(self) -> int:
+        """Abandoned tasks still running; counts those that started since they were marked,
+        and forgets those that finished or were cancelled (out of process, a task not done
+        counts as running)."""
+        running = 0
+        for future, counted in list(self._abandoned.items()):
+            if future.cancelled():
+                del self._abandoned[future]  # it never ran
+                continue
+            done = future.done()
+            began = done or future.running()
+            if began and not counted:
+                self._abandoned[future] = True  # it started after it was marked
+                self._abandoned_total += 1
+            if done:
+                del self._abandoned[future]
+            elif began or not self._in_process:
+                running += 1
+        return running
+
+    def _active_and_queued(self, c: _Counts) -> tuple[int | None, int | None]:
+        """``(active_count, queue_size)``; both ``None`` out of process where the inner
+        executor's ``running()`` means nothing."""
         if self._in_process:
-            active_count = max(0, started - completed)
-            queue_size = max(0, tasks - started - cancelled - rejected)
-        else:
-            not_done = tasks - completed - cancelled - rejected
-            # out of process, "queued" would be every task not done: split it where running()
-            # means something
-            if self._running_known:
-                active_count = sum(1 for f in pending if f.running())
-                queue_size = max(0, not_done - active_count)
-            else:
-                active_count = queue_size = None
-            waits = runs = []
-        max_size = base.max_size if base is not None else _max_workers_of(inner)
-        capacity = base.queue_capacity if base is not None else None
-        shut = shut or getattr(inner, "_shutdown", False) is True or (
-            getattr(inner, "_shutdown_thread", False) is True
-        )
-        if base is not None:
-            largest = base.largest_pool_size
-        elif isinstance(inner, ThreadPoolExecutor):
-            largest = size  # its threads never exit
+            return max(0, c.started - c.completed), max(
+                0, c.tasks - c.started - c.cancelled - c.rejected
+            )
+        if not self._running_known:
+            return None, None
+        # out of process, "queued" would be every task not done: split it where running()
+        # means something
+        not_done = c.tasks - c.completed - c.cancelled - c.rejected
+        active = sum(1 for f in c.pending if f.running())
+        return active, max(0, not_done - active)
+
+    def _snapshot(
+        self, base: PoolMetrics | None, size: int | None, c: _Counts,
+        active_count: int | None, queue_size: int | None,
+    ) -> PoolMetrics:
+        """The ``PoolMetrics`` of counts ``c``; the pool's configuration is ``base``'s (the
+        inner pool's own snapshot), else what can be read of the inner executor."""
+        inner = self._inner
+        config = _configuration(base, inner, size, c.largest)
+        max_size, capacity = config["max_size"], config["queue_capacity"]
+        largest = config["largest_pool_size"]
         return PoolMetrics(
             pool_name=self._name,
             executor_type=type(inner).__name__,
-            core_size=base.core_size if base is not None else None,
-            max_size=max_size,
-            queue_capacity=capacity,
-            keep_alive_s=base.keep_alive_s if base is not None else None,
-            rejection_policy=base.rejection_policy if base is not None else None,
+            **config,
             pool_size=size,
-            largest_pool_size=largest,
             active_count=active_count,
             queue_size=queue_size,
             queue_remaining_capacity=(
                 None if capacity is None or queue_size is None else max(0, capacity - queue_size)
             ),
-            abandoned_running=ab_running,
-            is_shutdown=shut,
-            is_terminated=base.is_terminated if base is not None else None,
-            task_count=tasks,
-            completed_task_count=completed,
-            failed_task_count=failed,
-            cancelled_task_count=cancelled,
-            rejected_count=rejected,
-            abandoned_total=ab_total,
+            abandoned_running=c.abandoned_running,
+            is_shutdown=c.shutdown or _inner_shut_down(inner),
+            task_count=c.tasks,
+            completed_task_count=c.completed,
+            failed_task_count=c.failed,
+            cancelled_task_count=c.cancelled,
+            rejected_count=c.rejected,
+            abandoned_total=c.abandoned_total,
             liveness_pct=pct(active_count, max_size),
             peak_load_pct=pct(largest, max_size),
             queue_usage_pct=pct(queue_size, capacity),
-            queue_wait_s=Percentiles.of(waits),
-            run_time_s=Percentiles.of(runs),
-            queue_wait_total_s=wait_total if self._in_process else None,
-            run_time_total_s=run_total if self._in_process else None,
-            retired_worker_cpu_s=(
-                base.retired_worker_cpu_s if base is not None
-                else 0.0 if isinstance(inner, ThreadPoolExecutor)  # its threads never exit
-                else None
-            ),
+            queue_wait_s=Percentiles.of(c.waits),
+            run_time_s=Percentiles.of(c.runs),
+            queue_wait_total_s=c.wait_total if self._in_process else None,
+            run_time_total_s=c.run_total if self._in_process else None,
             timestamp=time.time(),
             monotonic=time.monotonic(),
         )
 
     def __repr__(self) -> str:
         return f"<MonitoredExecutor {self._name!r} of {self._inner!r}>"
+
+
+class _Counts(NamedTuple):
+    """What ``MonitoredExecutor.metrics`` reads under the monitor's lock."""
+
+    failed: int
+    completed: int
+    started: int
+    wait_total: float
+    run_total: float
+    pending: list[Future[Any]]  # out of process: the inner futures not done yet
+    abandoned_running: int
+    tasks: int
+    cancelled: int
+    rejected: int
+    abandoned_total: int
+    shutdown: bool
+    largest: int | None  # the most live workers seen, None when they cannot be read
+    waits: list[float]  # the recent samples (empty out of process)
+    runs: list[float]
+
+
+def _configuration(
+    base: PoolMetrics | None, inner: Executor, size: int | None, largest_seen: int | None,
+) -> dict[str, Any]:
+    """The pool's configuration figures and its largest size: ``base``'s (the inner pool's
+    own snapshot), else what can be read of ``inner``."""
+    if base is not None:
+        return {
+            "core_size": base.core_size, "max_size": base.max_size,
+            "queue_capacity": base.queue_capacity, "keep_alive_s": base.keep_alive_s,
+            "rejection_policy": base.rejection_policy, "is_terminated": base.is_terminated,
+            "largest_pool_size": base.largest_pool_size,
+            "retired_worker_cpu_s": base.retired_worker_cpu_s,
+        }
+    stdlib = isinstance(inner, ThreadPoolExecutor)
+    return {
+        "core_size": None, "max_size": _max_workers_of(inner), "queue_capacity": None,
+        "keep_alive_s": None, "rejection_policy": None, "is_terminated": None,
+        # a stdlib pool's threads never exit
+        "largest_pool_size": size if stdlib else largest_seen,
+        "retired_worker_cpu_s": 0.0 if stdlib else None,
+    }
+
+
+def _inner_shut_down(inner: Executor) -> bool:
+    """Whether the inner executor says it is shut down (stdlib thread and process pools)."""
+    return getattr(inner, "_shutdown", False) is True or (
+        getattr(inner, "_shutdown_thread", False) is True
+    )
 
 
 def _max_workers_of(executor: Executor) -> int | None:

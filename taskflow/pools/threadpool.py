@@ -234,7 +234,9 @@ class ThreadPool(Executor):
         self._run_total = 0.0
         self._retired_cpu = 0.0  # CPU seconds of the threads that have exited
 
-        self._max_workers = max_size  # read by the engine to guess parallelism
+        # max_size under ThreadPoolExecutor's private name, for code written against the stdlib
+        # pool; the engine reads max_size, and _max_workers only of a plain stdlib pool
+        self._max_workers = max_size
         _live_pools.add(self)
         # its lock is held across a fork; the child gets the pool back empty
         _fork.register(self, hold="_lock")
