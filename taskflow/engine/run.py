@@ -866,7 +866,7 @@ class Run:
                         nxt = self.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
                         k = self.reserve_loops(nxt) if self.ready else 0
-                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.settled(i), inlined)
+                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.mark_settled(i), inlined)
                         if self.closed:
                             fin = i == self.keep and not self.finished
                         else:
@@ -941,7 +941,7 @@ class Run:
                     nxt = self.next_node(token, True) \
                         if token >= -1 and token not in self.abandoned else -1
                     k = self.reserve_loops(nxt)
-                    fin = self.settled(i)
+                    fin = self.mark_settled(i)
         if late:
             if watching:
                 events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
@@ -961,7 +961,7 @@ class Run:
                 nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned \
                     else -1
                 k = self.reserve_loops(nxt)
-                fin = self.settled(i)
+                fin = self.mark_settled(i)
         if hooks:
             fin = self.after_settle(hooks, k) or fin
         elif k:
@@ -1013,8 +1013,9 @@ class Run:
         wr.state = state
         self.move(i, TERMINAL)
 
-    def settled(self, i: int) -> bool:
-        """Under lock: node ``i``'s hook returned and its sons were updated. True: finish now."""
+    def mark_settled(self, i: int) -> bool:
+        """Under lock: move node ``i`` to SETTLED (its hook returned, its sons were updated) and
+        count it off ``pending``. Returns True when the run must finish now."""
         code = self.code
         if code[i] == TERMINAL:
             code[i] = SETTLED  # TERMINAL -> SETTLED; any other move is checked by move()
@@ -1186,7 +1187,7 @@ class Run:
                 if deferred:  # its hook has returned: now its sons may move
                     self.settle_sons(s, hooks, _monotonic())
                 if self.code[s] == TERMINAL:
-                    fin = self.settled(s) or fin
+                    fin = self.mark_settled(s) or fin
                 k += self.reserve_loops()
         if k:
             self.dispatch(k)
