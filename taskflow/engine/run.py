@@ -842,11 +842,13 @@ class Run:
         wr = self.results[i]
         if error is None and plan.plain[i] and self.quiet:
             # the hot path: a plain node (no hook, own timeout, policy, fan-out or routing) of a
-            # quiet run succeeded; the same steps as below without the checks that cannot apply
+            # quiet run succeeded. The steps of complete_outcome without the checks that cannot
+            # apply, with learn_duration, record_success, settle_and_next (mark_settled) and
+            # carry_on inlined: no call a plain node does not need
             now = _monotonic()
             if now < self.deadline:
                 began = wr.started_at
-                if began is not None:  # the node's typical duration (racy by design)
+                if began is not None:  # learn_duration, inlined
                     est = plan.est
                     e = est[i]
                     d = now - began
@@ -857,11 +859,11 @@ class Run:
                     done = code[i] == RUNNING and wr.state is _DEFAULT
                     if done:
                         self.progress += 1
-                        wr.result = value
+                        wr.result = value  # record_success, inlined
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        self.settle_sons(i, sons_hooks, now)
+                        self.settle_sons(i, sons_hooks, now)  # settle_and_next, inlined
                         abandoned = self.abandoned
                         nxt = self.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
@@ -873,95 +875,143 @@ class Run:
                             self.pending -= 1
                             fin = self.pending == 0
                 if done:
-                    if sons_hooks:
+                    if sons_hooks:  # carry_on, inlined
                         fin = self.after_settle(sons_hooks, k) or fin
                     elif k:
                         self.dispatch(k)
                     if fin:
                         self.finish()
                     return nxt
-            # past the deadline, or settled without us: the general path below says so
-        degraded = None
-        if plan.any_policy and plan.policy[i] is not None:
+            # past the deadline, or settled without us: the general path says so
+        return self.complete_outcome(i, token, value, error)
+
+    def complete_outcome(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """``complete`` for any node: the budget, the node's own timeout and its policy decide
+        the outcome; it is recorded, observed, logged and hooked, then settled."""
+        plan = self.plan
+        wr = self.results[i]
+        guarded = plan.any_policy and plan.policy[i] is not None
+        if guarded:
             guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
-            # the budget ran out while it ran: its outcome does not count, and the run closes
-            self.expire()
-            if self.node_observers:
-                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
-            return self.late(i, token, value, error)
-        t = plan.timeout[i]
+            return self.past_deadline(i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did
-        if (t is not None and wr.started_at is not None and now >= wr.started_at + t
-                and not plan.fanout[i] and not isinstance(error, NodeTimeoutError)):
-            # its own deadline passed while it ran (a fan-out's policy decides that itself)
-            value = None
-            error = NodeTimeoutError(self.names[i], t)
-        if error is not None and plan.any_policy and plan.policy[i] is not None:
+        if self.own_timeout_passed(i, wr, now, error):
+            value, error = None, NodeTimeoutError(self.names[i], plan.timeout[i])
+        degraded = None
+        if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
-            began = wr.started_at
-            if began is not None:  # the node's typical duration (racy by design, see Plan.est)
-                est = plan.est
-                e = est[i]
-                d = now - began
-                est[i] = d if e < 0.0 else e + (d - e) * 0.25
-        late = False
-        hooks: list[int] = []
+            self.learn_duration(i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
         # end the run (start returns after its lines and calls)
         watching = self.node_observers
         loud = self.debug or not ok
+        told = has_hook or bool(watching) or loud
+        hooks: list[int] = []
         with self.lock:
-            if plan.fanout[i]:
-                self.fans.pop(i, None)
-            timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
-            if self.code[i] != RUNNING or wr.state is not _DEFAULT:
-                late = True
-            else:
+            timer_entry = self.drop_node_watch(i)
+            late = self.code[i] != RUNNING or wr.state is not _DEFAULT
+            if not late:
                 self.progress += 1
                 if error is None:
-                    wr.result = value
-                    wr.finished_at = now
-                    if degraded is not None:  # a fallback's value stands in
-                        wr.exception = degraded
-                        wr.state = _DEGRADED
-                    else:
-                        wr.state = _SUCCESS
-                    self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
+                    self.record_success(i, wr, value, degraded, now)
                 else:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
-                if not has_hook and not watching and not loud:
-                    self.settle_sons(i, hooks, now)
-                    nxt = self.next_node(token, True) \
-                        if token >= -1 and token not in self.abandoned else -1
-                    k = self.reserve_loops(nxt)
-                    fin = self.mark_settled(i)
+                if not told:
+                    nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         if late:
             if watching:
                 events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
-        if watching:
-            events.completed(watching, i, wr.attempts, wr.exception)
+        if told:
+            self.tell_outcome(i, ok, has_hook, loud)
+            with self.lock:
+                nxt, k, fin = self.settle_and_next(i, token, hooks, now)
+        return self.carry_on(nxt, k, fin, hooks)
+
+    def past_deadline(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """The budget ran out while node ``i`` ran: its outcome does not count, and the run
+        closes; returns the loop's next node."""
+        self.expire()
+        if self.node_observers:
+            events.attempt_ended(self.node_observers, i, self.results[i].attempts, error,
+                                 events.LATE)
+        return self.late(i, token, value, error)
+
+    def own_timeout_passed(self, i: int, wr: WorkResult[Any], now: float,
+                           error: BaseException | None) -> bool:
+        """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
+        already; a fan-out's policy decides that itself)."""
+        t = self.plan.timeout[i]
+        return (t is not None and wr.started_at is not None and now >= wr.started_at + t
+                and not self.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
+
+    def learn_duration(self, i: int, began: float | None, now: float) -> None:
+        """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
+        time (an exponential average; racy by design, see ``Plan.est``). The fast path of
+        ``complete`` inlines it."""
+        if began is not None:
+            est = self.plan.est
+            e = est[i]
+            d = now - began
+            est[i] = d if e < 0.0 else e + (d - e) * 0.25
+
+    def record_success(self, i: int, wr: WorkResult[Any], value: Any,
+                       degraded: BaseException | None, now: float) -> None:
+        """Under lock, node ``i`` RUNNING with no outcome yet: it succeeded with ``value`` (or
+        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). The fast path of
+        ``complete`` inlines it."""
+        wr.result = value
+        wr.finished_at = now
+        if degraded is not None:
+            wr.exception = degraded
+            wr.state = _DEGRADED
+        else:
+            wr.state = _SUCCESS
+        self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked by the caller
+
+    def drop_node_watch(self, i: int) -> timer.Timer | None:
+        """Under lock: node ``i`` has an outcome: forget its fan-out and take its timeout entry
+        (the caller cancels it outside the lock)."""
+        plan = self.plan
+        if plan.fanout[i]:
+            self.fans.pop(i, None)
+        return self.node_timers.pop(i, None) if plan.any_timeout else None
+
+    def tell_outcome(self, i: int, ok: bool, has_hook: bool, loud: bool) -> None:
+        """Outside the lock: observers and the log hear how node ``i`` ended, then its outcome
+        hook runs (before its sons can move)."""
+        wr = self.results[i]
+        if self.node_observers:
+            events.completed(self.node_observers, i, wr.attempts, wr.exception)
         if loud:
             self.log_outcome(i)
-        if has_hook or watching or loud:
-            if has_hook:
-                node = self.node(i)
-                self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
-            with self.lock:
-                self.settle_sons(i, hooks, now)
-                nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned \
-                    else -1
-                k = self.reserve_loops(nxt)
-                fin = self.mark_settled(i)
+        if has_hook:
+            node = self.node(i)
+            self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
+
+    def settle_and_next(self, i: int, token: int, hooks: list[int],
+                        now: float) -> tuple[int, int, bool]:
+        """Under lock, node ``i`` terminal and its hook done: settle its sons, pop loop
+        ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
+        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
+        fast path of ``complete`` inlines it."""
+        self.settle_sons(i, hooks, now)
+        nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned else -1
+        k = self.reserve_loops(nxt)
+        return nxt, k, self.mark_settled(i)
+
+    def carry_on(self, nxt: int, k: int, fin: bool, hooks: list[int]) -> int:
+        """Outside the lock, after ``settle_and_next``: settle the sons that ended without
+        running, start the ``k`` loops reserved, finish the run if ``fin``; returns ``nxt``."""
         if hooks:
             fin = self.after_settle(hooks, k) or fin
         elif k:
