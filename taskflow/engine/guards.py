@@ -267,8 +267,8 @@ def _requeue(run: Any, i: int) -> int:
     if run.code[i] != PARKED_STATE:
         return 0  # still in admit on its own thread: it sees what arrived
     run.move(i, QUEUED)
-    run.enqueue(i)
-    return int(run.reserve_loops())
+    run.economy.enqueue(i)
+    return int(run.economy.reserve())
 
 
 def _alive(run: Any, i: int) -> bool:
@@ -575,7 +575,7 @@ def doom(run: Any, s: int, f: int, now: float) -> bool:
     g.outcome = (None, err)
     run.move(s, QUEUED)
     run.results[s].queued_at = now
-    run.enqueue(s)
+    run.economy.enqueue(s)
     return True
 
 

@@ -130,6 +130,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any
 
@@ -137,6 +138,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import events, executors, guards, inline, loops, remote, timer
+from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import (
     BACKOFF,
     LEGAL_BITS,
@@ -169,30 +171,8 @@ __all__ = ["FinishedRun", "Run", "set_strict"]
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
-# a node whose tasks typically take less than this runs in a loop that is already there (the
-# next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
-# its own (a thread wake-up costs about this much)
-FAST_TASK = 0.0002
-# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
-# FAST_TASK of their expected work)
-FAST_BATCH = 4
-FAST_SCAN = 8
-# more tasks than this waiting in the executor's queue means the pool is behind (fewer are
-# typically tasks just submitted, their workers waking up): see ``Run.next_node``
-BACKLOG = 2
-# how often ready nodes left to busy loops are checked for progress (``watchdog``)
-WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
 HOOK_GRACE = 0.05
-
-
-def _watch_time(now: float) -> float:
-    """When a watchdog armed at ``now`` looks: ``WATCH`` to ``2 * WATCH`` later, at a multiple
-    of ``WATCH``, so every run armed in the same ``WATCH`` window shares one timer wake-up (most
-    are cancelled before: their run finished). Without it the timer thread woke for nearly every
-    run's entry (0.31 wake-ups per 20-node no-op flow, at 1 or 16 callers; now 0.09-0.12), and
-    competed for the GIL each time."""
-    return math.ceil((now + WATCH) / WATCH) * WATCH
 
 
 _SUCCESS = ResultState.SUCCESS
@@ -264,6 +244,13 @@ def _value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: st
     return wr.result
 
 
+def _start_loops(ref: weakref.ref[Run], k: int) -> None:
+    """The economy's watchdog (timer thread): have the run's owner start ``k`` reserved loops."""
+    run = ref()
+    if run is not None:
+        run.post(run.dispatch, k)
+
+
 def _wake() -> None:
     """Posted to an inline run's inbox: nodes became ready."""
 
@@ -312,20 +299,16 @@ class Run:
         self.node_timers: dict[int, timer.Timer] = {}
         self.run_timer: timer.Timer | None = None
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
-        self.loops = 0
-        self.max_loops = caps.parallelism
-        self.backlog = executors.backlog(executor) if self.mode is LOOPS else None
-        self.progress = 0
-        self.starting = 0  # loops reserved and not started yet (they will each pop a node)
-        self.nslow = 0  # ready entries expected to be slow when queued (see reserve_loops)
-        self.slowq = bytearray(len(plan.nodes))  # node i was counted in nslow when queued
-        self.watch: timer.Timer | None = None
+        self.ref = weakref.ref(self)
+        pooled = self.mode is LOOPS
+        # the economy calls back through a weak reference: no cycle between it and the run
+        self.economy = Economy(plan.est, self.ready, self.code, pooled, caps.parallelism,
+                               executors.backlog(executor) if pooled else None, self.lock,
+                               partial(_start_loops, self.ref))
         self.tokens = 0
         self.unstarted: set[int] = set()
         self.live: set[int] = set()
         self.loop_futs: dict[int, Future[Any]] = {}
-        self.loop_node: dict[int, int] = {}
-        self.abandoned: set[int] = set()
         self.remote_futs: dict[int, Future[Any]] = {}
         self.guards: dict[int, guards.Guard] = {}
         self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
@@ -338,7 +321,6 @@ class Run:
         self.t0 = _monotonic()
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
-        self.ref = weakref.ref(self)
         self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
@@ -410,7 +392,7 @@ class Run:
         phase = ("finished" if self.finished else "closed" if self.closed else "open")
         return (f"<Run {self.flow_id} {phase} {self.mode} nodes={len(self.code)} "
                 f"{' '.join(f'{k}={v}' for k, v in counts.items())} running={running} "
-                f"pending={self.pending} loops={self.loops} hooks={self.hooks_running} "
+                f"pending={self.pending} loops={self.economy.loops} hooks={self.hooks_running} "
                 f"budget={self.budget:g} left={left:.3f}s>")
 
     # -- the state table ----------------------------------------------------------------------------
@@ -453,104 +435,19 @@ class Run:
             return
         now = self.t0
         results = self.results
+        eco = self.economy
         if plan.any_policy:
-            self.ranks = guards.rank(plan)
-        code, est, ready = self.code, plan.est, self.ready
+            self.ranks = eco.ranks = guards.rank(plan)
+        code = self.code
         with self.lock:
             for i in plan.roots:
                 code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
-                e = est[i]  # self.enqueue(i), inlined
-                if e < 0.0 or e >= FAST_TASK:
-                    self.nslow += 1
-                    self.slowq[i] = 1
-                ready.append(i)
-            k = self.reserve_loops()
+                eco.enqueue(i)
+            k = eco.reserve()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
         self.dispatch(k)
-
-    def enqueue(self, i: int) -> None:
-        """Under lock: append QUEUED node ``i`` to ``ready``, counting it if expected slow."""
-        e = self.plan.est[i]
-        if e < 0.0 or e >= FAST_TASK:
-            self.nslow += 1
-            self.slowq[i] = 1
-        self.ready.append(i)
-
-    def clear_ready(self) -> None:
-        """Under lock: empty ``ready``."""
-        for i in self.ready:
-            self.slowq[i] = 0
-        self.nslow = 0
-        self.ready.clear()
-
-    def reserve_loops(self, nxt: int = -1) -> int:
-        """Under lock: how many new loops to start for the ready nodes (and count them).
-
-        Thread executors: one loop per ready node expected to be slow (never measured, or
-        ``plan.est`` at or above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of
-        their expected work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes
-        share one loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes
-        on with a fast node ``nxt`` (it will take them next), less the loops already submitted
-        and not started. Starting a loop costs a thread wake-up, which is more than a fast node,
-        so a flow of fast nodes runs in few loops while slow (I/O) nodes still each get their
-        own. Other modes: one per ready node.
-        """
-        ready = self.ready
-        free = self.max_loops - self.loops
-        if not ready or free <= 0:
-            return 0
-        if self.mode is LOOPS:
-            slow = self.nslow
-            fast = len(ready) - slow
-            if 0 < fast and len(ready) <= FAST_SCAN:
-                # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
-                est, slowq = self.plan.est, self.slowq
-                work = sum([est[i] for i in ready if not slowq[i]])
-                k = slow + max(1, math.ceil(work / FAST_TASK))
-            else:
-                # fast ones: a loop per FAST_BATCH of them
-                k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
-            # less the calling loop if it goes on with a fast node
-            if k > slow and nxt >= 0 and 0.0 <= self.plan.est[nxt] < FAST_TASK:
-                k -= 1
-            # loops already on their way will each take one: do not start more than needed
-            k = max(0, min(k - self.starting, free))
-            if k + self.starting < len(ready) and self.watch is None and not self.closed:
-                # ready nodes are left to the loops there are: make sure they make progress
-                self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog,
-                                            self.progress)
-            if k == 0:
-                return 0
-            self.starting += k
-        else:
-            k = min(len(ready), free)
-        self.loops += k
-        return k
-
-    def watchdog(self, progress: int, grow: int = 1) -> None:
-        """Timer thread: ready nodes were left to the loops there are. If none of those loops
-        finished a node since (a node expected to be fast is not, or the loops waited for the
-        GIL or a CPU), the owner starts ``grow`` more loops for the ready nodes, unless one is
-        already on its way; while ready nodes remain, look again later, doubling ``grow`` while
-        there is still no progress. A busy process so does not get a loop per ready node that
-        would mostly find nothing left to do, and a real stall still gets loops within a few
-        looks."""
-        with self.lock:
-            self.watch = None
-            if self.closed or not self.ready:
-                return
-            k = 0
-            if self.progress == progress and not self.starting:
-                k = min(grow, len(self.ready), self.max_loops - self.loops)
-                if k > 0:
-                    self.loops += k
-                    self.starting += k
-            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress,
-                                        grow * 2 if k > 0 else 1)
-        if k > 0:
-            self.post(self.dispatch, k)
 
     def dispatch(self, k: int) -> None:
         """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
@@ -561,7 +458,7 @@ class Run:
             loops.spawn(self, k)
             return
         with self.lock:
-            self.loops -= k
+            self.economy.dispatched(k)
         if mode is INLINE:
             assert self.inbox is not None
             self.inbox.put((_wake, ()))
@@ -572,20 +469,19 @@ class Run:
         """A loop was refused (owner thread): with no loop left to drain the queue, the queued
         nodes fail with the executor's error."""
         hooks: list[int] = []
+        eco = self.economy
         with self.lock:
-            self.loops -= 1
-            self.starting -= 1
-            if self.loops > 0 or self.closed:
+            if eco.refused() or self.closed:
                 return
             now = _monotonic()
             victims = [i for i in self.ready if self.code[i] == QUEUED]
-            self.clear_ready()
+            eco.clear_ready()
             for i in victims:
                 self.fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
                 if not self.plan.has_fail[i]:
                     self.settle_sons(i, hooks, now)
-            k = self.reserve_loops()
+            k = eco.reserve()
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
         if self.after_settle(hooks, k):
@@ -596,8 +492,7 @@ class Run:
     def loop_body(self, token: int) -> None:
         """One worker loop (``loops.spawn``): run nodes until none is ready."""
         with self.lock:
-            self.starting -= 1
-            i = self.next_node(token)
+            i = self.economy.first_node(token)
         if i < 0:
             return
         self.run_nodes(i, token)
@@ -620,41 +515,6 @@ class Run:
                     i = self.engine_error(i, token, exc)
         finally:
             cur.run, cur.idx = prev
-
-    def next_node(self, token: int, after: bool = False) -> int:
-        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1).
-
-        ``after``: the loop has just completed a node. If the executor then has more than
-        ``BACKLOG`` tasks waiting in its queue and the next ready node is known to be slow, the
-        loop exits instead: the node gets a loop of its own at the back of the queue
-        (``reserve_loops``, right after) and the thread serves the waiting tasks first,
-        typically other runs' nodes that became ready earlier. Otherwise, under a saturated
-        pool, a run whose loops keep going overtakes older runs' queued work: the pool serves
-        runs in the order their loops finish rather than the order they asked (lower throughput
-        and a longer tail in ``benchmarks/concurrency.py``). Nodes never measured or fast keep
-        the loop (a chain never pays an executor round trip per node).
-        """
-        code = self.code
-        ready = self.ready
-        if after and ready and self.plan.est[ready[0]] >= FAST_TASK and token >= 0:
-            backlog = self.backlog
-            if backlog is not None and backlog() > BACKLOG:
-                self.loops -= 1
-                self.loop_node.pop(token, None)
-                return -1
-        ranks = self.ranks
-        while ready:
-            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
-            if self.slowq[i]:
-                self.slowq[i] = 0
-                self.nslow -= 1
-            if code[i] == QUEUED:
-                code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
-                self.loop_node[token] = i
-                return i
-        self.loops -= 1
-        self.loop_node.pop(token, None)
-        return -1
 
     def engine_error(self, i: int, token: int, exc: BaseException) -> int:
         """An exception in taskflow's own code while running node ``i``: the node fails with it
@@ -753,9 +613,7 @@ class Run:
             if self.code[i] == RUNNING and wr.state is _DEFAULT:
                 self.move(i, BACKOFF)
                 timer.schedule(_monotonic() + delay, self.requeue, i)
-            if token in self.abandoned:
-                return -1
-            return self.next_node(token)
+            return self.economy.next_unless_abandoned(token)
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
@@ -793,9 +651,7 @@ class Run:
         if token == NO_LOOP:
             return -1
         with self.lock:
-            if token in self.abandoned:
-                return -1
-            return self.next_node(token)
+            return self.economy.next_unless_abandoned(token)
 
     def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
         """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
@@ -831,8 +687,8 @@ class Run:
             if self.code[i] != BACKOFF or self.closed:
                 return
             self.move(i, QUEUED)
-            self.enqueue(i)
-            k = self.reserve_loops()
+            self.economy.enqueue(i)
+            k = self.economy.reserve()
         if k:
             self.post(self.dispatch, k)
 
@@ -854,20 +710,21 @@ class Run:
                     d = now - began
                     est[i] = d if e < 0.0 else e + (d - e) * 0.25
                 sons_hooks: list[int] = []
+                eco = self.economy
                 with self.lock:
                     code = self.code
                     done = code[i] == RUNNING and wr.state is _DEFAULT
                     if done:
-                        self.progress += 1
+                        eco.progress += 1
                         wr.result = value  # record_success, inlined
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
                         self.settle_sons(i, sons_hooks, now)  # settle_and_next, inlined
-                        abandoned = self.abandoned
-                        nxt = self.next_node(token, True) if token >= -1 and (
+                        abandoned = eco.abandoned
+                        nxt = eco.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
-                        k = self.reserve_loops(nxt) if self.ready else 0
+                        k = eco.reserve(nxt) if self.ready else 0
                         code[i] = SETTLED  # TERMINAL -> SETTLED (self.mark_settled(i), inlined)
                         if self.closed:
                             fin = i == self.keep and not self.finished
@@ -916,7 +773,7 @@ class Run:
             timer_entry = self.drop_node_watch(i)
             late = self.code[i] != RUNNING or wr.state is not _DEFAULT
             if not late:
-                self.progress += 1
+                self.economy.progress += 1
                 if error is None:
                     self.record_success(i, wr, value, degraded, now)
                 else:
@@ -1005,8 +862,9 @@ class Run:
         nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
         fast path of ``complete`` inlines it."""
         self.settle_sons(i, hooks, now)
-        nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned else -1
-        k = self.reserve_loops(nxt)
+        eco = self.economy
+        nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
+        k = eco.reserve(nxt)
         return nxt, k, self.mark_settled(i)
 
     def carry_on(self, nxt: int, k: int, fin: bool, hooks: list[int]) -> int:
@@ -1040,16 +898,14 @@ class Run:
         parked node, a hedge race lost): its next node, or -1 when the loop exits."""
         if token == NO_LOOP:
             return -1
+        eco = self.economy
         with self.lock:
-            if token in self.abandoned:
-                self.abandoned.discard(token)
-                self.loop_node.pop(token, None)
+            if eco.forget_abandoned(token):
                 return -1
             if self.closed:
-                self.loops -= 1
-                self.loop_node.pop(token, None)
+                eco.loop_exits(token)
                 return -1
-            return self.next_node(token)
+            return eco.next_node(token)
 
     # -- settling (all under lock) ----------------------------------------------------------------
 
@@ -1087,6 +943,7 @@ class Run:
         results = self.results
         kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
         sons_of, est, ready = plan.sons, plan.est, self.ready
+        eco = self.economy
         if results[i].state is _SUCCESS and not plan.routes[i]:
             # the common case, without the work list: a success can only fire sons or leave
             # them waiting (the same decide() rule as below)
@@ -1106,10 +963,10 @@ class Run:
                     continue
                 code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
                 results[s].queued_at = now
-                e = est[s]  # self.enqueue(s), inlined on the hot path
+                e = est[s]  # eco.enqueue(s), inlined on the hot path
                 if e < 0.0 or e >= FAST_TASK:
-                    self.nslow += 1
-                    self.slowq[s] = 1
+                    eco.nslow += 1
+                    eco.slowq[s] = 1
                 ready.append(s)
                 if n:
                     self.cancel_unneeded(s, hooks, now)
@@ -1146,7 +1003,7 @@ class Run:
                 if decision == _FIRE:
                     self.move(s, QUEUED)
                     results[s].queued_at = now
-                    self.enqueue(s)
+                    eco.enqueue(s)
                     if left[s]:
                         self.cancel_unneeded(s, hooks, now)
                 elif decision == _SKIP:
@@ -1238,7 +1095,7 @@ class Run:
                     self.settle_sons(s, hooks, _monotonic())
                 if self.code[s] == TERMINAL:
                     fin = self.mark_settled(s) or fin
-                k += self.reserve_loops()
+                k += self.economy.reserve()
         if k:
             self.dispatch(k)
         return fin
@@ -1358,17 +1215,13 @@ class Run:
             if running and self.mode is REMOTE:
                 abandoned = self.remote_futs.pop(i, None)
             elif running:
-                for token, x in self.loop_node.items():
-                    if x == i:
-                        self.abandoned.add(token)
-                        self.loops -= 1
-                        abandoned = self.loop_futs.get(token)
-                        del self.loop_node[token]
-                        break
+                token = self.economy.abandon_loop_of(i)
+                if token is not None:
+                    abandoned = self.loop_futs.get(token)
             hooks = [i]
             if not plan.has_fail[i]:
                 self.settle_sons(i, hooks, now)  # else after its on_fail hook
-            k = self.reserve_loops()
+            k = self.economy.reserve()
         self.post(self.after_timeout, hooks, k, abandoned)
 
     def after_timeout(self, hooks: list[int], k: int, abandoned: Future[Any] | None) -> None:
@@ -1415,7 +1268,7 @@ class Run:
             now = _monotonic()
             if self.closed:
                 keep = -1  # the budget ends the wait for the node that cancelled the run
-            self.closed = True
+            self.closed = self.economy.closed = True
             if state is _TIMEOUT:
                 self.expired = True
             else:
@@ -1453,9 +1306,9 @@ class Run:
                     if plan.has_fail[i] and not claimed[i]:
                         claimed[i] = 1
                         self.owed.append(i)
-            self.clear_ready()
+            self.economy.clear_ready()
             futs = list(self.loop_futs.values())
-            running = [self.loop_futs[t] for t, x in self.loop_node.items()
+            running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
                        if x != keep and t in self.loop_futs]
             for x, f in self.remote_futs.items():
                 if x != keep:
@@ -1500,7 +1353,7 @@ class Run:
             with self.lock:
                 if self.finished:
                     return
-                self.closed = True
+                self.closed = self.economy.closed = True
                 if self.hooks_running > mine:
                     idle = self.hooks_idle
                     if idle is None:
@@ -1511,9 +1364,9 @@ class Run:
                 self.finished = True
                 timers = list(self.node_timers.values())
                 self.node_timers.clear()
-                if self.watch is not None:
-                    timers.append(self.watch)
-                    self.watch = None
+                watch = self.economy.stop()
+                if watch is not None:
+                    timers.append(watch)
                 self.fans.clear()
                 break
         if self.run_timer is not None:
@@ -1582,13 +1435,11 @@ class Run:
         with self.lock:
             batch = []
             code = self.code
-            while self.ready:
-                i = self.ready.popleft()
-                self.slowq[i] = 0
+            for i in self.ready:
                 if code[i] == QUEUED:
                     self.move(i, RUNNING)
                     batch.append(i)
-            self.nslow = 0
+            self.economy.clear_ready()
         if self.ranks is not None:
             ranks = self.ranks
             batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
@@ -1610,7 +1461,7 @@ class Run:
                 return False
             if delay == 0.0:
                 self.move(i, QUEUED)
-                self.enqueue(i)
+                self.economy.enqueue(i)
                 return True
             self.move(i, BACKOFF)
             timer.schedule(_monotonic() + delay, self.requeue, i)
