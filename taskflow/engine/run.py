@@ -132,7 +132,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
@@ -1466,6 +1466,11 @@ class Run:
             self.move(i, BACKOFF)
             timer.schedule(_monotonic() + delay, self.requeue, i)
             return False
+
+
+if TYPE_CHECKING:
+    # mypy checks that a run is what the gates of guards.py take
+    _guarded: type[guards.GuardedRun] = Run
 
 
 class FinishedRun:
