@@ -223,49 +223,76 @@ def _budget_error(run: GuardedRun, i: int, why: str) -> NodeTimeoutError:
 # -- before an attempt ---------------------------------------------------------------------------
 
 def admit(run: GuardedRun, i: int) -> int:
-    """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module)."""
-    plan = run.plan
+    """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module).
+    Each gate answers GO to let the attempt on to the next; a gate that has already let this
+    attempt through (its permit, place or token is held) answers GO at once."""
     pol = _policy(run, i)
     g = _guard(run, i)
     if g.outcome is not None:
         return DONE
     now = _monotonic()
-    deadline = run.deadline
-    if pol.min_budget is not None and deadline - now < pol.min_budget:
+    for gate in _GATES:
+        verdict = gate(run, i, g, pol, now)
+        if verdict != GO:
+            return verdict
+    g.reservation = None  # used by this attempt
+    g.ticket = None
+    g.running = True
+    g.started = now
+    if pol.hedge is not None:
+        _start_race(run, i, g, pol, now)
+    return GO
+
+
+def _min_budget_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``min_budget``: too little of the run's budget left -> DONE with a TIMEOUT error."""
+    left = run.deadline - now
+    if pol.min_budget is not None and left < pol.min_budget:
         g.outcome = (None, _budget_error(
-            run, i, f"{max(0.0, deadline - now):.3f}s of the budget left; the node needs "
+            run, i, f"{max(0.0, left):.3f}s of the budget left; the node needs "
                     f"min_budget={pol.min_budget:g}s"))
         return DONE
-    flight = pol.flight
-    if flight is not None and g.member is None:
-        from taskflow.resilience.singleflight import share_key_of
+    return GO
 
-        try:
-            key = share_key_of(pol.share_key, run.ctx, plan.nodes[i].param, node=pol.name)
-        except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
-            g.outcome = (None, exc)
-            return DONE
+
+def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``share_key``: the first run of a key leads (GO); another waits for the leader's outcome
+    (PARKED) or takes a cached value (DONE)."""
+    flight = pol.flight
+    if flight is None or g.member is not None:
+        return GO
+    from taskflow.resilience.singleflight import share_key_of
+
+    try:
+        key = share_key_of(pol.share_key, run.ctx, run.plan.nodes[i].param, node=pol.name)
+    except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
+        g.outcome = (None, exc)
+        return DONE
+    with run.lock:
+        g.wait = _SHARE
+    g.member = member = flight.join(key, partial(_shared, run, i))
+    call = member.call
+    if call.done():  # a cached value
         with run.lock:
-            g.wait = _SHARE
-        g.member = member = flight.join(key, partial(_shared, run, i))
-        call = member.call
-        if call.done():  # a cached value
-            with run.lock:
-                g.wait = 0
-            g.shared = True
-            run.results[i].shared = True
-            g.outcome = (call.result(), None)
-            return DONE
-        if not member.leader:
-            with run.lock:
-                if g.wait == _SHARE:
-                    run.move(i, PARKED_STATE)
-                    return PARKED
-            if g.outcome is not None:  # resolved between join and here
-                return DONE
-        else:
-            with run.lock:
-                g.wait = 0
+            g.wait = 0
+        g.shared = True
+        run.results[i].shared = True
+        g.outcome = (call.result(), None)
+        return DONE
+    if member.leader:
+        with run.lock:
+            g.wait = 0
+        return GO
+    with run.lock:
+        if g.wait == _SHARE:
+            run.move(i, PARKED_STATE)
+            return PARKED
+    # resolved between join and here
+    return DONE if g.outcome is not None else GO
+
+
+def _breaker_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``breaker.allow()``: open -> DONE with ``CircuitOpenError``."""
     breaker = pol.breaker
     if breaker is not None and g.bpermit is None:
         try:
@@ -273,55 +300,69 @@ def admit(run: GuardedRun, i: int) -> int:
         except CircuitOpenError as exc:
             g.outcome = (None, exc)
             return DONE
-    limit = pol.rate_limit
-    if limit is not None and g.reservation is None:
-        r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
-        if r is None:
-            _void_breaker(g, pol)
-            g.outcome = (None, _budget_error(
-                run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
-            return DONE
-        g.reservation = r
-        if r.ready_at > now:
-            with run.lock:
-                g.wait = _TOKEN
-                run.move(i, PARKED_STATE)
-            g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
-            return PARKED
-    bulkhead = pol.bulkhead
-    if bulkhead is not None and g.permit is None:
-        with run.lock:
-            g.wait = _SLOT
-        try:
-            got = bulkhead.acquire(partial(_granted, run, i),
-                                   deadline=None if math.isinf(deadline) else deadline)
-        except BulkheadFullError as exc:
-            with run.lock:
-                g.wait = 0
-            _void_breaker(g, pol)
-            g.reservation = None  # its token is spent: the call was refused, not postponed
-            g.outcome = (None, exc)
-            return DONE
-        from taskflow.resilience.bulkhead import Permit
-
-        if isinstance(got, Permit):
-            with run.lock:
-                g.wait = 0
-                g.permit = got
-        else:
-            g.ticket = got
-            with run.lock:
-                if g.wait == _SLOT:  # not granted meanwhile
-                    run.move(i, PARKED_STATE)
-                    return PARKED
-    g.reservation = None  # used by this attempt
-    g.ticket = None
-    g.running = True
-    g.started = now
-    hedge = pol.hedge
-    if hedge is not None:
-        _start_race(run, i, g, pol, now)
     return GO
+
+
+def _rate_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``rate_limit.reserve(deadline)``: no token before the run's deadline -> DONE (TIMEOUT);
+    a token later -> PARKED until then (a timer entry)."""
+    limit = pol.rate_limit
+    if limit is None or g.reservation is not None:
+        return GO
+    deadline = run.deadline
+    r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
+    if r is None:
+        _void_breaker(g, pol)
+        g.outcome = (None, _budget_error(
+            run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
+        return DONE
+    g.reservation = r
+    if r.ready_at > now:
+        with run.lock:
+            g.wait = _TOKEN
+            run.move(i, PARKED_STATE)
+        g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
+        return PARKED
+    return GO
+
+
+def _bulkhead_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``bulkhead.acquire(on_grant, deadline)``: a slot -> GO; a ticket -> PARKED; full ->
+    DONE with ``BulkheadFullError``."""
+    bulkhead = pol.bulkhead
+    if bulkhead is None or g.permit is not None:
+        return GO
+    deadline = run.deadline
+    with run.lock:
+        g.wait = _SLOT
+    try:
+        got = bulkhead.acquire(partial(_granted, run, i),
+                               deadline=None if math.isinf(deadline) else deadline)
+    except BulkheadFullError as exc:
+        with run.lock:
+            g.wait = 0
+        _void_breaker(g, pol)
+        g.reservation = None  # its token is spent: the call was refused, not postponed
+        g.outcome = (None, exc)
+        return DONE
+    from taskflow.resilience.bulkhead import Permit
+
+    if isinstance(got, Permit):
+        with run.lock:
+            g.wait = 0
+            g.permit = got
+        return GO
+    g.ticket = got
+    with run.lock:
+        if g.wait == _SLOT:  # not granted meanwhile
+            run.move(i, PARKED_STATE)
+            return PARKED
+    return GO
+
+
+# the gates in the order an attempt passes them (see the module)
+_GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
+    _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
 
 
 def take_outcome(run: GuardedRun, i: int) -> tuple[Any, BaseException | None]:
