@@ -971,6 +971,18 @@ class Run:
                 if n:
                     self.cancel_unneeded(s, hooks, now)
             return
+        self.settle_through(i, hooks, now)
+
+    def settle_through(self, i: int, hooks: list[int], now: float) -> None:
+        """Under lock: ``settle_sons`` for any outcome of node ``i`` (a switch's choice, a
+        skip, a failure, a stand-in), with an explicit work list: a son that ends without
+        running (skipped, failed fast) settles its own sons in turn, unless its on_fail hook
+        must run first (then ``after_settle`` does)."""
+        plan = self.plan
+        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
+        results = self.results
+        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
+        sons_of = plan.sons
         work = [i]
         while work:
             f = work.pop()
@@ -998,25 +1010,32 @@ class Run:
                     nfail = 1
                 decision = _decide(kinds[s], join_k[s], nfathers[s], left[s], nsucc[s],
                                    nskip[s], nfail)
-                if decision == _WAIT:
-                    continue
-                if decision == _FIRE:
-                    self.move(s, QUEUED)
-                    results[s].queued_at = now
-                    eco.enqueue(s)
-                    if left[s]:
-                        self.cancel_unneeded(s, hooks, now)
-                elif decision == _SKIP:
-                    self.skip(s, now)
-                    hooks.append(s)
-                    work.append(s)
-                else:
-                    if plan.any_policy and guards.doom(self, s, f, now):
-                        continue  # it has a fallback: queued to end DEGRADED
-                    self.fail_fast(s, self.failed_father(s, f), now)
-                    hooks.append(s)
-                    if not plan.has_fail[s]:
-                        work.append(s)  # else its sons are settled after its on_fail hook
+                if decision != _WAIT:
+                    self.apply_join(s, f, decision, hooks, work, now)
+
+    def apply_join(self, s: int, f: int, decision: int, hooks: list[int], work: list[int],
+                   now: float) -> None:
+        """Under lock: son ``s``'s join decided (FIRE, SKIP or FAIL) when father ``f`` ended.
+        A fired son is queued (its unneeded fathers cancelled if it fired early); a skipped or
+        failed one is terminal, appended to ``hooks``, and to ``work`` when its own sons may
+        settle now."""
+        if decision == _FIRE:
+            self.move(s, QUEUED)
+            self.results[s].queued_at = now
+            self.economy.enqueue(s)
+            if self.left[s]:
+                self.cancel_unneeded(s, hooks, now)
+        elif decision == _SKIP:
+            self.skip(s, now)
+            hooks.append(s)
+            work.append(s)
+        else:
+            if self.plan.any_policy and guards.doom(self, s, f, now):
+                return  # it has a fallback: queued to end DEGRADED
+            self.fail_fast(s, self.failed_father(s, f), now)
+            hooks.append(s)
+            if not self.plan.has_fail[s]:
+                work.append(s)  # else its sons are settled after its on_fail hook
 
     def skip(self, s: int, now: float) -> None:
         """Under lock: node ``s`` is SKIPPED."""
@@ -1261,7 +1280,6 @@ class Run:
               on_timer: bool = False) -> None:
         """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
         are claimed (``owed``), queued work is cancelled and running work abandoned."""
-        plan = self.plan
         with self.lock:
             if self.finished or (self.closed and state is not _TIMEOUT):
                 return
@@ -1274,47 +1292,11 @@ class Run:
             else:
                 self.cancel_reason = reason
             self.keep = keep
-            code, results, claimed = self.code, self.results, self.claimed
-            # nodes that ended before the close but whose hook has not started: claimed here
-            for i, c in enumerate(code):
-                if c == TERMINAL and not claimed[i]:
-                    st = results[i].state
-                    if (plan.has_success[i] if st is _SUCCESS
-                            else plan.has_fail[i] and st is not _SKIPPED):
-                        claimed[i] = 1
-                        self.owed.append(i)
-            fan_futs: list[Future[Any]] = []
-            victims = []
+            self.claim_terminal_hooks()
             later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
-            for i, wr in enumerate(results):
-                if wr.state is _DEFAULT and i != keep:
-                    if state is _TIMEOUT:
-                        exc: BaseException = NodeTimeoutError(plan.names[i], self.budget,
-                                                              budget=True)
-                    else:
-                        exc = NodeCancelledError(plan.names[i], reason)
-                    fan = self.fans.pop(i, None)
-                    if fan is not None:
-                        # the partial fan-in (in-flight items missing); its running items are
-                        # reported abandoned with the run's own loops, after the lock
-                        wr.result, fan_running = fan.abort()
-                        fan_futs.extend(fan_running)
-                    if not (plan.any_policy and guards.defer_close(self, i, state, later)):
-                        self.fail(i, exc, state, now)
-                    self.move(i, SETTLED)
-                    victims.append(i)
-                    if plan.has_fail[i] and not claimed[i]:
-                        claimed[i] = 1
-                        self.owed.append(i)
+            victims, fan_futs = self.end_unsettled(state, reason, keep, now, later)
             self.economy.clear_ready()
-            futs = list(self.loop_futs.values())
-            running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
-                       if x != keep and t in self.loop_futs]
-            for x, f in self.remote_futs.items():
-                if x != keep:
-                    futs.append(f)
-                    running.append(f)
-            self.remote_futs.clear()
+            futs, running = self.take_work_futures(keep)
             timers = list(self.node_timers.values())
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
@@ -1323,6 +1305,63 @@ class Run:
                       later)
         else:
             self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
+
+    def claim_terminal_hooks(self) -> None:
+        """Under lock, closing: nodes that ended before the close but whose outcome hook has not
+        started are claimed (``owed``): the closer's side runs them."""
+        plan, results, claimed = self.plan, self.results, self.claimed
+        for i, c in enumerate(self.code):
+            if c == TERMINAL and not claimed[i]:
+                st = results[i].state
+                if (plan.has_success[i] if st is _SUCCESS
+                        else plan.has_fail[i] and st is not _SKIPPED):
+                    claimed[i] = 1
+                    self.owed.append(i)
+
+    def end_unsettled(self, state: ResultState, reason: str | None, keep: int, now: float,
+                      later: list[int]) -> tuple[list[int], list[Future[Any]]]:
+        """Under lock, closing: every node without an outcome but ``keep`` ends ``state`` and is
+        SETTLED (a TIMEOUT with a fallback goes to ``later``: its stand-in is written outside
+        the lock); their on_fail hooks are owed. Returns the nodes ended and the futures of the
+        running items of the fan-outs among them (to report abandoned)."""
+        plan, claimed = self.plan, self.claimed
+        fan_futs: list[Future[Any]] = []
+        victims = []
+        for i, wr in enumerate(self.results):
+            if wr.state is not _DEFAULT or i == keep:
+                continue
+            if state is _TIMEOUT:
+                exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
+            else:
+                exc = NodeCancelledError(plan.names[i], reason)
+            fan = self.fans.pop(i, None)
+            if fan is not None:
+                # the partial fan-in (in-flight items missing); its running items are reported
+                # abandoned with the run's own loops, after the lock
+                wr.result, fan_running = fan.abort()
+                fan_futs.extend(fan_running)
+            if not (plan.any_policy and guards.defer_close(self, i, state, later)):
+                self.fail(i, exc, state, now)
+            self.move(i, SETTLED)
+            victims.append(i)
+            if plan.has_fail[i] and not claimed[i]:
+                claimed[i] = 1
+                self.owed.append(i)
+        return victims, fan_futs
+
+    def take_work_futures(self, keep: int) -> tuple[list[Future[Any]], list[Future[Any]]]:
+        """Under lock, closing: the futures to cancel (every loop's and remote attempt's) and
+        those running a node other than ``keep`` (to report abandoned); remote attempts are
+        forgotten."""
+        futs = list(self.loop_futs.values())
+        running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
+                   if x != keep and t in self.loop_futs]
+        for x, f in self.remote_futs.items():
+            if x != keep:
+                futs.append(f)
+                running.append(f)
+        self.remote_futs.clear()
+        return futs, running
 
     def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
                    futs: list[Future[Any]], victims: list[int], wait_keep: bool,
