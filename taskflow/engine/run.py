@@ -12,7 +12,7 @@ knows, directly, each marked so), the join counters (``left``, ``nsucc``, ``nski
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
 executor (``executors.capabilities``):
 
-* thread executors: up to ``max_loops`` worker *loops* (``loops.py``) drain the deque. A loop pops
+* thread executors: up to ``max_loops`` worker *loops* (``loops.py``; how many: ``economy.py``) drain the deque. A loop pops
   a node, runs its attempts and hook, then (under the lock, in one critical section) records the
   outcome, updates the sons' join counters with ``joins.decide``, appends the sons that became
   ready and pops its next node. A chain runs in one worker with no executor round trip; no loop
@@ -53,7 +53,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
 ``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
-  through the fast path (``execute_plain``, the top of ``complete``). Set by ``begin`` before
+  through the fast path (``execute_plain``, the top of ``complete``; ``complete_outcome`` is
+  the general path). Set by ``begin`` before
   any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): set by ``begin`` before any node is queued, read without the lock.
@@ -75,22 +76,19 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   by the first thread that waits for hooks, is notified on change).
 ``chosen[i]``: the sons a switch chose. ``fans[i]``: node ``i``'s fan-out while it fans out.
 ``node_timers[i]``, ``run_timer``: timer entries to cancel.
-``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
-``abandoned``: worker loops (see ``loops.py``): counted, submitted and not started, not exited,
-their futures, the node each runs, and loops stuck in a timed-out node (no longer counted).
-``nslow``, ``slowq[i]``: how many ready entries were expected to be slow when queued, and
-  whether node ``i``'s entry was counted (``reserve_loops`` starts one loop per slow ready node
-  and shares loops among fast ones, after ``plan.est``, the nodes' typical task times).
-``starting``: loops reserved and not started yet (each will pop a node, so they count against
-  new ones). ``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed
-  while ready nodes are left to busy loops (if no loop completes a node in ``WATCH`` to
-  ``2 * WATCH`` seconds, the owner starts loops for them; see ``_watch_time``).
-``backlog``: a probe of how many tasks wait in the executor's queue (``executors.backlog``;
-  None when unknown or not in LOOPS mode), fixed at creation: see ``next_node``.
+``economy``: the loop economy (``economy.Economy``): how many worker loops the run has and
+  should have, the slow-node count, the watchdog, which loop runs which node and the loops
+  abandoned in a timed-out node. It shares ``ready`` and ``code`` (the same objects) and is
+  guarded by ``lock``; its own docstring lists its fields and invariants.
+``tokens``, ``unstarted``, ``live``, ``loop_futs``: the loops' submissions (see ``loops.py``):
+  the last token, submitted and not started, not exited, and their futures.
+``backlog`` (in the economy): a probe of how many tasks wait in the executor's queue
+  (``executors.backlog``; None when unknown or not in LOOPS mode), fixed at creation.
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
-  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
-  executors get a batch in rank order; None (FIFO) otherwise. Fixed at ``begin``.
+  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``, in
+  ``Economy.next_node``), remote executors get a batch in rank order; None (FIFO) otherwise.
+  Fixed at ``begin`` (the economy holds the same list).
 ``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
   ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
@@ -113,7 +111,22 @@ Invariants
 * No hook starts after ``finished``; every outcome hook of a terminal node runs exactly once
   (admission and claiming happen under the lock).
 * A node's hook runs before its sons are made ready (happens-before).
-* ``loops`` counts loops submitted and not exited, but abandoned ones.
+* ``economy.loops`` counts loops submitted and not exited, but abandoned ones.
+* A node's outcome is recorded once, under the lock, by whichever thread holds the node RUNNING
+  with no outcome yet (``record_success`` or ``fail``); then, still under the lock and after its
+  outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
+  reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
+  the same steps inlined.
+* At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
+  that finishes a node past it) the run closes under the lock: ``claim_terminal_hooks``,
+  ``end_unsettled`` (every node without an outcome TIMEOUT and SETTLED), the ready queue
+  emptied, ``take_work_futures``; outside the lock ``close_rest`` cancels and abandons that
+  work, runs the owed hooks and ``finish`` makes the FlowResult.
+* Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
+  ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
+  ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
+  thread that ran its node before the state is published under the lock; ``plan.est`` is
+  written without the lock (racy by design).
 * Nodes without resilience options (``plan.policy[i] is None``) never reach ``guards``; the
   engine tests ``plan.any_policy`` first.
 """
