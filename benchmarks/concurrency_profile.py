@@ -49,6 +49,7 @@ from concurrency import PRODUCT_DETAIL, Workload, backend_sleeps, layers, measur
 from overhead import handwritten
 
 from taskflow import TaskScheduling
+from taskflow.engine import economy as _economy
 from taskflow.engine import run as _run
 
 WORKERS = 64
@@ -132,8 +133,7 @@ def counts(callers: int) -> None:
     def loop_body(self: Any, token: int) -> None:
         tally["loops"] += 1
         with self.lock:
-            self.starting -= 1
-            i = self.next_node(token)
+            i = self.economy.first_node(token)
         if i < 0:
             tally["empty loops"] += 1
             return
@@ -216,14 +216,14 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
     starts: dict[str, list[float]] = {}
     watch: Counter[str] = Counter()
     fin: dict[str, float] = {}
-    finish, watchdog = _run.Run.finish, _run.Run.watchdog
+    finish, watchdog = _run.Run.finish, _economy.Economy.watchdog
 
     def finish_stamped(self: Any) -> None:
         fin.setdefault(self.flow_id, _mono())
         finish(self)
 
     def watchdog_counted(self: Any, progress: int, grow: int = 1) -> None:
-        watch[self.flow_id] += 1
+        watch[self.start.args[0]().flow_id] += 1  # start: partial(_start_loops, run's weakref)
         watchdog(self, progress, grow)
 
     def summary(which: str, rows: list[tuple[float, dict[str, float]]]) -> None:
@@ -257,7 +257,7 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
 
     gc.callbacks.append(on_gc)
     _run.Run.finish = finish_stamped  # type: ignore[method-assign]
-    _run.Run.watchdog = watchdog_counted  # type: ignore[method-assign]
+    _economy.Economy.watchdog = watchdog_counted  # type: ignore[method-assign]
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
             submit = pool.submit
@@ -340,7 +340,7 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
     finally:
         gc.callbacks.remove(on_gc)
         _run.Run.finish = finish  # type: ignore[method-assign]
-        _run.Run.watchdog = watchdog  # type: ignore[method-assign]
+        _economy.Economy.watchdog = watchdog  # type: ignore[method-assign]
     rows: list[tuple[float, dict[str, float]]] = []
     for m0, m1, fid, st in rec_tf:  # type: ignore[misc]
         p = spans(m0, m1, st)

@@ -53,11 +53,14 @@ node's gates or attempt.
 
 from __future__ import annotations
 
+import contextvars
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from taskflow.engine import events, timer
 from taskflow.engine.states import NO_LOOP, QUEUED, RUNNING, TERMINAL
@@ -70,14 +73,17 @@ from taskflow.errors import (
     NodeTimeoutError,
     UpstreamFailedError,
 )
-from taskflow.model.context import current
-from taskflow.model.result import ResultState
+from taskflow.model.context import TaskContext, current
+from taskflow.model.graph import Plan
+from taskflow.model.result import ResultState, WorkResult
 
 __all__ = [
     "DONE",
     "GO",
     "PARKED",
     "Guard",
+    "GuardedRun",
+    "ReadyCounter",
     "admit",
     "attempt_done",
     "check_executor",
@@ -127,14 +133,86 @@ class Guard:
         self.hedge_timer: timer.Timer | None = None
 
 
-def _guard(run: Any, i: int) -> Guard:
+class ReadyCounter(Protocol):
+    """What the gates need of the run's loop economy (``economy.Economy``): a node that comes
+    back from PARKED is queued and counted, and loops are reserved for it."""
+
+    def enqueue(self, i: int) -> None:
+        """Under lock: append QUEUED node ``i`` to the ready nodes."""
+
+    def reserve(self, nxt: int = -1) -> int:
+        """Under lock: how many new loops to start for the ready nodes (counted)."""
+
+
+class GuardedRun(Protocol):
+    """Exactly what the gates, races, stand-ins and releases of this module use of a run
+    (``run.Run`` satisfies it; ``run.py`` has mypy check that). Fixed at creation and read
+    without the lock: ``plan``, ``names``, ``executor``, ``budget``, ``deadline``, ``ctx``,
+    ``cv``, ``observers``, ``lock``, ``economy``. Under ``lock``: ``closed``, ``code``,
+    ``guards`` (an entry is added by the node's own thread), the results' states."""
+
+    plan: Plan
+    names: tuple[str, ...]
+    executor: Executor
+    budget: float
+    deadline: float
+    ctx: TaskContext
+    cv: contextvars.Context
+    observers: tuple[events.RunObserver, ...]
+    lock: threading.Lock
+    closed: bool
+    code: list[int]
+    results: list[WorkResult[Any]]
+    guards: dict[int, Guard]
+
+    @property
+    def economy(self) -> ReadyCounter:
+        """The run's loop economy (read only here)."""
+
+    def move(self, i: int, new: int) -> None:
+        """Under lock: move node ``i`` to state ``new`` (checked against ``LEGAL_MOVES``)."""
+
+    def fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
+        """Under lock: node ``i`` ends ``state`` with ``exc``."""
+
+    def failed_father(self, s: int, f: int) -> int:
+        """Under lock: the father to blame for ``s`` failing."""
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the run's owner thread."""
+
+    def dispatch(self, k: int) -> None:
+        """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
+
+    def node(self, i: int) -> Any:
+        """The run's copy of node ``i``."""
+
+    def route(self, i: int, node: Any, value: Any) -> None:
+        """A switch returned ``value``: record the sons it chose."""
+
+    def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Record node ``i``'s outcome and settle it; the loop's next node."""
+
+    def node_timeout(self, i: int, stand_in: Any = None) -> None:
+        """Node ``i``'s own timeout passed (``stand_in``: its fallback's outcome)."""
+
+
+def _policy(run: GuardedRun, i: int) -> Any:
+    """Node ``i``'s ``NodePolicy`` (never None here: the engine calls this module only for
+    nodes that have one)."""
+    pol = run.plan.policy[i]
+    assert pol is not None
+    return pol
+
+
+def _guard(run: GuardedRun, i: int) -> Guard:
     g: Guard | None = run.guards.get(i)
     if g is None:
         g = run.guards.setdefault(i, Guard())
     return g
 
 
-def _budget_error(run: Any, i: int, why: str) -> NodeTimeoutError:
+def _budget_error(run: GuardedRun, i: int, why: str) -> NodeTimeoutError:
     err = NodeTimeoutError(run.names[i], None if math.isinf(run.budget) else run.budget,
                            budget=True)
     if hasattr(err, "add_note"):  # Python 3.10 has no notes: the message stands alone
@@ -144,50 +222,77 @@ def _budget_error(run: Any, i: int, why: str) -> NodeTimeoutError:
 
 # -- before an attempt ---------------------------------------------------------------------------
 
-def admit(run: Any, i: int) -> int:
-    """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module)."""
-    plan = run.plan
-    pol = plan.policy[i]
+def admit(run: GuardedRun, i: int) -> int:
+    """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module).
+    Each gate answers GO to let the attempt on to the next; a gate that has already let this
+    attempt through (its permit, place or token is held) answers GO at once."""
+    pol = _policy(run, i)
     g = _guard(run, i)
     if g.outcome is not None:
         return DONE
     now = _monotonic()
-    deadline = run.deadline
-    if pol.min_budget is not None and deadline - now < pol.min_budget:
+    for gate in _GATES:
+        verdict = gate(run, i, g, pol, now)
+        if verdict != GO:
+            return verdict
+    g.reservation = None  # used by this attempt
+    g.ticket = None
+    g.running = True
+    g.started = now
+    if pol.hedge is not None:
+        _start_race(run, i, g, pol, now)
+    return GO
+
+
+def _min_budget_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``min_budget``: too little of the run's budget left -> DONE with a TIMEOUT error."""
+    left = run.deadline - now
+    if pol.min_budget is not None and left < pol.min_budget:
         g.outcome = (None, _budget_error(
-            run, i, f"{max(0.0, deadline - now):.3f}s of the budget left; the node needs "
+            run, i, f"{max(0.0, left):.3f}s of the budget left; the node needs "
                     f"min_budget={pol.min_budget:g}s"))
         return DONE
-    flight = pol.flight
-    if flight is not None and g.member is None:
-        from taskflow.resilience.singleflight import share_key_of
+    return GO
 
-        try:
-            key = share_key_of(pol.share_key, run.ctx, plan.nodes[i].param, node=pol.name)
-        except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
-            g.outcome = (None, exc)
-            return DONE
+
+def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``share_key``: the first run of a key leads (GO); another waits for the leader's outcome
+    (PARKED) or takes a cached value (DONE)."""
+    flight = pol.flight
+    if flight is None or g.member is not None:
+        return GO
+    from taskflow.resilience.singleflight import share_key_of
+
+    try:
+        key = share_key_of(pol.share_key, run.ctx, run.plan.nodes[i].param, node=pol.name)
+    except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
+        g.outcome = (None, exc)
+        return DONE
+    with run.lock:
+        g.wait = _SHARE
+    g.member = member = flight.join(key, partial(_shared, run, i))
+    call = member.call
+    if call.done():  # a cached value
         with run.lock:
-            g.wait = _SHARE
-        g.member = member = flight.join(key, partial(_shared, run, i))
-        call = member.call
-        if call.done():  # a cached value
-            with run.lock:
-                g.wait = 0
-            g.shared = True
-            run.results[i].shared = True
-            g.outcome = (call.result(), None)
-            return DONE
-        if not member.leader:
-            with run.lock:
-                if g.wait == _SHARE:
-                    run.move(i, PARKED_STATE)
-                    return PARKED
-            if g.outcome is not None:  # resolved between join and here
-                return DONE
-        else:
-            with run.lock:
-                g.wait = 0
+            g.wait = 0
+        g.shared = True
+        run.results[i].shared = True
+        g.outcome = (call.result(), None)
+        return DONE
+    if member.leader:
+        with run.lock:
+            g.wait = 0
+        return GO
+    with run.lock:
+        if g.wait == _SHARE:
+            run.move(i, PARKED_STATE)
+            return PARKED
+    # resolved between join and here
+    return DONE if g.outcome is not None else GO
+
+
+def _breaker_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``breaker.allow()``: open -> DONE with ``CircuitOpenError``."""
     breaker = pol.breaker
     if breaker is not None and g.bpermit is None:
         try:
@@ -195,58 +300,72 @@ def admit(run: Any, i: int) -> int:
         except CircuitOpenError as exc:
             g.outcome = (None, exc)
             return DONE
-    limit = pol.rate_limit
-    if limit is not None and g.reservation is None:
-        r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
-        if r is None:
-            _void_breaker(g, pol)
-            g.outcome = (None, _budget_error(
-                run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
-            return DONE
-        g.reservation = r
-        if r.ready_at > now:
-            with run.lock:
-                g.wait = _TOKEN
-                run.move(i, PARKED_STATE)
-            g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
-            return PARKED
-    bulkhead = pol.bulkhead
-    if bulkhead is not None and g.permit is None:
-        with run.lock:
-            g.wait = _SLOT
-        try:
-            got = bulkhead.acquire(partial(_granted, run, i),
-                                   deadline=None if math.isinf(deadline) else deadline)
-        except BulkheadFullError as exc:
-            with run.lock:
-                g.wait = 0
-            _void_breaker(g, pol)
-            g.reservation = None  # its token is spent: the call was refused, not postponed
-            g.outcome = (None, exc)
-            return DONE
-        from taskflow.resilience.bulkhead import Permit
-
-        if isinstance(got, Permit):
-            with run.lock:
-                g.wait = 0
-                g.permit = got
-        else:
-            g.ticket = got
-            with run.lock:
-                if g.wait == _SLOT:  # not granted meanwhile
-                    run.move(i, PARKED_STATE)
-                    return PARKED
-    g.reservation = None  # used by this attempt
-    g.ticket = None
-    g.running = True
-    g.started = now
-    hedge = pol.hedge
-    if hedge is not None:
-        _start_race(run, i, g, pol, now)
     return GO
 
 
-def take_outcome(run: Any, i: int) -> tuple[Any, BaseException | None]:
+def _rate_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``rate_limit.reserve(deadline)``: no token before the run's deadline -> DONE (TIMEOUT);
+    a token later -> PARKED until then (a timer entry)."""
+    limit = pol.rate_limit
+    if limit is None or g.reservation is not None:
+        return GO
+    deadline = run.deadline
+    r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
+    if r is None:
+        _void_breaker(g, pol)
+        g.outcome = (None, _budget_error(
+            run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
+        return DONE
+    g.reservation = r
+    if r.ready_at > now:
+        with run.lock:
+            g.wait = _TOKEN
+            run.move(i, PARKED_STATE)
+        g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
+        return PARKED
+    return GO
+
+
+def _bulkhead_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``bulkhead.acquire(on_grant, deadline)``: a slot -> GO; a ticket -> PARKED; full ->
+    DONE with ``BulkheadFullError``."""
+    bulkhead = pol.bulkhead
+    if bulkhead is None or g.permit is not None:
+        return GO
+    deadline = run.deadline
+    with run.lock:
+        g.wait = _SLOT
+    try:
+        got = bulkhead.acquire(partial(_granted, run, i),
+                               deadline=None if math.isinf(deadline) else deadline)
+    except BulkheadFullError as exc:
+        with run.lock:
+            g.wait = 0
+        _void_breaker(g, pol)
+        g.reservation = None  # its token is spent: the call was refused, not postponed
+        g.outcome = (None, exc)
+        return DONE
+    from taskflow.resilience.bulkhead import Permit
+
+    if isinstance(got, Permit):
+        with run.lock:
+            g.wait = 0
+            g.permit = got
+        return GO
+    g.ticket = got
+    with run.lock:
+        if g.wait == _SLOT:  # not granted meanwhile
+            run.move(i, PARKED_STATE)
+            return PARKED
+    return GO
+
+
+# the gates in the order an attempt passes them (see the module)
+_GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
+    _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
+
+
+def take_outcome(run: GuardedRun, i: int) -> tuple[Any, BaseException | None]:
     """The outcome ``admit`` decided (DONE), taken once."""
     g: Guard = run.guards[i]
     outcome = g.outcome
@@ -262,21 +381,21 @@ def _void_breaker(g: Guard, pol: Any) -> None:
         pol.breaker.discard(bp)
 
 
-def _requeue(run: Any, i: int) -> int:
+def _requeue(run: GuardedRun, i: int) -> int:
     """Under the run's lock: a parked node may go on; queue it; loops to start."""
     if run.code[i] != PARKED_STATE:
         return 0  # still in admit on its own thread: it sees what arrived
     run.move(i, QUEUED)
-    run.enqueue(i)
-    return int(run.reserve_loops())
+    run.economy.enqueue(i)
+    return run.economy.reserve()
 
 
-def _alive(run: Any, i: int) -> bool:
+def _alive(run: GuardedRun, i: int) -> bool:
     """Under the run's lock: node ``i`` still wants what it waits for."""
     return not run.closed and run.results[i].state is _DEFAULT
 
 
-def _resume(run: Any, i: int, kind: int, take: Callable[[Guard], None] | None = None) -> bool:
+def _resume(run: GuardedRun, i: int, kind: int, take: Callable[[Guard], None] | None = None) -> bool:
     """Node ``i``'s wait of ``kind`` (``_SHARE``, ``_TOKEN``, ``_SLOT``) ended: under the run's
     lock, ``take`` records what arrived and a parked node is queued again (the owner starts its
     loop). False, with nothing done, when the node no longer waits for it (the run closed, the
@@ -295,7 +414,7 @@ def _resume(run: Any, i: int, kind: int, take: Callable[[Guard], None] | None = 
     return True
 
 
-def _shared(run: Any, i: int, outcome: Any) -> None:
+def _shared(run: GuardedRun, i: int, outcome: Any) -> None:
     """A shared call resolved, or promoted this run to leader (the resolving thread)."""
 
     def take(g: Guard) -> None:
@@ -307,12 +426,12 @@ def _shared(run: Any, i: int, outcome: Any) -> None:
     _resume(run, i, _SHARE, take)
 
 
-def _token_ready(run: Any, i: int) -> None:
+def _token_ready(run: GuardedRun, i: int) -> None:
     """Timer thread: node ``i``'s rate-limit token is due."""
     _resume(run, i, _TOKEN)
 
 
-def _granted(run: Any, i: int, permit: Any) -> None:
+def _granted(run: GuardedRun, i: int, permit: Any) -> None:
     """A bulkhead slot for node ``i`` (the thread that released it, outside its lock)."""
 
     def take(g: Guard) -> None:
@@ -324,7 +443,7 @@ def _granted(run: Any, i: int, permit: Any) -> None:
 
 # -- hedging ---------------------------------------------------------------------------------------
 
-def _start_race(run: Any, i: int, g: Guard, pol: Any, now: float) -> None:
+def _start_race(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> None:
     from taskflow.resilience.hedge import HedgeRace
     from taskflow.resilience.latency import latencies
 
@@ -335,17 +454,17 @@ def _start_race(run: Any, i: int, g: Guard, pol: Any, now: float) -> None:
         g.hedge_timer = timer.schedule(now + delay, _hedge_due, run, i, race, delay)
 
 
-def _hedge_due(run: Any, i: int, race: Any, delay: float) -> None:
+def _hedge_due(run: GuardedRun, i: int, race: Any, delay: float) -> None:
     """Timer thread: an attempt has run ``delay`` seconds; the owner may start a duplicate."""
     run.post(_hedge_launch, run, i, race, delay)
 
 
-def _hedge_launch(run: Any, i: int, race: Any, delay: float) -> None:
+def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
     """The owner's thread: start one more attempt of node ``i`` if the race is still open.
 
     A hedge never queues: without a free bulkhead slot or a rate-limit token now, it is skipped
     (and tried again after ``delay``)."""
-    pol = run.plan.policy[i]
+    pol = _policy(run, i)
     with run.lock:
         g = run.guards.get(i)
         if (g is None or g.race is not race or run.closed or run.results[i].state is not _DEFAULT
@@ -376,7 +495,7 @@ def _hedge_launch(run: Any, i: int, race: Any, delay: float) -> None:
         g.hedge_timer = timer.schedule(_monotonic() + delay, _hedge_due, run, i, race, delay)
 
 
-def _hedge_attempt(run: Any, i: int, race: Any, n: int, permit: Any) -> None:
+def _hedge_attempt(run: GuardedRun, i: int, race: Any, n: int, permit: Any) -> None:
     """An executor thread: a duplicate attempt of node ``i``."""
     from taskflow.resilience.latency import latencies
 
@@ -402,7 +521,7 @@ def _hedge_attempt(run: Any, i: int, race: Any, n: int, permit: Any) -> None:
     _hedge_outcome(run, i, race, n, value, error)
 
 
-def _hedge_outcome(run: Any, i: int, race: Any, n: int, value: Any,
+def _hedge_outcome(run: GuardedRun, i: int, race: Any, n: int, value: Any,
                    error: BaseException | None) -> None:
     from taskflow.resilience.hedge import Verdict
 
@@ -413,10 +532,10 @@ def _hedge_outcome(run: Any, i: int, race: Any, n: int, value: Any,
 
 # -- after an attempt ----------------------------------------------------------------------------
 
-def attempt_done(run: Any, i: int, ok: bool) -> bool:
+def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
     """An attempt of node ``i`` returned (its own thread). False: it lost a hedge race (or
     failed while a duplicate still runs): drop its outcome."""
-    pol = run.plan.policy[i]
+    pol = _policy(run, i)
     g: Guard | None = run.guards.get(i)
     if g is None:
         return True
@@ -445,7 +564,7 @@ def attempt_done(run: Any, i: int, ok: bool) -> bool:
     return False
 
 
-def finish(run: Any, i: int, value: Any, error: BaseException | None) -> None:
+def finish(run: GuardedRun, i: int, value: Any, error: BaseException | None) -> None:
     """Node ``i``'s outcome is final (whatever its run makes of it): a single-flight leader
     resolves its shared call; hedges stop."""
     g: Guard | None = run.guards.get(i)
@@ -465,11 +584,11 @@ def finish(run: Any, i: int, value: Any, error: BaseException | None) -> None:
 
 # -- fallbacks -------------------------------------------------------------------------------------
 
-def stand_in(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException | None, Any]:
+def stand_in(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None, Any]:
     """``(value, error, degraded)`` for node ``i`` failing with ``error``: with a fallback,
     ``(its value, None, error)``, or ``(None, FallbackError, None)`` when it raised; without
     one (or when nobody will read it), ``(None, error, None)``."""
-    fallback = run.plan.policy[i].fallback
+    fallback = _policy(run, i).fallback
     if fallback is None or run.closed or run.results[i].state is not _DEFAULT:
         return None, error, None
     try:
@@ -478,10 +597,10 @@ def stand_in(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException
         return None, exc, None
 
 
-def _compute(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException | None]:
+def _compute(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None]:
     """The fallback's ``(value, None)`` or ``(None, FallbackError)`` (a thread that may call
     user code, outside the lock)."""
-    fallback = run.plan.policy[i].fallback
+    fallback = _policy(run, i).fallback
     cur = current
     prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
     cur.run, cur.idx = run, i
@@ -493,7 +612,7 @@ def _compute(run: Any, i: int, error: BaseException) -> tuple[Any, BaseException
         cur.run, cur.idx = prev
 
 
-def _end(run: Any, i: int, error: BaseException, got: tuple[Any, BaseException | None],
+def _end(run: GuardedRun, i: int, error: BaseException, got: tuple[Any, BaseException | None],
          now: float) -> None:
     """Under the lock: node ``i`` ends DEGRADED with the stand-in, or EXCEPTION when the
     fallback raised."""
@@ -509,16 +628,16 @@ def _end(run: Any, i: int, error: BaseException, got: tuple[Any, BaseException |
     run.move(i, TERMINAL)
 
 
-def timeout_stand_in(run: Any, i: int) -> bool:
+def timeout_stand_in(run: GuardedRun, i: int) -> bool:
     """Timer thread, node ``i``'s own timeout passed: True when the owner takes over (it
     computes the fallback, then calls ``run.node_timeout(i, stand_in)``)."""
-    if run.plan.policy[i].fallback is None:
+    if _policy(run, i).fallback is None:
         return False
     run.post(_timeout_owner, run, i)
     return True
 
 
-def _timeout_owner(run: Any, i: int) -> None:
+def _timeout_owner(run: GuardedRun, i: int) -> None:
     with run.lock:
         if run.closed or run.results[i].state is not _DEFAULT:
             return
@@ -527,13 +646,13 @@ def _timeout_owner(run: Any, i: int) -> None:
     run.node_timeout(i, (error, got))
 
 
-def end_timed_out(run: Any, i: int, stand: tuple[Any, Any], now: float) -> None:
+def end_timed_out(run: GuardedRun, i: int, stand: tuple[Any, Any], now: float) -> None:
     """Under the lock (``node_timeout``): end node ``i`` with the stand-in computed for it."""
     error, got = stand
     _end(run, i, error, got, now)
 
 
-def defer_close(run: Any, i: int, state: ResultState, later: list[int]) -> bool:
+def defer_close(run: GuardedRun, i: int, state: ResultState, later: list[int]) -> bool:
     """Under the lock, the run closing: True when node ``i``'s TIMEOUT gets a stand-in instead
     (it leaves the live states now; ``close_stand_ins`` writes its outcome before any hook)."""
     pol = run.plan.policy[i]
@@ -544,7 +663,7 @@ def defer_close(run: Any, i: int, state: ResultState, later: list[int]) -> bool:
     return True
 
 
-def close_stand_ins(run: Any, later: list[int]) -> None:
+def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
     """Outside the lock, on the closing owner's thread: the stand-ins of ``defer_close``."""
     for i in later:
         error = NodeTimeoutError(run.names[i], run.budget, budget=True)
@@ -562,7 +681,7 @@ def close_stand_ins(run: Any, later: list[int]) -> None:
                 wr.state = _EXCEPTION
 
 
-def doom(run: Any, s: int, f: int, now: float) -> bool:
+def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
     """Under the lock, father ``f`` failed son ``s``: True when ``s`` has a fallback; it is
     queued with the failure decided, and its worker computes the stand-in."""
     pol = run.plan.policy[s]
@@ -575,13 +694,13 @@ def doom(run: Any, s: int, f: int, now: float) -> bool:
     g.outcome = (None, err)
     run.move(s, QUEUED)
     run.results[s].queued_at = now
-    run.enqueue(s)
+    run.economy.enqueue(s)
     return True
 
 
 # -- dispatch order -----------------------------------------------------------------------------
 
-def rank(plan: Any) -> list[tuple[float, float]]:
+def rank(plan: Plan) -> list[tuple[float, float]]:
     """Each node's dispatch rank in a run of a plan with resilience options: (``priority``,
     longest remaining path to a sink), the path weighted by each node's typical duration so
     far (``plan.est``; an unmeasured node counts as the median of the measured ones)."""
@@ -612,17 +731,16 @@ def pop_best(ready: Any, ranks: list[tuple[float, float]]) -> int:
 
 # -- giving back -----------------------------------------------------------------------------------
 
-def release(run: Any, nodes: Iterable[int], failed: bool = True) -> None:
+def release(run: GuardedRun, nodes: Iterable[int], failed: bool = True) -> None:
     """Outside the lock: nodes ended without their attempt returning (see the module).
     ``failed``: they timed out (a running attempt counts as failed in the breaker); False:
     cancelled (it counts for nothing)."""
     guards = run.guards
-    policy = run.plan.policy
     for i in nodes:
         g: Guard | None = guards.get(i)
         if g is None:
             continue
-        pol = policy[i]
+        pol = _policy(run, i)
         for t in (g.token_timer, g.hedge_timer):
             if t is not None:
                 t.cancel()
@@ -655,7 +773,7 @@ def release(run: Any, nodes: Iterable[int], failed: bool = True) -> None:
                 member.leave()
 
 
-def check_executor(plan: Any, remote: bool, executor_name: str) -> None:
+def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
     """Before a run starts: hedging needs the run's own threads (duplicates are cancelled
     through ``ctx.cancelled``), so a hedged node cannot run on a remote executor."""
     if not remote:

@@ -10,7 +10,10 @@ that become ready while the caller waits post a wake-up to the inbox.
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from taskflow.engine.economy import Economy
 
 __all__ = ["INLINE_LOOP", "InlineRun", "drain"]
 
@@ -22,11 +25,8 @@ class InlineRun(Protocol):
     """What draining needs from a run."""
 
     lock: threading.Lock
-    loops: int
+    economy: Economy
     finished: bool
-
-    def next_node(self, token: int) -> int:
-        """Under lock: pop the next runnable node (or -1, uncounting the loop)."""
 
     def run_nodes(self, i: int, token: int) -> None:
         """Run node ``i`` and the nodes popped after it."""
@@ -36,8 +36,8 @@ def drain(run: InlineRun) -> None:
     """Run the ready nodes on this thread until none is ready."""
     while not run.finished:
         with run.lock:
-            run.loops += 1
-            i = run.next_node(INLINE_LOOP)
+            run.economy.loops += 1
+            i = run.economy.next_node(INLINE_LOOP)
         if i < 0:
             return
         run.run_nodes(i, INLINE_LOOP)

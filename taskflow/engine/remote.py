@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from contextvars import Context
 from functools import partial
 from queue import Empty, SimpleQueue
@@ -70,18 +70,13 @@ def preflight_pickle(pickler: Any, executor_name: str, name: str,
     return None
 
 
-class RemoteHost(Protocol):
-    """What running nodes on a remote executor needs from the run (``run.Run`` satisfies it)."""
+class RemoteHost(guards.GuardedRun, Protocol):
+    """What running nodes on a remote executor needs from the run (``run.Run`` satisfies it):
+    what the gates need (a remote node's attempts pass them too), and more."""
 
-    executor: Executor
     caps: executors.Capabilities
-    ctx: TaskContext
-    deadline: float
     flow_id: str
     flow_name: str
-    plan: Any
-    results: list[WorkResult[Any]]
-    lock: threading.Lock
     remote_futs: dict[int, Future[Any]]
     node_observers: tuple[Any, ...]
 

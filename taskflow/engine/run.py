@@ -12,7 +12,7 @@ knows, directly, each marked so), the join counters (``left``, ``nsucc``, ``nski
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
 executor (``executors.capabilities``):
 
-* thread executors: up to ``max_loops`` worker *loops* (``loops.py``) drain the deque. A loop pops
+* thread executors: up to ``max_loops`` worker *loops* (``loops.py``; how many: ``economy.py``) drain the deque. A loop pops
   a node, runs its attempts and hook, then (under the lock, in one critical section) records the
   outcome, updates the sons' join counters with ``joins.decide``, appends the sons that became
   ready and pops its next node. A chain runs in one worker with no executor round trip; no loop
@@ -53,7 +53,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
 ``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
-  through the fast path (``execute_plain``, the top of ``complete``). Set by ``begin`` before
+  through the fast path (``execute_plain``, the top of ``complete``; ``complete_outcome`` is
+  the general path). Set by ``begin`` before
   any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): set by ``begin`` before any node is queued, read without the lock.
@@ -75,22 +76,19 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   by the first thread that waits for hooks, is notified on change).
 ``chosen[i]``: the sons a switch chose. ``fans[i]``: node ``i``'s fan-out while it fans out.
 ``node_timers[i]``, ``run_timer``: timer entries to cancel.
-``loops``, ``max_loops``, ``tokens``, ``unstarted``, ``live``, ``loop_futs``, ``loop_node``,
-``abandoned``: worker loops (see ``loops.py``): counted, submitted and not started, not exited,
-their futures, the node each runs, and loops stuck in a timed-out node (no longer counted).
-``nslow``, ``slowq[i]``: how many ready entries were expected to be slow when queued, and
-  whether node ``i``'s entry was counted (``reserve_loops`` starts one loop per slow ready node
-  and shares loops among fast ones, after ``plan.est``, the nodes' typical task times).
-``starting``: loops reserved and not started yet (each will pop a node, so they count against
-  new ones). ``progress``: nodes completed so far; ``watch``: the watchdog's timer entry, armed
-  while ready nodes are left to busy loops (if no loop completes a node in ``WATCH`` to
-  ``2 * WATCH`` seconds, the owner starts loops for them; see ``_watch_time``).
-``backlog``: a probe of how many tasks wait in the executor's queue (``executors.backlog``;
-  None when unknown or not in LOOPS mode), fixed at creation: see ``next_node``.
+``economy``: the loop economy (``economy.Economy``): how many worker loops the run has and
+  should have, the slow-node count, the watchdog, which loop runs which node and the loops
+  abandoned in a timed-out node. It shares ``ready`` and ``code`` (the same objects) and is
+  guarded by ``lock``; its own docstring lists its fields and invariants.
+``tokens``, ``unstarted``, ``live``, ``loop_futs``: the loops' submissions (see ``loops.py``):
+  the last token, submitted and not started, not exited, and their futures.
+``backlog`` (in the economy): a probe of how many tasks wait in the executor's queue
+  (``executors.backlog``; None when unknown or not in LOOPS mode), fixed at creation.
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
-  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``), remote
-  executors get a batch in rank order; None (FIFO) otherwise. Fixed at ``begin``.
+  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``, in
+  ``Economy.next_node``), remote executors get a batch in rank order; None (FIFO) otherwise.
+  Fixed at ``begin`` (the economy holds the same list).
 ``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
   ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
@@ -113,7 +111,22 @@ Invariants
 * No hook starts after ``finished``; every outcome hook of a terminal node runs exactly once
   (admission and claiming happen under the lock).
 * A node's hook runs before its sons are made ready (happens-before).
-* ``loops`` counts loops submitted and not exited, but abandoned ones.
+* ``economy.loops`` counts loops submitted and not exited, but abandoned ones.
+* A node's outcome is recorded once, under the lock, by whichever thread holds the node RUNNING
+  with no outcome yet (``record_success`` or ``fail``); then, still under the lock and after its
+  outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
+  reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
+  the same steps inlined.
+* At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
+  that finishes a node past it) the run closes under the lock: ``claim_terminal_hooks``,
+  ``end_unsettled`` (every node without an outcome TIMEOUT and SETTLED), the ready queue
+  emptied, ``take_work_futures``; outside the lock ``close_rest`` cancels and abandons that
+  work, runs the owed hooks and ``finish`` makes the FlowResult.
+* Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
+  ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
+  ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
+  thread that ran its node before the state is published under the lock; ``plan.est`` is
+  written without the lock (racy by design).
 * Nodes without resilience options (``plan.policy[i] is None``) never reach ``guards``; the
   engine tests ``plan.any_policy`` first.
 """
@@ -130,13 +143,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from functools import partial
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import events, executors, guards, inline, loops, remote, timer
+from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import (
     BACKOFF,
     LEGAL_BITS,
@@ -169,30 +184,8 @@ __all__ = ["FinishedRun", "Run", "set_strict"]
 
 # how the run's nodes are executed
 LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
-# a node whose tasks typically take less than this runs in a loop that is already there (the
-# next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
-# its own (a thread wake-up costs about this much)
-FAST_TASK = 0.0002
-# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
-# FAST_TASK of their expected work)
-FAST_BATCH = 4
-FAST_SCAN = 8
-# more tasks than this waiting in the executor's queue means the pool is behind (fewer are
-# typically tasks just submitted, their workers waking up): see ``Run.next_node``
-BACKLOG = 2
-# how often ready nodes left to busy loops are checked for progress (``watchdog``)
-WATCH = 0.002
 # how long finishing a run waits for hooks already started (they are meant to be quick)
 HOOK_GRACE = 0.05
-
-
-def _watch_time(now: float) -> float:
-    """When a watchdog armed at ``now`` looks: ``WATCH`` to ``2 * WATCH`` later, at a multiple
-    of ``WATCH``, so every run armed in the same ``WATCH`` window shares one timer wake-up (most
-    are cancelled before: their run finished). Without it the timer thread woke for nearly every
-    run's entry (0.31 wake-ups per 20-node no-op flow, at 1 or 16 callers; now 0.09-0.12), and
-    competed for the GIL each time."""
-    return math.ceil((now + WATCH) / WATCH) * WATCH
 
 
 _SUCCESS = ResultState.SUCCESS
@@ -264,6 +257,13 @@ def _value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: st
     return wr.result
 
 
+def _start_loops(ref: weakref.ref[Run], k: int) -> None:
+    """The economy's watchdog (timer thread): have the run's owner start ``k`` reserved loops."""
+    run = ref()
+    if run is not None:
+        run.post(run.dispatch, k)
+
+
 def _wake() -> None:
     """Posted to an inline run's inbox: nodes became ready."""
 
@@ -312,20 +312,16 @@ class Run:
         self.node_timers: dict[int, timer.Timer] = {}
         self.run_timer: timer.Timer | None = None
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
-        self.loops = 0
-        self.max_loops = caps.parallelism
-        self.backlog = executors.backlog(executor) if self.mode is LOOPS else None
-        self.progress = 0
-        self.starting = 0  # loops reserved and not started yet (they will each pop a node)
-        self.nslow = 0  # ready entries expected to be slow when queued (see reserve_loops)
-        self.slowq = bytearray(len(plan.nodes))  # node i was counted in nslow when queued
-        self.watch: timer.Timer | None = None
+        self.ref = weakref.ref(self)
+        pooled = self.mode is LOOPS
+        # the economy calls back through a weak reference: no cycle between it and the run
+        self.economy = Economy(plan.est, self.ready, self.code, pooled, caps.parallelism,
+                               executors.backlog(executor) if pooled else None, self.lock,
+                               partial(_start_loops, self.ref))
         self.tokens = 0
         self.unstarted: set[int] = set()
         self.live: set[int] = set()
         self.loop_futs: dict[int, Future[Any]] = {}
-        self.loop_node: dict[int, int] = {}
-        self.abandoned: set[int] = set()
         self.remote_futs: dict[int, Future[Any]] = {}
         self.guards: dict[int, guards.Guard] = {}
         self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
@@ -338,7 +334,6 @@ class Run:
         self.t0 = _monotonic()
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
-        self.ref = weakref.ref(self)
         self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
@@ -410,7 +405,7 @@ class Run:
         phase = ("finished" if self.finished else "closed" if self.closed else "open")
         return (f"<Run {self.flow_id} {phase} {self.mode} nodes={len(self.code)} "
                 f"{' '.join(f'{k}={v}' for k, v in counts.items())} running={running} "
-                f"pending={self.pending} loops={self.loops} hooks={self.hooks_running} "
+                f"pending={self.pending} loops={self.economy.loops} hooks={self.hooks_running} "
                 f"budget={self.budget:g} left={left:.3f}s>")
 
     # -- the state table ----------------------------------------------------------------------------
@@ -453,104 +448,19 @@ class Run:
             return
         now = self.t0
         results = self.results
+        eco = self.economy
         if plan.any_policy:
-            self.ranks = guards.rank(plan)
-        code, est, ready = self.code, plan.est, self.ready
+            self.ranks = eco.ranks = guards.rank(plan)
+        code = self.code
         with self.lock:
             for i in plan.roots:
                 code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
-                e = est[i]  # self.enqueue(i), inlined
-                if e < 0.0 or e >= FAST_TASK:
-                    self.nslow += 1
-                    self.slowq[i] = 1
-                ready.append(i)
-            k = self.reserve_loops()
+                eco.enqueue(i)
+            k = eco.reserve()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
         self.dispatch(k)
-
-    def enqueue(self, i: int) -> None:
-        """Under lock: append QUEUED node ``i`` to ``ready``, counting it if expected slow."""
-        e = self.plan.est[i]
-        if e < 0.0 or e >= FAST_TASK:
-            self.nslow += 1
-            self.slowq[i] = 1
-        self.ready.append(i)
-
-    def clear_ready(self) -> None:
-        """Under lock: empty ``ready``."""
-        for i in self.ready:
-            self.slowq[i] = 0
-        self.nslow = 0
-        self.ready.clear()
-
-    def reserve_loops(self, nxt: int = -1) -> int:
-        """Under lock: how many new loops to start for the ready nodes (and count them).
-
-        Thread executors: one loop per ready node expected to be slow (never measured, or
-        ``plan.est`` at or above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of
-        their expected work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes
-        share one loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes
-        on with a fast node ``nxt`` (it will take them next), less the loops already submitted
-        and not started. Starting a loop costs a thread wake-up, which is more than a fast node,
-        so a flow of fast nodes runs in few loops while slow (I/O) nodes still each get their
-        own. Other modes: one per ready node.
-        """
-        ready = self.ready
-        free = self.max_loops - self.loops
-        if not ready or free <= 0:
-            return 0
-        if self.mode is LOOPS:
-            slow = self.nslow
-            fast = len(ready) - slow
-            if 0 < fast and len(ready) <= FAST_SCAN:
-                # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
-                est, slowq = self.plan.est, self.slowq
-                work = sum([est[i] for i in ready if not slowq[i]])
-                k = slow + max(1, math.ceil(work / FAST_TASK))
-            else:
-                # fast ones: a loop per FAST_BATCH of them
-                k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
-            # less the calling loop if it goes on with a fast node
-            if k > slow and nxt >= 0 and 0.0 <= self.plan.est[nxt] < FAST_TASK:
-                k -= 1
-            # loops already on their way will each take one: do not start more than needed
-            k = max(0, min(k - self.starting, free))
-            if k + self.starting < len(ready) and self.watch is None and not self.closed:
-                # ready nodes are left to the loops there are: make sure they make progress
-                self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog,
-                                            self.progress)
-            if k == 0:
-                return 0
-            self.starting += k
-        else:
-            k = min(len(ready), free)
-        self.loops += k
-        return k
-
-    def watchdog(self, progress: int, grow: int = 1) -> None:
-        """Timer thread: ready nodes were left to the loops there are. If none of those loops
-        finished a node since (a node expected to be fast is not, or the loops waited for the
-        GIL or a CPU), the owner starts ``grow`` more loops for the ready nodes, unless one is
-        already on its way; while ready nodes remain, look again later, doubling ``grow`` while
-        there is still no progress. A busy process so does not get a loop per ready node that
-        would mostly find nothing left to do, and a real stall still gets loops within a few
-        looks."""
-        with self.lock:
-            self.watch = None
-            if self.closed or not self.ready:
-                return
-            k = 0
-            if self.progress == progress and not self.starting:
-                k = min(grow, len(self.ready), self.max_loops - self.loops)
-                if k > 0:
-                    self.loops += k
-                    self.starting += k
-            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress,
-                                        grow * 2 if k > 0 else 1)
-        if k > 0:
-            self.post(self.dispatch, k)
 
     def dispatch(self, k: int) -> None:
         """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
@@ -561,7 +471,7 @@ class Run:
             loops.spawn(self, k)
             return
         with self.lock:
-            self.loops -= k
+            self.economy.dispatched(k)
         if mode is INLINE:
             assert self.inbox is not None
             self.inbox.put((_wake, ()))
@@ -572,20 +482,19 @@ class Run:
         """A loop was refused (owner thread): with no loop left to drain the queue, the queued
         nodes fail with the executor's error."""
         hooks: list[int] = []
+        eco = self.economy
         with self.lock:
-            self.loops -= 1
-            self.starting -= 1
-            if self.loops > 0 or self.closed:
+            if eco.refused() or self.closed:
                 return
             now = _monotonic()
             victims = [i for i in self.ready if self.code[i] == QUEUED]
-            self.clear_ready()
+            eco.clear_ready()
             for i in victims:
                 self.fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
                 if not self.plan.has_fail[i]:
                     self.settle_sons(i, hooks, now)
-            k = self.reserve_loops()
+            k = eco.reserve()
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
         if self.after_settle(hooks, k):
@@ -596,8 +505,7 @@ class Run:
     def loop_body(self, token: int) -> None:
         """One worker loop (``loops.spawn``): run nodes until none is ready."""
         with self.lock:
-            self.starting -= 1
-            i = self.next_node(token)
+            i = self.economy.first_node(token)
         if i < 0:
             return
         self.run_nodes(i, token)
@@ -620,41 +528,6 @@ class Run:
                     i = self.engine_error(i, token, exc)
         finally:
             cur.run, cur.idx = prev
-
-    def next_node(self, token: int, after: bool = False) -> int:
-        """Under lock: pop the next runnable node for loop ``token``, or exit the loop (-1).
-
-        ``after``: the loop has just completed a node. If the executor then has more than
-        ``BACKLOG`` tasks waiting in its queue and the next ready node is known to be slow, the
-        loop exits instead: the node gets a loop of its own at the back of the queue
-        (``reserve_loops``, right after) and the thread serves the waiting tasks first,
-        typically other runs' nodes that became ready earlier. Otherwise, under a saturated
-        pool, a run whose loops keep going overtakes older runs' queued work: the pool serves
-        runs in the order their loops finish rather than the order they asked (lower throughput
-        and a longer tail in ``benchmarks/concurrency.py``). Nodes never measured or fast keep
-        the loop (a chain never pays an executor round trip per node).
-        """
-        code = self.code
-        ready = self.ready
-        if after and ready and self.plan.est[ready[0]] >= FAST_TASK and token >= 0:
-            backlog = self.backlog
-            if backlog is not None and backlog() > BACKLOG:
-                self.loops -= 1
-                self.loop_node.pop(token, None)
-                return -1
-        ranks = self.ranks
-        while ready:
-            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
-            if self.slowq[i]:
-                self.slowq[i] = 0
-                self.nslow -= 1
-            if code[i] == QUEUED:
-                code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
-                self.loop_node[token] = i
-                return i
-        self.loops -= 1
-        self.loop_node.pop(token, None)
-        return -1
 
     def engine_error(self, i: int, token: int, exc: BaseException) -> int:
         """An exception in taskflow's own code while running node ``i``: the node fails with it
@@ -753,9 +626,7 @@ class Run:
             if self.code[i] == RUNNING and wr.state is _DEFAULT:
                 self.move(i, BACKOFF)
                 timer.schedule(_monotonic() + delay, self.requeue, i)
-            if token in self.abandoned:
-                return -1
-            return self.next_node(token)
+            return self.economy.next_unless_abandoned(token)
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
@@ -793,9 +664,7 @@ class Run:
         if token == NO_LOOP:
             return -1
         with self.lock:
-            if token in self.abandoned:
-                return -1
-            return self.next_node(token)
+            return self.economy.next_unless_abandoned(token)
 
     def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
         """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
@@ -831,8 +700,8 @@ class Run:
             if self.code[i] != BACKOFF or self.closed:
                 return
             self.move(i, QUEUED)
-            self.enqueue(i)
-            k = self.reserve_loops()
+            self.economy.enqueue(i)
+            k = self.economy.reserve()
         if k:
             self.post(self.dispatch, k)
 
@@ -842,126 +711,178 @@ class Run:
         wr = self.results[i]
         if error is None and plan.plain[i] and self.quiet:
             # the hot path: a plain node (no hook, own timeout, policy, fan-out or routing) of a
-            # quiet run succeeded; the same steps as below without the checks that cannot apply
+            # quiet run succeeded. The steps of complete_outcome without the checks that cannot
+            # apply, with learn_duration, record_success, settle_and_next (mark_settled) and
+            # carry_on inlined: no call a plain node does not need
             now = _monotonic()
             if now < self.deadline:
                 began = wr.started_at
-                if began is not None:  # the node's typical duration (racy by design)
+                if began is not None:  # learn_duration, inlined
                     est = plan.est
                     e = est[i]
                     d = now - began
                     est[i] = d if e < 0.0 else e + (d - e) * 0.25
                 sons_hooks: list[int] = []
+                eco = self.economy
                 with self.lock:
                     code = self.code
                     done = code[i] == RUNNING and wr.state is _DEFAULT
                     if done:
-                        self.progress += 1
-                        wr.result = value
+                        eco.progress += 1
+                        wr.result = value  # record_success, inlined
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        self.settle_sons(i, sons_hooks, now)
-                        abandoned = self.abandoned
-                        nxt = self.next_node(token, True) if token >= -1 and (
+                        self.settle_sons(i, sons_hooks, now)  # settle_and_next, inlined
+                        abandoned = eco.abandoned
+                        nxt = eco.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
-                        k = self.reserve_loops(nxt) if self.ready else 0
-                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.settled(i), inlined)
+                        k = eco.reserve(nxt) if self.ready else 0
+                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.mark_settled(i), inlined)
                         if self.closed:
                             fin = i == self.keep and not self.finished
                         else:
                             self.pending -= 1
                             fin = self.pending == 0
                 if done:
-                    if sons_hooks:
+                    if sons_hooks:  # carry_on, inlined
                         fin = self.after_settle(sons_hooks, k) or fin
                     elif k:
                         self.dispatch(k)
                     if fin:
                         self.finish()
                     return nxt
-            # past the deadline, or settled without us: the general path below says so
-        degraded = None
-        if plan.any_policy and plan.policy[i] is not None:
+            # past the deadline, or settled without us: the general path says so
+        return self.complete_outcome(i, token, value, error)
+
+    def complete_outcome(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """``complete`` for any node: the budget, the node's own timeout and its policy decide
+        the outcome; it is recorded, observed, logged and hooked, then settled."""
+        plan = self.plan
+        wr = self.results[i]
+        guarded = plan.any_policy and plan.policy[i] is not None
+        if guarded:
             guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
-            # the budget ran out while it ran: its outcome does not count, and the run closes
-            self.expire()
-            if self.node_observers:
-                events.attempt_ended(self.node_observers, i, wr.attempts, error, events.LATE)
-            return self.late(i, token, value, error)
-        t = plan.timeout[i]
+            return self.past_deadline(i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did
-        if (t is not None and wr.started_at is not None and now >= wr.started_at + t
-                and not plan.fanout[i] and not isinstance(error, NodeTimeoutError)):
-            # its own deadline passed while it ran (a fan-out's policy decides that itself)
-            value = None
-            error = NodeTimeoutError(self.names[i], t)
-        if error is not None and plan.any_policy and plan.policy[i] is not None:
+        if self.own_timeout_passed(i, wr, now, error):
+            value, error = None, NodeTimeoutError(self.names[i], plan.timeout[i])
+        degraded = None
+        if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
-            began = wr.started_at
-            if began is not None:  # the node's typical duration (racy by design, see Plan.est)
-                est = plan.est
-                e = est[i]
-                d = now - began
-                est[i] = d if e < 0.0 else e + (d - e) * 0.25
-        late = False
-        hooks: list[int] = []
+            self.learn_duration(i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
         # end the run (start returns after its lines and calls)
         watching = self.node_observers
         loud = self.debug or not ok
+        told = has_hook or bool(watching) or loud
+        hooks: list[int] = []
         with self.lock:
-            if plan.fanout[i]:
-                self.fans.pop(i, None)
-            timer_entry = self.node_timers.pop(i, None) if plan.any_timeout else None
-            if self.code[i] != RUNNING or wr.state is not _DEFAULT:
-                late = True
-            else:
-                self.progress += 1
+            timer_entry = self.drop_node_watch(i)
+            late = self.code[i] != RUNNING or wr.state is not _DEFAULT
+            if not late:
+                self.economy.progress += 1
                 if error is None:
-                    wr.result = value
-                    wr.finished_at = now
-                    if degraded is not None:  # a fallback's value stands in
-                        wr.exception = degraded
-                        wr.state = _DEGRADED
-                    else:
-                        wr.state = _SUCCESS
-                    self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
+                    self.record_success(i, wr, value, degraded, now)
                 else:
                     wr.result = value  # a fan-out's partial FanInResult; None otherwise
                     self.fail(i, error,
                               _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION, now)
-                if not has_hook and not watching and not loud:
-                    self.settle_sons(i, hooks, now)
-                    nxt = self.next_node(token, True) \
-                        if token >= -1 and token not in self.abandoned else -1
-                    k = self.reserve_loops(nxt)
-                    fin = self.settled(i)
+                if not told:
+                    nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         if late:
             if watching:
                 events.attempt_ended(watching, i, wr.attempts, error, events.LATE)
             return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
-        if watching:
-            events.completed(watching, i, wr.attempts, wr.exception)
+        if told:
+            self.tell_outcome(i, ok, has_hook, loud)
+            with self.lock:
+                nxt, k, fin = self.settle_and_next(i, token, hooks, now)
+        return self.carry_on(nxt, k, fin, hooks)
+
+    def past_deadline(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """The budget ran out while node ``i`` ran: its outcome does not count, and the run
+        closes; returns the loop's next node."""
+        self.expire()
+        if self.node_observers:
+            events.attempt_ended(self.node_observers, i, self.results[i].attempts, error,
+                                 events.LATE)
+        return self.late(i, token, value, error)
+
+    def own_timeout_passed(self, i: int, wr: WorkResult[Any], now: float,
+                           error: BaseException | None) -> bool:
+        """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
+        already; a fan-out's policy decides that itself)."""
+        t = self.plan.timeout[i]
+        return (t is not None and wr.started_at is not None and now >= wr.started_at + t
+                and not self.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
+
+    def learn_duration(self, i: int, began: float | None, now: float) -> None:
+        """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
+        time (an exponential average; racy by design, see ``Plan.est``). The fast path of
+        ``complete`` inlines it."""
+        if began is not None:
+            est = self.plan.est
+            e = est[i]
+            d = now - began
+            est[i] = d if e < 0.0 else e + (d - e) * 0.25
+
+    def record_success(self, i: int, wr: WorkResult[Any], value: Any,
+                       degraded: BaseException | None, now: float) -> None:
+        """Under lock, node ``i`` RUNNING with no outcome yet: it succeeded with ``value`` (or
+        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). The fast path of
+        ``complete`` inlines it."""
+        wr.result = value
+        wr.finished_at = now
+        if degraded is not None:
+            wr.exception = degraded
+            wr.state = _DEGRADED
+        else:
+            wr.state = _SUCCESS
+        self.code[i] = TERMINAL  # RUNNING -> TERMINAL, checked by the caller
+
+    def drop_node_watch(self, i: int) -> timer.Timer | None:
+        """Under lock: node ``i`` has an outcome: forget its fan-out and take its timeout entry
+        (the caller cancels it outside the lock)."""
+        plan = self.plan
+        if plan.fanout[i]:
+            self.fans.pop(i, None)
+        return self.node_timers.pop(i, None) if plan.any_timeout else None
+
+    def tell_outcome(self, i: int, ok: bool, has_hook: bool, loud: bool) -> None:
+        """Outside the lock: observers and the log hear how node ``i`` ended, then its outcome
+        hook runs (before its sons can move)."""
+        wr = self.results[i]
+        if self.node_observers:
+            events.completed(self.node_observers, i, wr.attempts, wr.exception)
         if loud:
             self.log_outcome(i)
-        if has_hook or watching or loud:
-            if has_hook:
-                node = self.node(i)
-                self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
-            with self.lock:
-                self.settle_sons(i, hooks, now)
-                nxt = self.next_node(token, True) if token >= -1 and token not in self.abandoned \
-                    else -1
-                k = self.reserve_loops(nxt)
-                fin = self.settled(i)
+        if has_hook:
+            node = self.node(i)
+            self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
+
+    def settle_and_next(self, i: int, token: int, hooks: list[int],
+                        now: float) -> tuple[int, int, bool]:
+        """Under lock, node ``i`` terminal and its hook done: settle its sons, pop loop
+        ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
+        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
+        fast path of ``complete`` inlines it."""
+        self.settle_sons(i, hooks, now)
+        eco = self.economy
+        nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
+        k = eco.reserve(nxt)
+        return nxt, k, self.mark_settled(i)
+
+    def carry_on(self, nxt: int, k: int, fin: bool, hooks: list[int]) -> int:
+        """Outside the lock, after ``settle_and_next``: settle the sons that ended without
+        running, start the ``k`` loops reserved, finish the run if ``fin``; returns ``nxt``."""
         if hooks:
             fin = self.after_settle(hooks, k) or fin
         elif k:
@@ -990,16 +911,14 @@ class Run:
         parked node, a hedge race lost): its next node, or -1 when the loop exits."""
         if token == NO_LOOP:
             return -1
+        eco = self.economy
         with self.lock:
-            if token in self.abandoned:
-                self.abandoned.discard(token)
-                self.loop_node.pop(token, None)
+            if eco.forget_abandoned(token):
                 return -1
             if self.closed:
-                self.loops -= 1
-                self.loop_node.pop(token, None)
+                eco.loop_exits(token)
                 return -1
-            return self.next_node(token)
+            return eco.next_node(token)
 
     # -- settling (all under lock) ----------------------------------------------------------------
 
@@ -1013,8 +932,9 @@ class Run:
         wr.state = state
         self.move(i, TERMINAL)
 
-    def settled(self, i: int) -> bool:
-        """Under lock: node ``i``'s hook returned and its sons were updated. True: finish now."""
+    def mark_settled(self, i: int) -> bool:
+        """Under lock: move node ``i`` to SETTLED (its hook returned, its sons were updated) and
+        count it off ``pending``. Returns True when the run must finish now."""
         code = self.code
         if code[i] == TERMINAL:
             code[i] = SETTLED  # TERMINAL -> SETTLED; any other move is checked by move()
@@ -1036,6 +956,7 @@ class Run:
         results = self.results
         kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
         sons_of, est, ready = plan.sons, plan.est, self.ready
+        eco = self.economy
         if results[i].state is _SUCCESS and not plan.routes[i]:
             # the common case, without the work list: a success can only fire sons or leave
             # them waiting (the same decide() rule as below)
@@ -1055,14 +976,26 @@ class Run:
                     continue
                 code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
                 results[s].queued_at = now
-                e = est[s]  # self.enqueue(s), inlined on the hot path
+                e = est[s]  # eco.enqueue(s), inlined on the hot path
                 if e < 0.0 or e >= FAST_TASK:
-                    self.nslow += 1
-                    self.slowq[s] = 1
+                    eco.nslow += 1
+                    eco.slowq[s] = 1
                 ready.append(s)
                 if n:
                     self.cancel_unneeded(s, hooks, now)
             return
+        self.settle_through(i, hooks, now)
+
+    def settle_through(self, i: int, hooks: list[int], now: float) -> None:
+        """Under lock: ``settle_sons`` for any outcome of node ``i`` (a switch's choice, a
+        skip, a failure, a stand-in), with an explicit work list: a son that ends without
+        running (skipped, failed fast) settles its own sons in turn, unless its on_fail hook
+        must run first (then ``after_settle`` does)."""
+        plan = self.plan
+        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
+        results = self.results
+        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
+        sons_of = plan.sons
         work = [i]
         while work:
             f = work.pop()
@@ -1090,25 +1023,32 @@ class Run:
                     nfail = 1
                 decision = _decide(kinds[s], join_k[s], nfathers[s], left[s], nsucc[s],
                                    nskip[s], nfail)
-                if decision == _WAIT:
-                    continue
-                if decision == _FIRE:
-                    self.move(s, QUEUED)
-                    results[s].queued_at = now
-                    self.enqueue(s)
-                    if left[s]:
-                        self.cancel_unneeded(s, hooks, now)
-                elif decision == _SKIP:
-                    self.skip(s, now)
-                    hooks.append(s)
-                    work.append(s)
-                else:
-                    if plan.any_policy and guards.doom(self, s, f, now):
-                        continue  # it has a fallback: queued to end DEGRADED
-                    self.fail_fast(s, self.failed_father(s, f), now)
-                    hooks.append(s)
-                    if not plan.has_fail[s]:
-                        work.append(s)  # else its sons are settled after its on_fail hook
+                if decision != _WAIT:
+                    self.apply_join(s, f, decision, hooks, work, now)
+
+    def apply_join(self, s: int, f: int, decision: int, hooks: list[int], work: list[int],
+                   now: float) -> None:
+        """Under lock: son ``s``'s join decided (FIRE, SKIP or FAIL) when father ``f`` ended.
+        A fired son is queued (its unneeded fathers cancelled if it fired early); a skipped or
+        failed one is terminal, appended to ``hooks``, and to ``work`` when its own sons may
+        settle now."""
+        if decision == _FIRE:
+            self.move(s, QUEUED)
+            self.results[s].queued_at = now
+            self.economy.enqueue(s)
+            if self.left[s]:
+                self.cancel_unneeded(s, hooks, now)
+        elif decision == _SKIP:
+            self.skip(s, now)
+            hooks.append(s)
+            work.append(s)
+        else:
+            if self.plan.any_policy and guards.doom(self, s, f, now):
+                return  # it has a fallback: queued to end DEGRADED
+            self.fail_fast(s, self.failed_father(s, f), now)
+            hooks.append(s)
+            if not self.plan.has_fail[s]:
+                work.append(s)  # else its sons are settled after its on_fail hook
 
     def skip(self, s: int, now: float) -> None:
         """Under lock: node ``s`` is SKIPPED."""
@@ -1186,8 +1126,8 @@ class Run:
                 if deferred:  # its hook has returned: now its sons may move
                     self.settle_sons(s, hooks, _monotonic())
                 if self.code[s] == TERMINAL:
-                    fin = self.settled(s) or fin
-                k += self.reserve_loops()
+                    fin = self.mark_settled(s) or fin
+                k += self.economy.reserve()
         if k:
             self.dispatch(k)
         return fin
@@ -1307,17 +1247,13 @@ class Run:
             if running and self.mode is REMOTE:
                 abandoned = self.remote_futs.pop(i, None)
             elif running:
-                for token, x in self.loop_node.items():
-                    if x == i:
-                        self.abandoned.add(token)
-                        self.loops -= 1
-                        abandoned = self.loop_futs.get(token)
-                        del self.loop_node[token]
-                        break
+                token = self.economy.abandon_loop_of(i)
+                if token is not None:
+                    abandoned = self.loop_futs.get(token)
             hooks = [i]
             if not plan.has_fail[i]:
                 self.settle_sons(i, hooks, now)  # else after its on_fail hook
-            k = self.reserve_loops()
+            k = self.economy.reserve()
         self.post(self.after_timeout, hooks, k, abandoned)
 
     def after_timeout(self, hooks: list[int], k: int, abandoned: Future[Any] | None) -> None:
@@ -1357,60 +1293,23 @@ class Run:
               on_timer: bool = False) -> None:
         """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
         are claimed (``owed``), queued work is cancelled and running work abandoned."""
-        plan = self.plan
         with self.lock:
             if self.finished or (self.closed and state is not _TIMEOUT):
                 return
             now = _monotonic()
             if self.closed:
                 keep = -1  # the budget ends the wait for the node that cancelled the run
-            self.closed = True
+            self.closed = self.economy.closed = True
             if state is _TIMEOUT:
                 self.expired = True
             else:
                 self.cancel_reason = reason
             self.keep = keep
-            code, results, claimed = self.code, self.results, self.claimed
-            # nodes that ended before the close but whose hook has not started: claimed here
-            for i, c in enumerate(code):
-                if c == TERMINAL and not claimed[i]:
-                    st = results[i].state
-                    if (plan.has_success[i] if st is _SUCCESS
-                            else plan.has_fail[i] and st is not _SKIPPED):
-                        claimed[i] = 1
-                        self.owed.append(i)
-            fan_futs: list[Future[Any]] = []
-            victims = []
+            self.claim_terminal_hooks()
             later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
-            for i, wr in enumerate(results):
-                if wr.state is _DEFAULT and i != keep:
-                    if state is _TIMEOUT:
-                        exc: BaseException = NodeTimeoutError(plan.names[i], self.budget,
-                                                              budget=True)
-                    else:
-                        exc = NodeCancelledError(plan.names[i], reason)
-                    fan = self.fans.pop(i, None)
-                    if fan is not None:
-                        # the partial fan-in (in-flight items missing); its running items are
-                        # reported abandoned with the run's own loops, after the lock
-                        wr.result, fan_running = fan.abort()
-                        fan_futs.extend(fan_running)
-                    if not (plan.any_policy and guards.defer_close(self, i, state, later)):
-                        self.fail(i, exc, state, now)
-                    self.move(i, SETTLED)
-                    victims.append(i)
-                    if plan.has_fail[i] and not claimed[i]:
-                        claimed[i] = 1
-                        self.owed.append(i)
-            self.clear_ready()
-            futs = list(self.loop_futs.values())
-            running = [self.loop_futs[t] for t, x in self.loop_node.items()
-                       if x != keep and t in self.loop_futs]
-            for x, f in self.remote_futs.items():
-                if x != keep:
-                    futs.append(f)
-                    running.append(f)
-            self.remote_futs.clear()
+            victims, fan_futs = self.end_unsettled(state, reason, keep, now, later)
+            self.economy.clear_ready()
+            futs, running = self.take_work_futures(keep)
             timers = list(self.node_timers.values())
             self.node_timers.clear()
             wait_keep = keep >= 0 and self.code[keep] != SETTLED
@@ -1419,6 +1318,63 @@ class Run:
                       later)
         else:
             self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
+
+    def claim_terminal_hooks(self) -> None:
+        """Under lock, closing: nodes that ended before the close but whose outcome hook has not
+        started are claimed (``owed``): the closer's side runs them."""
+        plan, results, claimed = self.plan, self.results, self.claimed
+        for i, c in enumerate(self.code):
+            if c == TERMINAL and not claimed[i]:
+                st = results[i].state
+                if (plan.has_success[i] if st is _SUCCESS
+                        else plan.has_fail[i] and st is not _SKIPPED):
+                    claimed[i] = 1
+                    self.owed.append(i)
+
+    def end_unsettled(self, state: ResultState, reason: str | None, keep: int, now: float,
+                      later: list[int]) -> tuple[list[int], list[Future[Any]]]:
+        """Under lock, closing: every node without an outcome but ``keep`` ends ``state`` and is
+        SETTLED (a TIMEOUT with a fallback goes to ``later``: its stand-in is written outside
+        the lock); their on_fail hooks are owed. Returns the nodes ended and the futures of the
+        running items of the fan-outs among them (to report abandoned)."""
+        plan, claimed = self.plan, self.claimed
+        fan_futs: list[Future[Any]] = []
+        victims = []
+        for i, wr in enumerate(self.results):
+            if wr.state is not _DEFAULT or i == keep:
+                continue
+            if state is _TIMEOUT:
+                exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
+            else:
+                exc = NodeCancelledError(plan.names[i], reason)
+            fan = self.fans.pop(i, None)
+            if fan is not None:
+                # the partial fan-in (in-flight items missing); its running items are reported
+                # abandoned with the run's own loops, after the lock
+                wr.result, fan_running = fan.abort()
+                fan_futs.extend(fan_running)
+            if not (plan.any_policy and guards.defer_close(self, i, state, later)):
+                self.fail(i, exc, state, now)
+            self.move(i, SETTLED)
+            victims.append(i)
+            if plan.has_fail[i] and not claimed[i]:
+                claimed[i] = 1
+                self.owed.append(i)
+        return victims, fan_futs
+
+    def take_work_futures(self, keep: int) -> tuple[list[Future[Any]], list[Future[Any]]]:
+        """Under lock, closing: the futures to cancel (every loop's and remote attempt's) and
+        those running a node other than ``keep`` (to report abandoned); remote attempts are
+        forgotten."""
+        futs = list(self.loop_futs.values())
+        running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
+                   if x != keep and t in self.loop_futs]
+        for x, f in self.remote_futs.items():
+            if x != keep:
+                futs.append(f)
+                running.append(f)
+        self.remote_futs.clear()
+        return futs, running
 
     def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
                    futs: list[Future[Any]], victims: list[int], wait_keep: bool,
@@ -1449,7 +1405,7 @@ class Run:
             with self.lock:
                 if self.finished:
                     return
-                self.closed = True
+                self.closed = self.economy.closed = True
                 if self.hooks_running > mine:
                     idle = self.hooks_idle
                     if idle is None:
@@ -1460,9 +1416,9 @@ class Run:
                 self.finished = True
                 timers = list(self.node_timers.values())
                 self.node_timers.clear()
-                if self.watch is not None:
-                    timers.append(self.watch)
-                    self.watch = None
+                watch = self.economy.stop()
+                if watch is not None:
+                    timers.append(watch)
                 self.fans.clear()
                 break
         if self.run_timer is not None:
@@ -1531,13 +1487,11 @@ class Run:
         with self.lock:
             batch = []
             code = self.code
-            while self.ready:
-                i = self.ready.popleft()
-                self.slowq[i] = 0
+            for i in self.ready:
                 if code[i] == QUEUED:
                     self.move(i, RUNNING)
                     batch.append(i)
-            self.nslow = 0
+            self.economy.clear_ready()
         if self.ranks is not None:
             ranks = self.ranks
             batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
@@ -1559,11 +1513,16 @@ class Run:
                 return False
             if delay == 0.0:
                 self.move(i, QUEUED)
-                self.enqueue(i)
+                self.economy.enqueue(i)
                 return True
             self.move(i, BACKOFF)
             timer.schedule(_monotonic() + delay, self.requeue, i)
             return False
+
+
+if TYPE_CHECKING:
+    # mypy checks that a run is what the gates of guards.py take
+    _guarded: type[guards.GuardedRun] = Run
 
 
 class FinishedRun:

@@ -17,7 +17,7 @@ import pytest
 from conftest import LONG
 
 from taskflow import FunctionNode, SchedulingNode, TaskScheduling
-from taskflow.engine import run as run_mod
+from taskflow.engine import economy as economy_mod
 from taskflow.model.graph import compile_plan
 
 
@@ -58,7 +58,7 @@ def known_fast(tops: list[SchedulingNode[Any, Any]]) -> None:
 def test_a_few_fast_ready_nodes_share_one_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     # 5 fast roots: one loop runs them all (before: one loop per 4 fast nodes, i.e. 2, the second
     # woken for nothing once the first had drained them)
-    monkeypatch.setattr(run_mod, "WATCH", LONG)  # no watchdog loops in this test
+    monkeypatch.setattr(economy_mod, "WATCH", LONG)  # no watchdog loops in this test
     tops = layered(5, 4)
     pool = CountingPool(8)
     try:
@@ -82,7 +82,7 @@ def test_fast_nodes_with_enough_expected_work_still_spread() -> None:
         assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
         plan = compile_plan(tuple(tops))
         for i in range(len(plan.est)):
-            plan.est[i] = run_mod.FAST_TASK * 0.9
+            plan.est[i] = economy_mod.FAST_TASK * 0.9
         before = pool.count
         assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
         assert pool.count - before == 6  # ceil(6 * 0.9) loops
@@ -99,7 +99,7 @@ def test_watchdog_adds_no_loop_while_one_is_on_its_way(monkeypatch: pytest.Monke
     pool = CountingPool(4)
     looks = threading.Event()
     calls = [0]
-    watchdog = run_mod.Run.watchdog
+    watchdog = economy_mod.Economy.watchdog
 
     def counted(self: Any, progress: int, *args: Any) -> None:
         watchdog(self, progress, *args)
@@ -110,7 +110,7 @@ def test_watchdog_adds_no_loop_while_one_is_on_its_way(monkeypatch: pytest.Monke
     try:
         assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
         known_fast(tops)
-        monkeypatch.setattr(run_mod.Run, "watchdog", counted)
+        monkeypatch.setattr(economy_mod.Economy, "watchdog", counted)
         release = gate()
         started = [threading.Event() for _ in range(4)]
 
@@ -171,7 +171,7 @@ def test_a_loop_keeps_a_fast_son_and_ignores_a_short_queue() -> None:
     # a fast son is not worth an executor round trip; a couple of queued tasks are usually
     # ones just submitted, their workers waking up (BACKLOG)
     assert _order_with_queued_work(3, 1e-6) == ["a1", "a2", "m1", "m2", "m3"]
-    assert run_mod.BACKLOG == 2
+    assert economy_mod.BACKLOG == 2
     assert _order_with_queued_work(2, 0.05) == ["a1", "a2", "m1", "m2"]
 
 
@@ -197,19 +197,19 @@ def test_watchdog_looks_share_timer_wake_ups_across_runs(monkeypatch: pytest.Mon
         assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
         known_fast(tops)
         whens.clear()
-        t0 = run_mod._monotonic()
+        t0 = economy_mod._monotonic()
         for _ in range(200):
             assert TaskScheduling.start(tops, executor=pool, timeout=LONG).ok
-        elapsed = run_mod._monotonic() - t0
+        elapsed = economy_mod._monotonic() - t0
     finally:
         pool.shutdown(wait=True)
     assert len(whens) >= 200  # every run armed one (5 fast roots, one loop)
-    assert len(set(whens)) <= elapsed / run_mod.WATCH + 2
+    assert len(set(whens)) <= elapsed / economy_mod.WATCH + 2
 
 
 @pytest.mark.parametrize("now", [0.0, 1e-9, 0.0019999, 0.002, 1234.5678901, 98765.4321])
 def test_a_watchdog_looks_between_one_and_two_watch_periods_later(now: float) -> None:
-    when = run_mod._watch_time(now)
-    assert now + run_mod.WATCH <= when + 1e-12
-    assert when <= now + 2 * run_mod.WATCH + 1e-12
-    assert run_mod._watch_time(now + 1e-7) in (when, when + run_mod.WATCH)
+    when = economy_mod._watch_time(now)
+    assert now + economy_mod.WATCH <= when + 1e-12
+    assert when <= now + 2 * economy_mod.WATCH + 1e-12
+    assert economy_mod._watch_time(now + 1e-7) in (when, when + economy_mod.WATCH)

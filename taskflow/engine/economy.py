@@ -1,0 +1,288 @@
+"""The loop economy of a run: how many worker loops (``loops.py``) it should have.
+
+A run's ready nodes are drained by worker loops; each loop costs a thread wake-up, which is more
+than a fast node costs, so a flow of fast nodes should run in few loops while nodes expected to
+be slow (I/O) each get their own. :class:`Economy` counts the loops, decides how many new ones
+the ready nodes are worth (``reserve``), pops the next node for a loop (``next_node``) and,
+while ready nodes are left to busy loops, watches that they make progress (``watchdog``).
+
+It shares the run's ``ready`` deque and ``code`` list (the same objects) and the plan's ``est``
+(the nodes' typical task times, racy by design) and is guarded by the run's ``lock``: every
+method but ``watchdog`` (the timer thread's, which takes the lock itself) is called under it.
+
+Fields (all under ``lock``)
+===========================
+``loops``: loops counted and not exited (reserved, submitted or running), but abandoned ones;
+  ``max_loops``: the executor's parallelism, the bound on ``loops``.
+``starting``: loops reserved and not started yet (each will pop a node, so they count against
+  new ones).
+``nslow``, ``slowq[i]``: how many ready entries were expected to be slow when queued, and whether
+  node ``i``'s entry was counted.
+``progress``: nodes completed so far (the run counts them); ``watch``: the watchdog's timer
+  entry, armed while ready nodes are left to busy loops.
+``loop_node``: the node each loop runs (by token); ``abandoned``: loops stuck in a node that
+  timed out (no longer counted in ``loops``).
+``ranks``: each node's dispatch rank (``guards.rank``) or None (FIFO); set by the run's ``begin``.
+``closed``: the run closed; no watchdog is armed any more.
+``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
+  ``next_node``).
+
+Invariants
+==========
+* ``0 <= starting`` and ``starting + (loops running a node) <= loops <= max_loops``.
+* ``reserve`` never asks for more loops than there are ready nodes (less those already on their
+  way), nor more than ``max_loops - loops``.
+* While nodes are ready and fewer loops are on their way than ready nodes, a watchdog is armed
+  (unless the run closed): a ready node never waits for a loop that does not come.
+* ``nslow`` equals the number of ``ready`` entries whose ``slowq`` flag is set.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from taskflow.engine import guards, timer
+from taskflow.engine.states import QUEUED, RUNNING
+
+__all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"]
+
+# a node whose tasks typically take less than this runs in a loop that is already there (the
+# next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
+# its own (a thread wake-up costs about this much)
+FAST_TASK = 0.0002
+# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
+# FAST_TASK of their expected work)
+FAST_BATCH = 4
+FAST_SCAN = 8
+# more tasks than this waiting in the executor's queue means the pool is behind (fewer are
+# typically tasks just submitted, their workers waking up): see ``Economy.next_node``
+BACKLOG = 2
+# how often ready nodes left to busy loops are checked for progress (``watchdog``)
+WATCH = 0.002
+
+_monotonic = time.monotonic
+
+
+def _watch_time(now: float) -> float:
+    """When a watchdog armed at ``now`` looks: ``WATCH`` to ``2 * WATCH`` later, at a multiple
+    of ``WATCH``, so every run armed in the same ``WATCH`` window shares one timer wake-up (most
+    are cancelled before: their run finished). Without it the timer thread woke for nearly every
+    run's entry (0.31 wake-ups per 20-node no-op flow, at 1 or 16 callers; now 0.09-0.12), and
+    competed for the GIL each time."""
+    return math.ceil((now + WATCH) / WATCH) * WATCH
+
+
+class Economy:
+    """The worker loops of one run (see the module docstring for every field).
+
+    ``pooled``: the run's nodes are drained by worker loops on a thread executor (else each
+    ready node is worth one "loop": an inline drain or a remote submission). ``lock``: the
+    run's. ``start(k)``: called by the watchdog, outside the lock, to have ``k`` reserved loops
+    started (the run posts it to its owner).
+    """
+
+    def __init__(self, est: list[float], ready: deque[int], code: list[int], pooled: bool,
+                 max_loops: int, backlog: Callable[[], int] | None, lock: Any,
+                 start: Callable[[int], None]) -> None:
+        self.est = est
+        self.ready = ready
+        self.code = code
+        self.pooled = pooled
+        self.max_loops = max_loops
+        self.backlog = backlog
+        self.lock = lock
+        self.start = start
+        self.loops = 0
+        self.starting = 0
+        self.nslow = 0
+        self.slowq = bytearray(len(code))
+        self.progress = 0
+        self.watch: timer.Timer | None = None
+        self.loop_node: dict[int, int] = {}
+        self.abandoned: set[int] = set()
+        self.ranks: list[tuple[float, float]] | None = None
+        self.closed = False
+
+    # -- arrivals ---------------------------------------------------------------------------------
+
+    def enqueue(self, i: int) -> None:
+        """Append QUEUED node ``i`` to ``ready``, counting it if expected slow."""
+        e = self.est[i]
+        if e < 0.0 or e >= FAST_TASK:
+            self.nslow += 1
+            self.slowq[i] = 1
+        self.ready.append(i)
+
+    def clear_ready(self) -> None:
+        """Empty ``ready``."""
+        for i in self.ready:
+            self.slowq[i] = 0
+        self.nslow = 0
+        self.ready.clear()
+
+    # -- how many loops ---------------------------------------------------------------------------
+
+    def reserve(self, nxt: int = -1) -> int:
+        """How many new loops to start for the ready nodes (and count them).
+
+        Pooled: one loop per ready node expected to be slow (never measured, or ``est`` at or
+        above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of their expected
+        work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes share one
+        loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes on with a
+        fast node ``nxt`` (it will take them next), less the loops already submitted and not
+        started; ready nodes left to the loops there are arm the watchdog. Otherwise: one per
+        ready node. Never more than ``max_loops - loops``.
+        """
+        ready = self.ready
+        free = self.max_loops - self.loops
+        if not ready or free <= 0:
+            return 0
+        if self.pooled:
+            k = self._pooled_loops(nxt, free)
+            if k == 0:
+                return 0
+            self.starting += k
+        else:
+            k = min(len(ready), free)
+        self.loops += k
+        return k
+
+    def _pooled_loops(self, nxt: int, free: int) -> int:
+        """``reserve``'s count on a thread executor (not counted yet); arms the watchdog when
+        ready nodes are left to the loops there are."""
+        ready = self.ready
+        slow = self.nslow
+        fast = len(ready) - slow
+        if 0 < fast and len(ready) <= FAST_SCAN:
+            # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
+            est, slowq = self.est, self.slowq
+            work = sum([est[i] for i in ready if not slowq[i]])
+            k = slow + max(1, math.ceil(work / FAST_TASK))
+        else:
+            # fast ones: a loop per FAST_BATCH of them
+            k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
+        # less the calling loop if it goes on with a fast node
+        if k > slow and nxt >= 0 and 0.0 <= self.est[nxt] < FAST_TASK:
+            k -= 1
+        # loops already on their way will each take one: do not start more than needed
+        k = max(0, min(k - self.starting, free))
+        if k + self.starting < len(ready) and self.watch is None and not self.closed:
+            # ready nodes are left to the loops there are: make sure they make progress
+            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress)
+        return k
+
+    def watchdog(self, progress: int, grow: int = 1) -> None:
+        """Timer thread: ready nodes were left to the loops there are. If none of those loops
+        finished a node since (a node expected to be fast is not, or the loops waited for the
+        GIL or a CPU), ``start`` gets ``grow`` more loops for the ready nodes, unless one is
+        already on its way; while ready nodes remain, look again later, doubling ``grow`` while
+        there is still no progress. A busy process so does not get a loop per ready node that
+        would mostly find nothing left to do, and a real stall still gets loops within a few
+        looks."""
+        with self.lock:
+            self.watch = None
+            if self.closed or not self.ready:
+                return
+            k = 0
+            if self.progress == progress and not self.starting:
+                k = min(grow, len(self.ready), self.max_loops - self.loops)
+                if k > 0:
+                    self.loops += k
+                    self.starting += k
+            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress,
+                                        grow * 2 if k > 0 else 1)
+        if k > 0:
+            self.start(k)
+
+    def stop(self) -> timer.Timer | None:
+        """The run closed: no watchdog any more; returns the armed one (to cancel outside the
+        lock)."""
+        self.closed = True
+        watch, self.watch = self.watch, None
+        return watch
+
+    # -- departures -------------------------------------------------------------------------------
+
+    def next_node(self, token: int, after: bool = False) -> int:
+        """Pop the next runnable node for loop ``token`` (moved to RUNNING), or exit the loop
+        (-1, uncounted).
+
+        ``after``: the loop has just completed a node. If the executor then has more than
+        ``BACKLOG`` tasks waiting in its queue and the next ready node is known to be slow, the
+        loop exits instead: the node gets a loop of its own at the back of the queue
+        (``reserve``, right after) and the thread serves the waiting tasks first, typically
+        other runs' nodes that became ready earlier. Otherwise, under a saturated pool, a run
+        whose loops keep going overtakes older runs' queued work: the pool serves runs in the
+        order their loops finish rather than the order they asked (lower throughput and a longer
+        tail in ``benchmarks/concurrency.py``). Nodes never measured or fast keep the loop (a
+        chain never pays an executor round trip per node).
+        """
+        code = self.code
+        ready = self.ready
+        if after and ready and self.est[ready[0]] >= FAST_TASK and token >= 0:
+            backlog = self.backlog
+            if backlog is not None and backlog() > BACKLOG:
+                self.loop_exits(token)
+                return -1
+        ranks = self.ranks
+        while ready:
+            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
+            if self.slowq[i]:
+                self.slowq[i] = 0
+                self.nslow -= 1
+            if code[i] == QUEUED:
+                code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
+                self.loop_node[token] = i
+                return i
+        self.loop_exits(token)
+        return -1
+
+    def first_node(self, token: int) -> int:
+        """A reserved loop started: its first node (``next_node``), or -1."""
+        self.starting -= 1
+        return self.next_node(token)
+
+    def next_unless_abandoned(self, token: int) -> int:
+        """``next_node`` for a loop that may have been abandoned (-1 then, already uncounted)."""
+        if token in self.abandoned:
+            return -1
+        return self.next_node(token)
+
+    def loop_exits(self, token: int) -> None:
+        """Loop ``token`` exits: uncount it."""
+        self.loops -= 1
+        self.loop_node.pop(token, None)
+
+    def forget_abandoned(self, token: int) -> bool:
+        """Whether loop ``token`` was abandoned (then it is forgotten: it exits)."""
+        if token in self.abandoned:
+            self.abandoned.discard(token)
+            self.loop_node.pop(token, None)
+            return True
+        return False
+
+    def abandon_loop_of(self, i: int) -> int | None:
+        """Node ``i`` timed out while a loop runs it: that loop is abandoned (uncounted, so a new
+        one may take its place); returns its token (None: no loop runs ``i``)."""
+        for token, x in self.loop_node.items():
+            if x == i:
+                self.abandoned.add(token)
+                self.loops -= 1
+                del self.loop_node[token]
+                return token
+        return None
+
+    def refused(self) -> bool:
+        """A reserved loop was refused by the executor (uncounted); True if loops are left."""
+        self.loops -= 1
+        self.starting -= 1
+        return self.loops > 0
+
+    def dispatched(self, k: int) -> None:
+        """``k`` reserved "loops" were handed over at once (inline drain, remote batch): they
+        are no loops that exit later."""
+        self.loops -= k
