@@ -110,10 +110,17 @@ def worker_exceptions_fail_the_test(monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_thread_leak: the test deliberately abandons a thread")
-    # the engine's debug switch: an illegal node state move raises instead of being logged
-    from taskflow.engine.run import set_strict
 
-    set_strict(True)
+
+@pytest.fixture(autouse=True)
+def strict_engine() -> Iterator[None]:
+    """Every test runs with the engine's debug switch on (an illegal node state move raises
+    instead of being logged), whatever the test before it did with the switch."""
+    from taskflow.engine import run
+
+    run.set_strict(True)
+    yield
+    run.set_strict(True)
 
 
 # --- fixtures for the core-engine suites (test_scheduling, test_timeouts, test_failures, ...) ---

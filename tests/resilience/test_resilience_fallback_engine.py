@@ -19,15 +19,7 @@ from taskflow import (
     TaskScheduling,
     UpstreamFailedError,
 )
-from taskflow.engine.run import set_strict
 from taskflow.model.result import FlowStatus
-
-
-@pytest.fixture(autouse=True)
-def strict():
-    set_strict(True)
-    yield
-    set_strict(False)
 
 
 @pytest.fixture

@@ -24,14 +24,6 @@ from taskflow import (
     ResultState,
     TaskScheduling,
 )
-from taskflow.engine.run import set_strict
-
-
-@pytest.fixture(autouse=True)
-def strict():
-    set_strict(True)
-    yield
-    set_strict(False)
 
 
 class Hog:

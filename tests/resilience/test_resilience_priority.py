@@ -5,19 +5,10 @@ from __future__ import annotations
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-import pytest
 import remote_tasks
 from conftest import LONG
 
 from taskflow import FunctionNode, TaskScheduling
-from taskflow.engine.run import set_strict
-
-
-@pytest.fixture(autouse=True)
-def strict():
-    set_strict(True)
-    yield
-    set_strict(False)
 
 
 def test_higher_priority_starts_first_when_workers_are_short():

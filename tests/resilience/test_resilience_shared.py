@@ -6,18 +6,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from conftest import LONG, MEDIUM, SHORT
 
 from taskflow import FunctionNode, Hedge, ResultState, TaskContext, TaskScheduling
-from taskflow.engine.run import set_strict
-
-
-@pytest.fixture(autouse=True)
-def strict():
-    set_strict(True)
-    yield
-    set_strict(False)
 
 
 def wait_until(cond, timeout=LONG):
