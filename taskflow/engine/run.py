@@ -151,6 +151,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import events, executors, guards, inline, loops, remote, timer
+from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import (
     BACKOFF,
@@ -172,10 +173,9 @@ from taskflow.errors import (
     ResultNotAvailableError,
     TaskflowError,
     UpstreamFailedError,
-    traceback_text,
 )
 from taskflow.model import joins
-from taskflow.model.context import TaskContext, TaskSupport, current, detach_run
+from taskflow.model.context import TaskContext, current, detach_run
 from taskflow.model.graph import Plan
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
@@ -644,7 +644,7 @@ class Run:
             name = self.names[i]
             self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
         if self.plan.has_begin[i] and not self.closed:
-            self.hook(node.on_begin, i, wr.attempts, False)
+            hooking.hook(self, node.on_begin, i, wr.attempts, False)
 
     def route(self, i: int, node: Any, value: Any) -> None:
         """A switch returned ``value``: record which of its sons it chose (or raise)."""
@@ -863,10 +863,10 @@ class Run:
         if self.node_observers:
             events.completed(self.node_observers, i, wr.attempts, wr.exception)
         if loud:
-            self.log_outcome(i)
+            hooking.log_outcome(self, i)
         if has_hook:
             node = self.node(i)
-            self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
+            hooking.hook(self, node.on_success if ok else node.on_fail, i, wr.attempts, True)
 
     def settle_and_next(self, i: int, token: int, hooks: list[int],
                         now: float) -> tuple[int, int, bool]:
@@ -1117,11 +1117,11 @@ class Run:
             wr = self.results[s]
             deferred = plan.has_fail[s] and wr.state is not _SKIPPED
             if self.debug or wr.state is not _SKIPPED:
-                self.log_outcome(s)
+                hooking.log_outcome(self, s)
             if self.node_observers:
                 events.node_settled(self.node_observers, s)
             if deferred:
-                self.hook(self.node(s).on_fail, s, wr.attempts, True)
+                hooking.hook(self, self.node(s).on_fail, s, wr.attempts, True)
             with self.lock:
                 if deferred:  # its hook has returned: now its sons may move
                     self.settle_sons(s, hooks, _monotonic())
@@ -1131,81 +1131,6 @@ class Run:
         if k:
             self.dispatch(k)
         return fin
-
-    # -- hooks and logs ---------------------------------------------------------------------------
-
-    def hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int,
-             outcome: bool) -> None:
-        """Call a hook if it is admitted: an outcome hook (``on_success``/``on_fail``) runs once
-        (``claimed``), and after the run closed only the closer's and ``keep``'s run."""
-        with self.lock:
-            if outcome:
-                if self.claimed[i] or (self.closed and i != self.keep) or self.finished:
-                    return
-                self.claimed[i] = 1
-            elif self.closed:
-                return
-            self.hooks_running += 1
-        self.call_hook(fn, i, attempt)
-
-    def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
-        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
-        ``hook_errors`` (the node's first, unless the run has finished) and logged with its
-        traceback as text, never as the record's exception: a ``diagnose=True`` sink would
-        print the hook's variables (context values, tokens)."""
-        cur = current
-        prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
-        cur.run, cur.idx, cur.hooking = self, i, self
-        try:
-            fn(TaskSupport(self, i, attempt))
-        except BaseException as exc:  # noqa: BLE001 - a hook never changes the flow
-            name = self.names[i]
-            hook = getattr(fn, "__name__", "?")
-            with self.lock:
-                if i not in self.hook_errors and not self.finished:
-                    self.hook_errors[i] = HookError(hook, exc)
-            self.log.bind(node=name).error(
-                "hook {} of node {} raised; ignored\n{}", hook, name, traceback_text(exc))
-        finally:
-            cur.run, cur.idx, cur.hooking = prev
-            with self.lock:
-                self.hooks_running -= 1
-                idle = self.hooks_idle
-                if idle is not None and self.closed and self.hooks_running <= 1:
-                    idle.notify_all()
-
-    def run_owed(self) -> None:
-        """Run the outcome hooks a closer claimed and nobody started yet."""
-        while True:
-            with self.lock:
-                if not self.owed:
-                    return
-                i = self.owed.popleft()
-                self.hooks_running += 1
-            wr = self.results[i]
-            node = self.node(i)
-            st = wr.state
-            fn = node.on_success if st is _SUCCESS else node.on_fail
-            self.call_hook(fn, i, wr.attempts)
-
-    def log_outcome(self, i: int) -> None:
-        """Log how node ``i`` ended (warning for failures)."""
-        wr = self.results[i]
-        name = self.names[i]
-        st = wr.state
-        log = self.log.bind(node=name)
-        if st is _EXCEPTION or st is _TIMEOUT:
-            exc = wr.exception
-            # the traceback as text (never opt(exception=...): diagnose=True sinks would print
-            # the frames' variables); a node failed fast has none
-            trace = ""
-            if exc is not None and exc.__traceback__ is not None:
-                trace = "\n" + traceback_text(exc).rstrip()
-            log.warning("node {} ended {}: {!r}{}", name, st.name, exc, trace)  # noqa: PLE1205 - loguru formats with {}
-        elif st is _CANCELLED or st is _DEGRADED:
-            log.info("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
-        else:
-            log.debug("node {} ended {}", name, st.name)  # noqa: PLE1205 - loguru formats with {}
 
     # -- time -------------------------------------------------------------------------------------
 
@@ -1390,10 +1315,10 @@ class Run:
         if later:
             guards.close_stand_ins(self, later)
         for i in victims:
-            self.log_outcome(i)
+            hooking.log_outcome(self, i)
             if self.node_observers:
                 events.node_settled(self.node_observers, i)
-        self.run_owed()
+        hooking.run_owed(self)
         if not wait_keep:
             self.finish()
 
@@ -1401,7 +1326,7 @@ class Run:
         """Make the FlowResult once, after every owed hook started, and hand it over."""
         mine = 1 if getattr(current, "hooking", None) is self else 0
         while True:
-            self.run_owed()
+            hooking.run_owed(self)
             with self.lock:
                 if self.finished:
                     return
@@ -1523,6 +1448,7 @@ class Run:
 if TYPE_CHECKING:
     # mypy checks that a run is what the gates of guards.py take
     _guarded: type[guards.GuardedRun] = Run
+    _hooked: type[hooking.HookedRun] = Run
 
 
 class FinishedRun:
