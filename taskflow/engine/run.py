@@ -31,7 +31,7 @@ that settles without running is handled in the same critical section with an exp
 
 The owner and the threads that may do what
 ==========================================
-Every run has an *owner*: ``start``'s caller, which waits in :meth:`Run.wait` on the run's
+Every run has an *owner*: ``start``'s caller, which waits in ``closing.wait`` on the run's
 ``inbox``, or, for ``submit``, the shared ``taskflow-coordinator`` threads (one when idle, more
 while one is busy in a slow hook). ``post`` hands work to the owner. Three kinds of thread never call user code or ``executor.submit``; they move state
 under the lock and ``post`` the rest:
@@ -43,9 +43,8 @@ under the lock and ``post`` the rest:
 Whichever thread finishes a node compares the clock with the node's own deadline and the run's:
 past either, the node is TIMEOUT and its value is dropped (past the run's, the run closes).
 
-Time: the run has one deadline (``t0 + budget``). ``start``'s caller waits until then and closes
-the run: every unsettled node becomes TIMEOUT, queued futures are cancelled, running ones are
-reported abandoned (``mark_abandoned``), the hooks owed run in the caller, and it returns.
+Time: the run has one deadline (``t0 + budget``); closing the run there, or at ``ctx.cancel``,
+and finishing it are ``closing.py``'s (its docstring says how).
 
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
 =======================================================================
@@ -117,11 +116,6 @@ Invariants
   outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
   reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
   the same steps inlined.
-* At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
-  that finishes a node past it) the run closes under the lock: ``claim_terminal_hooks``,
-  ``end_unsettled`` (every node without an outcome TIMEOUT and SETTLED), the ready queue
-  emptied, ``take_work_futures``; outside the lock ``close_rest`` cancels and abandons that
-  work, runs the owed hooks and ``finish`` makes the FlowResult.
 * Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
   ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
   ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
@@ -144,21 +138,25 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from taskflow import logs
-from taskflow.engine import events, executors, guards, inline, loops, remote, timer
+from taskflow.engine import closing, events, executors, guards, loops, remote, timer
 from taskflow.engine import hooks as hooking
+from taskflow.engine.closing import FinishedRun
 from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import (
     BACKOFF,
+    INLINE,
     LEGAL_BITS,
+    LOOPS,
     NO_LOOP,
     PARKED,
     QUEUED,
+    REMOTE,
     RUNNING,
     SETTLED,
     STATE_NAMES,
@@ -170,22 +168,17 @@ from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
     NodeTimeoutError,
-    ResultNotAvailableError,
     TaskflowError,
     UpstreamFailedError,
 )
 from taskflow.model import joins
-from taskflow.model.context import TaskContext, current, detach_run
+from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
 
 
-# how the run's nodes are executed
-LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
-# how long finishing a run waits for hooks already started (they are meant to be quick)
-HOOK_GRACE = 0.05
 
 
 _SUCCESS = ResultState.SUCCESS
@@ -242,19 +235,6 @@ def _note(exc: BaseException, note: str) -> None:
             exc.add_note(note)
         else:  # pragma: no cover - Python 3.10
             exc.__notes__ = [*(notes or ()), note]
-
-
-def _value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,
-              name: str) -> Any:
-    """``ctx.result_of(name)``: the value of node ``name`` if it succeeded."""
-    try:
-        wr = results[index[name]]
-    except KeyError:
-        raise KeyError(f"no node named {name!r} in flow {flow_id}") from None
-    st = wr.state
-    if st is not _SUCCESS and st is not _DEGRADED:
-        raise ResultNotAvailableError(name, st.name)
-    return wr.result
 
 
 def _start_loops(ref: weakref.ref[Run], k: int) -> None:
@@ -394,7 +374,7 @@ class Run:
         return self.names[cur.idx] if getattr(cur, "run", None) is self else "?"
 
     def value_of(self, name: str) -> Any:
-        return _value_of(self.results, self.plan.index, self.flow_id, name)
+        return closing.value_of(self.results, self.plan.index, self.flow_id, name)
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -441,10 +421,10 @@ class Run:
             self.quiet = not self.debug and not self.node_observers
         plan = self.plan
         if not plan.nodes:
-            self.finish()
+            closing.finish(self)
             return
         if self.budget <= 0.0:
-            self.expire()
+            closing.expire(self)
             return
         now = self.t0
         results = self.results
@@ -459,7 +439,7 @@ class Run:
                 eco.enqueue(i)
             k = eco.reserve()
         if self.future is not None and not math.isinf(self.budget):
-            self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
+            self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
         self.dispatch(k)
 
     def dispatch(self, k: int) -> None:
@@ -498,7 +478,7 @@ class Run:
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
         if self.after_settle(hooks, k):
-            self.finish()
+            closing.finish(self)
 
     # -- running nodes (loop and inline threads) ----------------------------------------------------
 
@@ -750,7 +730,7 @@ class Run:
                     elif k:
                         self.dispatch(k)
                     if fin:
-                        self.finish()
+                        closing.finish(self)
                     return nxt
             # past the deadline, or settled without us: the general path says so
         return self.complete_outcome(i, token, value, error)
@@ -810,7 +790,7 @@ class Run:
     def past_deadline(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
         """The budget ran out while node ``i`` ran: its outcome does not count, and the run
         closes; returns the loop's next node."""
-        self.expire()
+        closing.expire(self)
         if self.node_observers:
             events.attempt_ended(self.node_observers, i, self.results[i].attempts, error,
                                  events.LATE)
@@ -888,7 +868,7 @@ class Run:
         elif k:
             self.dispatch(k)
         if fin:
-            self.finish()
+            closing.finish(self)
         return nxt
 
     def fan_in(self, i: int, value: Any, error: BaseException | None) -> None:
@@ -1188,21 +1168,11 @@ class Run:
         if self.guards:
             guards.release(self, hooks[:1])
         if self.after_settle(hooks, k):
-            self.finish()
+            closing.finish(self)
 
     def mark_abandoned(self, futs: list[Future[Any]]) -> None:
         """Report futures whose work taskflow no longer waits for (outside the lock)."""
         executors.mark_abandoned(self.executor, futs)
-
-    # -- closing and finishing ----------------------------------------------------------------------
-
-    def expire(self) -> None:
-        """The budget is spent: close the run with every unsettled node TIMEOUT."""
-        self.close(_TIMEOUT, None)
-
-    def expire_on_timer(self) -> None:
-        """Timer thread (``submit`` runs): close the run's state, hand the rest to the owner."""
-        self.close(_TIMEOUT, None, on_timer=True)
 
     def cancel(self, reason: str | None) -> None:
         """``ctx.cancel``: close the run with unsettled nodes CANCELLED (but the caller's)."""
@@ -1212,198 +1182,9 @@ class Run:
         if self.observers and not self.closed:
             events.event(self.observers, -1, "cancelled", {
                 "reason": reason or "cancelled", "by": self.names[keep] if keep >= 0 else None})
-        self.close(_CANCELLED, reason or "cancelled", keep)
+        closing.close(self, _CANCELLED, reason or "cancelled", keep)
 
-    def close(self, state: ResultState, reason: str | None, keep: int = -1,
-              on_timer: bool = False) -> None:
-        """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
-        are claimed (``owed``), queued work is cancelled and running work abandoned."""
-        with self.lock:
-            if self.finished or (self.closed and state is not _TIMEOUT):
-                return
-            now = _monotonic()
-            if self.closed:
-                keep = -1  # the budget ends the wait for the node that cancelled the run
-            self.closed = self.economy.closed = True
-            if state is _TIMEOUT:
-                self.expired = True
-            else:
-                self.cancel_reason = reason
-            self.keep = keep
-            self.claim_terminal_hooks()
-            later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
-            victims, fan_futs = self.end_unsettled(state, reason, keep, now, later)
-            self.economy.clear_ready()
-            futs, running = self.take_work_futures(keep)
-            timers = list(self.node_timers.values())
-            self.node_timers.clear()
-            wait_keep = keep >= 0 and self.code[keep] != SETTLED
-        if on_timer:
-            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep,
-                      later)
-        else:
-            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
-
-    def claim_terminal_hooks(self) -> None:
-        """Under lock, closing: nodes that ended before the close but whose outcome hook has not
-        started are claimed (``owed``): the closer's side runs them."""
-        plan, results, claimed = self.plan, self.results, self.claimed
-        for i, c in enumerate(self.code):
-            if c == TERMINAL and not claimed[i]:
-                st = results[i].state
-                if (plan.has_success[i] if st is _SUCCESS
-                        else plan.has_fail[i] and st is not _SKIPPED):
-                    claimed[i] = 1
-                    self.owed.append(i)
-
-    def end_unsettled(self, state: ResultState, reason: str | None, keep: int, now: float,
-                      later: list[int]) -> tuple[list[int], list[Future[Any]]]:
-        """Under lock, closing: every node without an outcome but ``keep`` ends ``state`` and is
-        SETTLED (a TIMEOUT with a fallback goes to ``later``: its stand-in is written outside
-        the lock); their on_fail hooks are owed. Returns the nodes ended and the futures of the
-        running items of the fan-outs among them (to report abandoned)."""
-        plan, claimed = self.plan, self.claimed
-        fan_futs: list[Future[Any]] = []
-        victims = []
-        for i, wr in enumerate(self.results):
-            if wr.state is not _DEFAULT or i == keep:
-                continue
-            if state is _TIMEOUT:
-                exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
-            else:
-                exc = NodeCancelledError(plan.names[i], reason)
-            fan = self.fans.pop(i, None)
-            if fan is not None:
-                # the partial fan-in (in-flight items missing); its running items are reported
-                # abandoned with the run's own loops, after the lock
-                wr.result, fan_running = fan.abort()
-                fan_futs.extend(fan_running)
-            if not (plan.any_policy and guards.defer_close(self, i, state, later)):
-                self.fail(i, exc, state, now)
-            self.move(i, SETTLED)
-            victims.append(i)
-            if plan.has_fail[i] and not claimed[i]:
-                claimed[i] = 1
-                self.owed.append(i)
-        return victims, fan_futs
-
-    def take_work_futures(self, keep: int) -> tuple[list[Future[Any]], list[Future[Any]]]:
-        """Under lock, closing: the futures to cancel (every loop's and remote attempt's) and
-        those running a node other than ``keep`` (to report abandoned); remote attempts are
-        forgotten."""
-        futs = list(self.loop_futs.values())
-        running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
-                   if x != keep and t in self.loop_futs]
-        for x, f in self.remote_futs.items():
-            if x != keep:
-                futs.append(f)
-                running.append(f)
-        self.remote_futs.clear()
-        return futs, running
-
-    def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
-                   futs: list[Future[Any]], victims: list[int], wait_keep: bool,
-                   later: list[int] | None = None) -> None:
-        """Outside the lock: cancel and abandon work, run owed hooks, finish."""
-        for t in timers:
-            t.cancel()
-        self.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
-        for f in futs:
-            f.cancel()
-        if self.guards:
-            guards.release(self, victims)
-        if later:
-            guards.close_stand_ins(self, later)
-        for i in victims:
-            hooking.log_outcome(self, i)
-            if self.node_observers:
-                events.node_settled(self.node_observers, i)
-        hooking.run_owed(self)
-        if not wait_keep:
-            self.finish()
-
-    def finish(self) -> None:
-        """Make the FlowResult once, after every owed hook started, and hand it over."""
-        mine = 1 if getattr(current, "hooking", None) is self else 0
-        while True:
-            hooking.run_owed(self)
-            with self.lock:
-                if self.finished:
-                    return
-                self.closed = self.economy.closed = True
-                if self.hooks_running > mine:
-                    idle = self.hooks_idle
-                    if idle is None:
-                        idle = self.hooks_idle = threading.Condition(self.lock)
-                    idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
-                if self.owed:
-                    continue  # a closer claimed more while we waited: run them first
-                self.finished = True
-                timers = list(self.node_timers.values())
-                self.node_timers.clear()
-                watch = self.economy.stop()
-                if watch is not None:
-                    timers.append(watch)
-                self.fans.clear()
-                break
-        if self.run_timer is not None:
-            self.run_timer.cancel()
-            self.run_timer = None
-        for t in timers:
-            t.cancel()
-        detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
-                                               self.plan.index, self.results, self.flow_name))
-        elapsed = _monotonic() - self.t0
-        result = FlowResult(self, elapsed)
-        if self.debug:
-            self.log.debug("flow finished in {:.6f}s", elapsed)  # noqa: PLE1205 - loguru formats with {}
-        if self.observers:
-            events.run_ended(self.observers, result)
-        inbox = self.inbox
-        if inbox is not None:
-            self.flow_result = result
-            inbox.put(None)
-        fut = self.future
-        if fut is not None:
-            self.future = None
-            fut.set_result(result)
-
-    # -- the owner (start's caller) -----------------------------------------------------------------
-
-    def wait(self) -> FlowResult:
-        """``start``'s caller: do the work handed over until the run finishes, closing it at the
-        deadline."""
-        inbox = self.inbox
-        assert inbox is not None
-        inline = self.mode is INLINE
-        infinite = math.isinf(self.budget)
-        while True:
-            if inline:
-                self.drain_inline()
-            if infinite:
-                item = inbox.get()
-            else:
-                left = self.deadline - _monotonic()
-                try:
-                    if left <= 0:
-                        raise Empty
-                    item = inbox.get(timeout=min(left, threading.TIMEOUT_MAX))
-                except Empty:
-                    self.expire()
-                    infinite = True  # the result follows promptly
-                    continue
-            if item is None:
-                break
-            fn, args = item
-            fn(*args)
-        result = self.flow_result
-        assert result is not None
-        self.flow_result = None
-        return result
-
-    def drain_inline(self) -> None:
-        """Inline mode: the caller runs the ready nodes itself (``inline.py``)."""
-        inline.drain(self)
+    # -- the owner (start's caller): ``closing.wait`` ----------------------------------------------
 
     # -- remote executors (process pools, loky, dask): what remote.py asks of a run -------------
 
@@ -1449,36 +1230,7 @@ if TYPE_CHECKING:
     # mypy checks that a run is what the gates of guards.py take
     _guarded: type[guards.GuardedRun] = Run
     _hooked: type[hooking.HookedRun] = Run
-
-
-class FinishedRun:
-    """What a context keeps of a finished run (no reference back to the run)."""
-
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
-
-    finished = True
-
-    def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]],
-                 flow_name: str = "") -> None:
-        self.flow_id = flow_id
-        self.flow_name = flow_name
-        self.deadline = deadline
-        self.cancel_reason = cancel_reason
-        self.index = index
-        self.results = results
-
-    def cancelled_for_caller(self) -> bool:
-        return True
-
-    def caller_name(self) -> str:
-        return "?"
-
-    def value_of(self, name: str) -> Any:
-        return _value_of(self.results, self.index, self.flow_id, name)
-
-    def cancel(self, reason: str | None) -> None:
-        """The run is over: nothing to cancel."""
+    _closing: type[closing.ClosingRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:
