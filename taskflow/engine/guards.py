@@ -175,9 +175,6 @@ class GuardedRun(Protocol):
     def fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
         """Under lock: node ``i`` ends ``state`` with ``exc``."""
 
-    def failed_father(self, s: int, f: int) -> int:
-        """Under lock: the father to blame for ``s`` failing."""
-
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the run's owner thread."""
 
@@ -682,12 +679,12 @@ def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
 
 
 def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
-    """Under the lock, father ``f`` failed son ``s``: True when ``s`` has a fallback; it is
-    queued with the failure decided, and its worker computes the stand-in."""
+    """Under the lock, father ``f`` (the one to blame: ``settling.failed_father``) failed son
+    ``s``: True when ``s`` has a fallback; it is queued with the failure decided, and its
+    worker computes the stand-in."""
     pol = run.plan.policy[s]
     if pol is None or pol.fallback is None:
         return False
-    f = run.failed_father(s, f)
     err = UpstreamFailedError(run.names[s], run.names[f])
     err.__cause__ = run.results[f].exception
     g = _guard(run, s)

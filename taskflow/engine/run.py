@@ -25,9 +25,8 @@ executor (``executors.capabilities``):
 * executors in other processes (``remote.py``): each attempt is its own submission; its
   done-callback only hands the outcome to the run's *owner*.
 
-Failure of a node settles its waiting sons at once (fail fast, cause chained, the father's kind of
-failure); skipped fathers are ignored by joins; a son whose fathers all skipped is skipped. All
-that settles without running is handled in the same critical section with an explicit work list.
+How a terminal node settles its sons (joins, skips, failing fast, cancelling fathers nobody
+needs any more) is ``settling.py``'s.
 
 The owner and the threads that may do what
 ==========================================
@@ -144,10 +143,10 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from taskflow import logs
-from taskflow.engine import closing, events, executors, guards, loops, remote, timer
+from taskflow.engine import closing, events, executors, guards, loops, remote, settling, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
-from taskflow.engine.economy import FAST_TASK, Economy
+from taskflow.engine.economy import Economy
 from taskflow.engine.states import (
     BACKOFF,
     INLINE,
@@ -169,9 +168,7 @@ from taskflow.errors import (
     NodeCancelledError,
     NodeTimeoutError,
     TaskflowError,
-    UpstreamFailedError,
 )
-from taskflow.model import joins
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
@@ -186,14 +183,11 @@ _DEGRADED = ResultState.DEGRADED
 _EXCEPTION = ResultState.EXCEPTION
 _TIMEOUT = ResultState.TIMEOUT
 _CANCELLED = ResultState.CANCELLED
-_SKIPPED = ResultState.SKIPPED
 _DEFAULT = ResultState.DEFAULT
-_ALL = joins.ALL
-_FAILED_STATES = (ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCELLED)
-_WAIT, _FIRE, _SKIP = joins.WAIT, joins.FIRE, joins.SKIP
-_decide = joins.decide
 
 _monotonic = time.monotonic
+_settle_sons = settling.settle_sons
+_after_settle = settling.after_settle
 _current_thread = threading.current_thread
 _copy_context = contextvars.copy_context
 
@@ -473,11 +467,11 @@ class Run:
                 self.fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
                 if not self.plan.has_fail[i]:
-                    self.settle_sons(i, hooks, now)
+                    _settle_sons(self, i, hooks, now)
             k = eco.reserve()
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
-        if self.after_settle(hooks, k):
+        if _after_settle(self, hooks, k):
             closing.finish(self)
 
     # -- running nodes (loop and inline threads) ----------------------------------------------------
@@ -713,7 +707,7 @@ class Run:
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        self.settle_sons(i, sons_hooks, now)  # settle_and_next, inlined
+                        _settle_sons(self, i, sons_hooks, now)  # settle_and_next, inlined
                         abandoned = eco.abandoned
                         nxt = eco.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
@@ -726,7 +720,7 @@ class Run:
                             fin = self.pending == 0
                 if done:
                     if sons_hooks:  # carry_on, inlined
-                        fin = self.after_settle(sons_hooks, k) or fin
+                        fin = _after_settle(self, sons_hooks, k) or fin
                     elif k:
                         self.dispatch(k)
                     if fin:
@@ -854,7 +848,7 @@ class Run:
         ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
         nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
         fast path of ``complete`` inlines it."""
-        self.settle_sons(i, hooks, now)
+        _settle_sons(self, i, hooks, now)
         eco = self.economy
         nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
         k = eco.reserve(nxt)
@@ -864,7 +858,7 @@ class Run:
         """Outside the lock, after ``settle_and_next``: settle the sons that ended without
         running, start the ``k`` loops reserved, finish the run if ``fin``; returns ``nxt``."""
         if hooks:
-            fin = self.after_settle(hooks, k) or fin
+            fin = _after_settle(self, hooks, k) or fin
         elif k:
             self.dispatch(k)
         if fin:
@@ -925,193 +919,6 @@ class Run:
         self.pending -= 1
         return self.pending == 0
 
-    def settle_sons(self, i: int, hooks: list[int], now: float) -> None:
-        """Under lock: node ``i`` is terminal; update its sons' joins, transitively.
-
-        Sons that fire go to ``ready``; sons that fail fast or are skipped become terminal here
-        and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
-        """
-        plan = self.plan
-        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
-        results = self.results
-        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-        sons_of, est, ready = plan.sons, plan.est, self.ready
-        eco = self.economy
-        if results[i].state is _SUCCESS and not plan.routes[i]:
-            # the common case, without the work list: a success can only fire sons or leave
-            # them waiting (the same decide() rule as below)
-            for s in sons_of[i]:
-                if code[s] != WAITING:
-                    continue
-                n = left[s] - 1
-                left[s] = n
-                nsucc[s] += 1
-                kind = kinds[s]
-                if kind == _ALL:
-                    # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
-                    # (not SKIP: this father succeeded, so not every father was skipped)
-                    if n:
-                        continue
-                elif _decide(kind, join_k[s], nfathers[s], n, nsucc[s], nskip[s], 0) != _FIRE:
-                    continue
-                code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
-                results[s].queued_at = now
-                e = est[s]  # eco.enqueue(s), inlined on the hot path
-                if e < 0.0 or e >= FAST_TASK:
-                    eco.nslow += 1
-                    eco.slowq[s] = 1
-                ready.append(s)
-                if n:
-                    self.cancel_unneeded(s, hooks, now)
-            return
-        self.settle_through(i, hooks, now)
-
-    def settle_through(self, i: int, hooks: list[int], now: float) -> None:
-        """Under lock: ``settle_sons`` for any outcome of node ``i`` (a switch's choice, a
-        skip, a failure, a stand-in), with an explicit work list: a son that ends without
-        running (skipped, failed fast) settles its own sons in turn, unless its on_fail hook
-        must run first (then ``after_settle`` does)."""
-        plan = self.plan
-        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
-        results = self.results
-        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-        sons_of = plan.sons
-        work = [i]
-        while work:
-            f = work.pop()
-            st = results[f].state
-            succeeded = st is _SUCCESS or st is _DEGRADED
-            route = self.chosen.get(f) if succeeded and plan.routes[f] else None
-            for s in sons_of[f]:
-                if code[s] != WAITING:
-                    continue
-                left[s] -= 1
-                nfail = 0
-                if succeeded:
-                    if route is not None and s not in route:
-                        # a case the switch did not choose: skipped, whatever else feeds it
-                        self.skip(s, now)
-                        hooks.append(s)
-                        work.append(s)
-                        continue
-                    nsucc[s] += 1
-                    if left[s] and kinds[s] == _ALL:
-                        continue  # decide() answers WAIT: skip the call on the hot path
-                elif st is _SKIPPED:
-                    nskip[s] += 1
-                elif not (kinds[s] == _ALL and f in plan.optional[s]):
-                    nfail = 1
-                decision = _decide(kinds[s], join_k[s], nfathers[s], left[s], nsucc[s],
-                                   nskip[s], nfail)
-                if decision != _WAIT:
-                    self.apply_join(s, f, decision, hooks, work, now)
-
-    def apply_join(self, s: int, f: int, decision: int, hooks: list[int], work: list[int],
-                   now: float) -> None:
-        """Under lock: son ``s``'s join decided (FIRE, SKIP or FAIL) when father ``f`` ended.
-        A fired son is queued (its unneeded fathers cancelled if it fired early); a skipped or
-        failed one is terminal, appended to ``hooks``, and to ``work`` when its own sons may
-        settle now."""
-        if decision == _FIRE:
-            self.move(s, QUEUED)
-            self.results[s].queued_at = now
-            self.economy.enqueue(s)
-            if self.left[s]:
-                self.cancel_unneeded(s, hooks, now)
-        elif decision == _SKIP:
-            self.skip(s, now)
-            hooks.append(s)
-            work.append(s)
-        else:
-            if self.plan.any_policy and guards.doom(self, s, f, now):
-                return  # it has a fallback: queued to end DEGRADED
-            self.fail_fast(s, self.failed_father(s, f), now)
-            hooks.append(s)
-            if not self.plan.has_fail[s]:
-                work.append(s)  # else its sons are settled after its on_fail hook
-
-    def skip(self, s: int, now: float) -> None:
-        """Under lock: node ``s`` is SKIPPED."""
-        wr = self.results[s]
-        wr.state = _SKIPPED
-        wr.finished_at = now
-        self.move(s, TERMINAL)
-
-    def failed_father(self, s: int, f: int) -> int:
-        """Under lock: the father to blame for ``s`` failing: ``f`` if it failed, else the
-        first father of ``s`` that did (``f`` may be a skipped father that ended the wait)."""
-        results = self.results
-        if results[f].state in _FAILED_STATES:
-            return f
-        for x in self.plan.fathers[s]:
-            if results[x].state in _FAILED_STATES:
-                return x
-        return f
-
-    def fail_fast(self, s: int, f: int, now: float) -> None:
-        """Under lock: son ``s`` fails without running because of father ``f``."""
-        fwr = self.results[f]
-        err = UpstreamFailedError(self.names[s], self.names[f])
-        err.__cause__ = fwr.exception
-        st = fwr.state
-        kind = st if st in (_TIMEOUT, _CANCELLED) else _EXCEPTION
-        self.fail(s, err, kind, now)
-
-    def cancel_unneeded(self, s: int, hooks: list[int], now: float) -> None:
-        """Under lock: ``s`` fired early; cancel its unfinished fathers nobody else waits for."""
-        plan = self.plan
-        code = self.code
-        work = [s]
-        while work:
-            x = work.pop()
-            for p in plan.fathers[x]:
-                if code[p] == TERMINAL or code[p] == SETTLED:  # (PARKED sorts above them)
-                    continue
-                if any(code[q] == WAITING for q in plan.sons[p]):
-                    continue
-                fan = self.fans.pop(p, None)
-                if fan is not None:
-                    self.results[p].result, running = fan.abort()  # stop pulling; keep its items
-                    if running:
-                        self.post(self.mark_abandoned, running)
-                self.fail(p, NodeCancelledError(
-                    plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED,
-                    now)
-                hooks.append(p)
-                t = self.node_timers.pop(p, None)
-                if t is not None:
-                    t.cancel()
-                if p in self.guards:  # its slot, token or shared-call place goes back
-                    self.post(guards.release, self, (p,), False)
-                work.append(p)  # its own fathers may be unneeded now
-
-    def after_settle(self, hooks: list[int], k: int) -> bool:
-        """Outside the lock: run on_fail hooks of nodes settled without running, settle them,
-        start loops. Returns True if the run is finished."""
-        plan = self.plan
-        fin = False
-        j = 0
-        while j < len(hooks):  # grows: settling a node after its hook may settle more
-            s = hooks[j]
-            j += 1
-            wr = self.results[s]
-            deferred = plan.has_fail[s] and wr.state is not _SKIPPED
-            if self.debug or wr.state is not _SKIPPED:
-                hooking.log_outcome(self, s)
-            if self.node_observers:
-                events.node_settled(self.node_observers, s)
-            if deferred:
-                hooking.hook(self, self.node(s).on_fail, s, wr.attempts, True)
-            with self.lock:
-                if deferred:  # its hook has returned: now its sons may move
-                    self.settle_sons(s, hooks, _monotonic())
-                if self.code[s] == TERMINAL:
-                    fin = self.mark_settled(s) or fin
-                k += self.economy.reserve()
-        if k:
-            self.dispatch(k)
-        return fin
-
     # -- time -------------------------------------------------------------------------------------
 
     def arm_node_timeout(self, i: int, started: float) -> None:
@@ -1157,7 +964,7 @@ class Run:
                     abandoned = self.loop_futs.get(token)
             hooks = [i]
             if not plan.has_fail[i]:
-                self.settle_sons(i, hooks, now)  # else after its on_fail hook
+                _settle_sons(self, i, hooks, now)  # else after its on_fail hook
             k = self.economy.reserve()
         self.post(self.after_timeout, hooks, k, abandoned)
 
@@ -1167,7 +974,7 @@ class Run:
             self.mark_abandoned([abandoned])
         if self.guards:
             guards.release(self, hooks[:1])
-        if self.after_settle(hooks, k):
+        if _after_settle(self, hooks, k):
             closing.finish(self)
 
     def mark_abandoned(self, futs: list[Future[Any]]) -> None:
@@ -1231,6 +1038,7 @@ if TYPE_CHECKING:
     _guarded: type[guards.GuardedRun] = Run
     _hooked: type[hooking.HookedRun] = Run
     _closing: type[closing.ClosingRun] = Run
+    _settling: type[settling.SettlingRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:
