@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from taskflow.engine import events, timer
 from taskflow.engine.states import NO_LOOP, QUEUED, RUNNING, TERMINAL
@@ -189,10 +189,6 @@ class GuardedRun(Protocol):
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
         """Record node ``i``'s outcome and settle it; the loop's next node."""
-
-    def node_timeout(self, i: int, stand_in: Any = None) -> None:
-        """Node ``i``'s own timeout passed (``stand_in``: its fallback's outcome)."""
-
 
 def _policy(run: GuardedRun, i: int) -> Any:
     """Node ``i``'s ``NodePolicy`` (never None here: the engine calls this module only for
@@ -625,22 +621,26 @@ def _end(run: GuardedRun, i: int, error: BaseException, got: tuple[Any, BaseExce
     run.move(i, TERMINAL)
 
 
-def timeout_stand_in(run: GuardedRun, i: int) -> bool:
+_R = TypeVar("_R", bound=GuardedRun)
+
+
+def timeout_stand_in(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> bool:
     """Timer thread, node ``i``'s own timeout passed: True when the owner takes over (it
-    computes the fallback, then calls ``run.node_timeout(i, stand_in)``)."""
+    computes the fallback, then calls ``timed_out(run, i, stand_in)``: the engine's
+    ``deadlines.node_timeout``)."""
     if _policy(run, i).fallback is None:
         return False
-    run.post(_timeout_owner, run, i)
+    run.post(_timeout_owner, run, i, timed_out)
     return True
 
 
-def _timeout_owner(run: GuardedRun, i: int) -> None:
+def _timeout_owner(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> None:
     with run.lock:
         if run.closed or run.results[i].state is not _DEFAULT:
             return
     error = NodeTimeoutError(run.names[i], run.plan.timeout[i])
     got = _compute(run, i, error)
-    run.node_timeout(i, (error, got))
+    timed_out(run, i, (error, got))
 
 
 def end_timed_out(run: GuardedRun, i: int, stand: tuple[Any, Any], now: float) -> None:

@@ -143,7 +143,17 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from taskflow import logs
-from taskflow.engine import closing, events, executors, guards, loops, remote, settling, timer
+from taskflow.engine import (
+    closing,
+    deadlines,
+    events,
+    executors,
+    guards,
+    loops,
+    remote,
+    settling,
+    timer,
+)
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
 from taskflow.engine.economy import Economy
@@ -153,7 +163,6 @@ from taskflow.engine.states import (
     LEGAL_BITS,
     LOOPS,
     NO_LOOP,
-    PARKED,
     QUEUED,
     REMOTE,
     RUNNING,
@@ -609,7 +618,7 @@ class Run:
             now = _monotonic()
             wr.started_at = now
             if self.plan.timeout[i] is not None:
-                self.arm_node_timeout(i, now)
+                deadlines.arm_node_timeout(self, i, now)
         wr.attempts += 1
         wr.thread = thread
         if self.node_observers:
@@ -739,9 +748,9 @@ class Run:
             guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
-            return self.past_deadline(i, token, value, error)
+            return deadlines.past_deadline(self, i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did
-        if self.own_timeout_passed(i, wr, now, error):
+        if deadlines.own_timeout_passed(self, i, wr, now, error):
             value, error = None, NodeTimeoutError(self.names[i], plan.timeout[i])
         degraded = None
         if error is not None and guarded:
@@ -780,23 +789,6 @@ class Run:
             with self.lock:
                 nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         return self.carry_on(nxt, k, fin, hooks)
-
-    def past_deadline(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
-        """The budget ran out while node ``i`` ran: its outcome does not count, and the run
-        closes; returns the loop's next node."""
-        closing.expire(self)
-        if self.node_observers:
-            events.attempt_ended(self.node_observers, i, self.results[i].attempts, error,
-                                 events.LATE)
-        return self.late(i, token, value, error)
-
-    def own_timeout_passed(self, i: int, wr: WorkResult[Any], now: float,
-                           error: BaseException | None) -> bool:
-        """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
-        already; a fan-out's policy decides that itself)."""
-        t = self.plan.timeout[i]
-        return (t is not None and wr.started_at is not None and now >= wr.started_at + t
-                and not self.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
 
     def learn_duration(self, i: int, began: float | None, now: float) -> None:
         """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
@@ -919,64 +911,6 @@ class Run:
         self.pending -= 1
         return self.pending == 0
 
-    # -- time -------------------------------------------------------------------------------------
-
-    def arm_node_timeout(self, i: int, started: float) -> None:
-        """Schedule node ``i``'s own timeout (unless the budget ends first)."""
-        t = self.plan.timeout[i]
-        assert t is not None
-        when = started + t
-        if when < self.deadline:
-            entry = timer.schedule(when, self.node_timeout, i)
-            with self.lock:
-                self.node_timers[i] = entry
-
-    def node_timeout(self, i: int, stand_in: Any = None) -> None:
-        """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
-        and the abandoned work are handed to the owner. (A node with a fallback: the owner
-        computes its ``stand_in`` first and calls this again.)"""
-        plan = self.plan
-        if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
-                guards.timeout_stand_in(self, i)):
-            return
-        fan = self.fans.get(i)
-        if fan is not None:
-            sealed = fan.seal(True)  # in-flight items are missing from now on
-            if sealed is not None:
-                self.post(fan.deliver, *sealed)
-            return
-        abandoned: Future[Any] | None = None
-        with self.lock:
-            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
-                return
-            now = _monotonic()
-            running = self.code[i] == RUNNING
-            if stand_in is not None:
-                guards.end_timed_out(self, i, stand_in, now)
-            else:
-                self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
-            self.node_timers.pop(i, None)
-            if running and self.mode is REMOTE:
-                abandoned = self.remote_futs.pop(i, None)
-            elif running:
-                token = self.economy.abandon_loop_of(i)
-                if token is not None:
-                    abandoned = self.loop_futs.get(token)
-            hooks = [i]
-            if not plan.has_fail[i]:
-                _settle_sons(self, i, hooks, now)  # else after its on_fail hook
-            k = self.economy.reserve()
-        self.post(self.after_timeout, hooks, k, abandoned)
-
-    def after_timeout(self, hooks: list[int], k: int, abandoned: Future[Any] | None) -> None:
-        """Owner thread: finish what a node timeout started."""
-        if abandoned is not None and not abandoned.done():
-            self.mark_abandoned([abandoned])
-        if self.guards:
-            guards.release(self, hooks[:1])
-        if _after_settle(self, hooks, k):
-            closing.finish(self)
-
     def mark_abandoned(self, futs: list[Future[Any]]) -> None:
         """Report futures whose work taskflow no longer waits for (outside the lock)."""
         executors.mark_abandoned(self.executor, futs)
@@ -1039,6 +973,7 @@ if TYPE_CHECKING:
     _hooked: type[hooking.HookedRun] = Run
     _closing: type[closing.ClosingRun] = Run
     _settling: type[settling.SettlingRun] = Run
+    _timed: type[deadlines.TimedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:
