@@ -925,51 +925,12 @@ class Run:
                 "reason": reason or "cancelled", "by": self.names[keep] if keep >= 0 else None})
         closing.close(self, _CANCELLED, reason or "cancelled", keep)
 
-    # -- the owner (start's caller): ``closing.wait`` ----------------------------------------------
-
-    # -- remote executors (process pools, loky, dask): what remote.py asks of a run -------------
-
-    def take_queued(self) -> list[int]:
-        """The ready nodes still QUEUED, moved to RUNNING (each becomes its own submission)."""
-        with self.lock:
-            batch = []
-            code = self.code
-            for i in self.ready:
-                if code[i] == QUEUED:
-                    self.move(i, RUNNING)
-                    batch.append(i)
-            self.economy.clear_ready()
-        if self.ranks is not None:
-            ranks = self.ranks
-            batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
-        return batch
-
-    def fan_out_here(self, i: int, thread: str) -> None:
-        """Start fan-out node ``i`` on this (the owner's) thread."""
-        self.start_fanout(i, NO_LOOP, self.node(i), thread)
-
-    def complete_remote(self, i: int, value: Any, error: BaseException | None) -> None:
-        """A remote attempt of node ``i`` ended for good (or could not be submitted)."""
-        self.complete(i, NO_LOOP, value, error)
-
-    def retry_remote(self, i: int, delay: float) -> bool:
-        """Queue another attempt of node ``i`` now (``delay`` 0: True, dispatch it) or after
-        ``delay`` seconds; False if the node was settled meanwhile."""
-        with self.lock:
-            if self.code[i] != RUNNING or self.results[i].state is not _DEFAULT:
-                return False
-            if delay == 0.0:
-                self.move(i, QUEUED)
-                self.economy.enqueue(i)
-                return True
-            self.move(i, BACKOFF)
-            timer.schedule(_monotonic() + delay, self.requeue, i)
-            return False
-
 
 if TYPE_CHECKING:
-    # mypy checks that a run is what the gates of guards.py take
+    # mypy checks that a run is what the gates of guards.py, remote.py and the collaborators
+    # of the other engine modules take
     _guarded: type[guards.GuardedRun] = Run
+    _remote: type[remote.RemoteHost] = Run
     _hooked: type[hooking.HookedRun] = Run
     _closing: type[closing.ClosingRun] = Run
     _settling: type[settling.SettlingRun] = Run

@@ -239,7 +239,6 @@ def _methods_of_run() -> list[str]:
     return [n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-@pytest.mark.xfail(strict=True, reason="Run still has more methods than the limit")
 def test_run_has_at_most_the_limit_of_methods() -> None:
     assert len(_methods_of_run()) <= MAX_RUN_METHODS
 
