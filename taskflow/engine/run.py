@@ -1,4 +1,4 @@
-"""One run of a compiled plan: the node state table, settling, closing and finishing.
+"""One run of a compiled plan: its state, running nodes and recording their outcomes.
 
 How a run works
 ===============
