@@ -49,6 +49,7 @@ from concurrency import PRODUCT_DETAIL, Workload, backend_sleeps, layers, measur
 from overhead import handwritten
 
 from taskflow import TaskScheduling
+from taskflow.engine import closing as _closing
 from taskflow.engine import economy as _economy
 from taskflow.engine import run as _run
 
@@ -216,7 +217,7 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
     starts: dict[str, list[float]] = {}
     watch: Counter[str] = Counter()
     fin: dict[str, float] = {}
-    finish, watchdog = _run.Run.finish, _economy.Economy.watchdog
+    finish, watchdog = _closing.finish, _economy.Economy.watchdog
 
     def finish_stamped(self: Any) -> None:
         fin.setdefault(self.flow_id, _mono())
@@ -256,7 +257,7 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
                 "_first": first, "_last": last}
 
     gc.callbacks.append(on_gc)
-    _run.Run.finish = finish_stamped  # type: ignore[method-assign]
+    _closing.finish = finish_stamped
     _economy.Economy.watchdog = watchdog_counted  # type: ignore[method-assign]
     try:
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -339,7 +340,7 @@ def tail(callers: int, flows_per_caller: int = 60, rounds: int = 3) -> None:
             prober.join()
     finally:
         gc.callbacks.remove(on_gc)
-        _run.Run.finish = finish  # type: ignore[method-assign]
+        _closing.finish = finish
         _economy.Economy.watchdog = watchdog  # type: ignore[method-assign]
     rows: list[tuple[float, dict[str, float]]] = []
     for m0, m1, fid, st in rec_tf:  # type: ignore[misc]

@@ -7,7 +7,7 @@ import math
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from taskflow.engine import executors, guards
+from taskflow.engine import closing, executors, guards
 from taskflow.engine.run import Run
 from taskflow.errors import FlowDefinitionError
 from taskflow.model.context import TaskContext, bind_context, current
@@ -99,7 +99,7 @@ class TaskScheduling:
         """
         run = _prepare(nodes, executor, timeout, context, None, targets, name)
         run.begin()
-        return run.wait()
+        return closing.wait(run)
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,

@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from taskflow.engine import events, timer
 from taskflow.engine.states import NO_LOOP, QUEUED, RUNNING, TERMINAL
@@ -175,9 +175,6 @@ class GuardedRun(Protocol):
     def fail(self, i: int, exc: BaseException, state: ResultState, now: float) -> None:
         """Under lock: node ``i`` ends ``state`` with ``exc``."""
 
-    def failed_father(self, s: int, f: int) -> int:
-        """Under lock: the father to blame for ``s`` failing."""
-
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the run's owner thread."""
 
@@ -192,10 +189,6 @@ class GuardedRun(Protocol):
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
         """Record node ``i``'s outcome and settle it; the loop's next node."""
-
-    def node_timeout(self, i: int, stand_in: Any = None) -> None:
-        """Node ``i``'s own timeout passed (``stand_in``: its fallback's outcome)."""
-
 
 def _policy(run: GuardedRun, i: int) -> Any:
     """Node ``i``'s ``NodePolicy`` (never None here: the engine calls this module only for
@@ -628,22 +621,26 @@ def _end(run: GuardedRun, i: int, error: BaseException, got: tuple[Any, BaseExce
     run.move(i, TERMINAL)
 
 
-def timeout_stand_in(run: GuardedRun, i: int) -> bool:
+_R = TypeVar("_R", bound=GuardedRun)
+
+
+def timeout_stand_in(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> bool:
     """Timer thread, node ``i``'s own timeout passed: True when the owner takes over (it
-    computes the fallback, then calls ``run.node_timeout(i, stand_in)``)."""
+    computes the fallback, then calls ``timed_out(run, i, stand_in)``: the engine's
+    ``deadlines.node_timeout``)."""
     if _policy(run, i).fallback is None:
         return False
-    run.post(_timeout_owner, run, i)
+    run.post(_timeout_owner, run, i, timed_out)
     return True
 
 
-def _timeout_owner(run: GuardedRun, i: int) -> None:
+def _timeout_owner(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> None:
     with run.lock:
         if run.closed or run.results[i].state is not _DEFAULT:
             return
     error = NodeTimeoutError(run.names[i], run.plan.timeout[i])
     got = _compute(run, i, error)
-    run.node_timeout(i, (error, got))
+    timed_out(run, i, (error, got))
 
 
 def end_timed_out(run: GuardedRun, i: int, stand: tuple[Any, Any], now: float) -> None:
@@ -682,12 +679,12 @@ def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
 
 
 def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
-    """Under the lock, father ``f`` failed son ``s``: True when ``s`` has a fallback; it is
-    queued with the failure decided, and its worker computes the stand-in."""
+    """Under the lock, father ``f`` (the one to blame: ``settling.failed_father``) failed son
+    ``s``: True when ``s`` has a fallback; it is queued with the failure decided, and its
+    worker computes the stand-in."""
     pol = run.plan.policy[s]
     if pol is None or pol.fallback is None:
         return False
-    f = run.failed_father(s, f)
     err = UpstreamFailedError(run.names[s], run.names[f])
     err.__cause__ = run.results[f].exception
     g = _guard(run, s)

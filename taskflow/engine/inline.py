@@ -3,7 +3,7 @@
 A ``start`` called from a task that runs on a worker of the same pool (compared through wrappers:
 ``executors.same_executor``) cannot wait for that pool: on a saturated (e.g. one-worker) pool the
 nodes would never run. Such a run is *inline*: its caller drains the run's ready queue itself,
-between waits on the run's inbox (``Run.wait``), so the nested flow needs no other worker. Nodes
+between waits on the run's inbox (``closing.wait``), so the nested flow needs no other worker. Nodes
 that become ready while the caller waits post a wake-up to the inbox.
 """
 
@@ -25,8 +25,11 @@ class InlineRun(Protocol):
     """What draining needs from a run."""
 
     lock: threading.Lock
-    economy: Economy
     finished: bool
+
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy (its fields under ``lock``)."""
 
     def run_nodes(self, i: int, token: int) -> None:
         """Run node ``i`` and the nodes popped after it."""

@@ -23,6 +23,7 @@ import pickle
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextvars import Context
@@ -33,7 +34,9 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow import _fork
-from taskflow.engine import executors, guards
+from taskflow.engine import executors, guards, timer
+from taskflow.engine.economy import Economy
+from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
 from taskflow.model.context import TaskContext, attach_view
 from taskflow.model.result import ResultState, WorkResult
@@ -79,13 +82,16 @@ class RemoteHost(guards.GuardedRun, Protocol):
     flow_name: str
     remote_futs: dict[int, Future[Any]]
     node_observers: tuple[Any, ...]
+    ready: deque[int]
+    ranks: list[tuple[float, float]] | None
 
     @property
     def log(self) -> Any:
         """The run's logger."""
 
-    def take_queued(self) -> list[int]:
-        """The ready QUEUED nodes, moved to RUNNING."""
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy (its fields under ``lock``)."""
 
     def node(self, i: int) -> Any:
         """The run's copy of node ``i``."""
@@ -93,20 +99,17 @@ class RemoteHost(guards.GuardedRun, Protocol):
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` and run its ``on_begin``."""
 
-    def fan_out_here(self, i: int, thread: str) -> None:
-        """Start fan-out node ``i`` on this thread."""
+    def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
+        """Start fan-out node ``i``'s fan-out; the loop ``token``'s next node."""
 
-    def complete_remote(self, i: int, value: Any, error: BaseException | None) -> None:
-        """Record node ``i``'s outcome."""
+    def requeue(self, i: int) -> None:
+        """Timer thread: node ``i``'s back-off ended; queue its next attempt."""
 
     def route(self, i: int, node: Any, value: Any) -> None:
         """A switch's value: record the sons it chose."""
 
     def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
         """0: retry now, > 0: after that back-off, < 0: no retry."""
-
-    def retry_remote(self, i: int, delay: float) -> bool:
-        """Queue another attempt; True: dispatch it now."""
 
     def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
         """Tell the run's observers that an attempt failed and another follows."""
@@ -117,8 +120,45 @@ class RemoteHost(guards.GuardedRun, Protocol):
 
 def dispatch(host: RemoteHost) -> None:
     """The owner's thread: submit every queued node as its own task."""
-    for i in host.take_queued():
+    for i in _take_queued(host):
         _submit(host, i)
+
+
+def _take_queued(host: RemoteHost) -> list[int]:
+    """The ready nodes still QUEUED, moved to RUNNING (each becomes its own submission), in
+    rank order when the run has ranks (stable: FIFO among equals)."""
+    with host.lock:
+        batch = []
+        code = host.code
+        for i in host.ready:
+            if code[i] == QUEUED:
+                host.move(i, RUNNING)
+                batch.append(i)
+        host.economy.clear_ready()
+    if host.ranks is not None:
+        ranks = host.ranks
+        batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
+    return batch
+
+
+def _complete(host: RemoteHost, i: int, value: Any, error: BaseException | None) -> None:
+    """A remote attempt of node ``i`` ended for good (or could not be submitted)."""
+    host.complete(i, NO_LOOP, value, error)
+
+
+def _retry(host: RemoteHost, i: int, delay: float) -> bool:
+    """Queue another attempt of node ``i`` now (``delay`` 0: True, dispatch it) or after
+    ``delay`` seconds; False if the node was settled meanwhile."""
+    with host.lock:
+        if host.code[i] != RUNNING or host.results[i].state is not ResultState.DEFAULT:
+            return False
+        if delay == 0.0:
+            host.move(i, QUEUED)
+            host.economy.enqueue(i)
+            return True
+        host.move(i, BACKOFF)
+        timer.schedule(time.monotonic() + delay, host.requeue, i)
+        return False
 
 
 def _submit(host: RemoteHost, i: int) -> None:
@@ -126,7 +166,7 @@ def _submit(host: RemoteHost, i: int) -> None:
     plan = host.plan
     tname = type(host.executor).__name__
     if plan.fanout[i]:
-        host.fan_out_here(i, tname)
+        host.start_fanout(i, NO_LOOP, host.node(i), tname)  # on the owner's thread
         return
     guarded = plan.any_policy and plan.policy[i] is not None
     if guarded:
@@ -134,7 +174,7 @@ def _submit(host: RemoteHost, i: int) -> None:
         if gate == guards.PARKED:
             return  # back through dispatch when what it waits for arrives
         if gate == guards.DONE:
-            host.complete_remote(i, *guards.take_outcome(host, i))
+            _complete(host, i, *guards.take_outcome(host, i))
             return
     wr = host.results[i]
     host.begin_attempt(i, wr, tname, host.node(i))
@@ -162,7 +202,7 @@ def _submit(host: RemoteHost, i: int) -> None:
     if error is not None:
         if guarded:
             guards.attempt_done(host, i, False)
-        host.complete_remote(i, None, error)
+        _complete(host, i, None, error)
         return
     with host.lock:
         host.remote_futs[i] = fut
@@ -181,7 +221,7 @@ def _process(host: RemoteHost, i: int, fut: Future[Any]) -> None:
     except BaseException as exc:  # noqa: BLE001 - a bug here must end the node, not hang it
         host.log.opt(exception=True).error("taskflow failed processing node {}",
                                            host.plan.names[i])
-        host.complete_remote(i, None, exc)
+        _complete(host, i, None, exc)
 
 
 def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
@@ -208,10 +248,10 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
         if delay >= 0.0:
             if host.node_observers:
                 host.retrying(i, wr.attempts, error, delay)
-            if host.retry_remote(i, delay):
+            if _retry(host, i, delay):
                 dispatch(host)
             return
-    host.complete_remote(i, value, error)
+    _complete(host, i, value, error)
 
 
 class Coordinator:

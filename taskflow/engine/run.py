@@ -1,4 +1,4 @@
-"""One run of a compiled plan: the node state table, settling, closing and finishing.
+"""One run of a compiled plan: its state, running nodes and recording their outcomes.
 
 How a run works
 ===============
@@ -25,13 +25,12 @@ executor (``executors.capabilities``):
 * executors in other processes (``remote.py``): each attempt is its own submission; its
   done-callback only hands the outcome to the run's *owner*.
 
-Failure of a node settles its waiting sons at once (fail fast, cause chained, the father's kind of
-failure); skipped fathers are ignored by joins; a son whose fathers all skipped is skipped. All
-that settles without running is handled in the same critical section with an explicit work list.
+How a terminal node settles its sons (joins, skips, failing fast, cancelling fathers nobody
+needs any more) is ``settling.py``'s.
 
 The owner and the threads that may do what
 ==========================================
-Every run has an *owner*: ``start``'s caller, which waits in :meth:`Run.wait` on the run's
+Every run has an *owner*: ``start``'s caller, which waits in ``closing.wait`` on the run's
 ``inbox``, or, for ``submit``, the shared ``taskflow-coordinator`` threads (one when idle, more
 while one is busy in a slow hook). ``post`` hands work to the owner. Three kinds of thread never call user code or ``executor.submit``; they move state
 under the lock and ``post`` the rest:
@@ -43,9 +42,8 @@ under the lock and ``post`` the rest:
 Whichever thread finishes a node compares the clock with the node's own deadline and the run's:
 past either, the node is TIMEOUT and its value is dropped (past the run's, the run closes).
 
-Time: the run has one deadline (``t0 + budget``). ``start``'s caller waits until then and closes
-the run: every unsettled node becomes TIMEOUT, queued futures are cancelled, running ones are
-reported abandoned (``mark_abandoned``), the hooks owed run in the caller, and it returns.
+Time: the run has one deadline (``t0 + budget``); closing the run there, or at ``ctx.cancel``,
+and finishing it are ``closing.py``'s (its docstring says how).
 
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
 =======================================================================
@@ -117,11 +115,6 @@ Invariants
   outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
   reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
   the same steps inlined.
-* At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
-  that finishes a node past it) the run closes under the lock: ``claim_terminal_hooks``,
-  ``end_unsettled`` (every node without an outcome TIMEOUT and SETTLED), the ready queue
-  emptied, ``take_work_futures``; outside the lock ``close_rest`` cancels and abandons that
-  work, runs the owed hooks and ``finish`` makes the FlowResult.
 * Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
   ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
   ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
@@ -144,20 +137,34 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from taskflow import logs
-from taskflow.engine import events, executors, guards, inline, loops, remote, timer
-from taskflow.engine.economy import FAST_TASK, Economy
+from taskflow.engine import (
+    closing,
+    deadlines,
+    events,
+    executors,
+    guards,
+    loops,
+    remote,
+    settling,
+    timer,
+)
+from taskflow.engine import hooks as hooking
+from taskflow.engine.closing import FinishedRun
+from taskflow.engine.economy import Economy
 from taskflow.engine.states import (
     BACKOFF,
+    INLINE,
     LEGAL_BITS,
+    LOOPS,
     NO_LOOP,
-    PARKED,
     QUEUED,
+    REMOTE,
     RUNNING,
     SETTLED,
     STATE_NAMES,
@@ -169,23 +176,15 @@ from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
     NodeTimeoutError,
-    ResultNotAvailableError,
     TaskflowError,
-    UpstreamFailedError,
-    traceback_text,
 )
-from taskflow.model import joins
-from taskflow.model.context import TaskContext, TaskSupport, current, detach_run
+from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
 
 
-# how the run's nodes are executed
-LOOPS, INLINE, REMOTE = "loops", "inline", "remote"
-# how long finishing a run waits for hooks already started (they are meant to be quick)
-HOOK_GRACE = 0.05
 
 
 _SUCCESS = ResultState.SUCCESS
@@ -193,14 +192,11 @@ _DEGRADED = ResultState.DEGRADED
 _EXCEPTION = ResultState.EXCEPTION
 _TIMEOUT = ResultState.TIMEOUT
 _CANCELLED = ResultState.CANCELLED
-_SKIPPED = ResultState.SKIPPED
 _DEFAULT = ResultState.DEFAULT
-_ALL = joins.ALL
-_FAILED_STATES = (ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCELLED)
-_WAIT, _FIRE, _SKIP = joins.WAIT, joins.FIRE, joins.SKIP
-_decide = joins.decide
 
 _monotonic = time.monotonic
+_settle_sons = settling.settle_sons
+_after_settle = settling.after_settle
 _current_thread = threading.current_thread
 _copy_context = contextvars.copy_context
 
@@ -242,19 +238,6 @@ def _note(exc: BaseException, note: str) -> None:
             exc.add_note(note)
         else:  # pragma: no cover - Python 3.10
             exc.__notes__ = [*(notes or ()), note]
-
-
-def _value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,
-              name: str) -> Any:
-    """``ctx.result_of(name)``: the value of node ``name`` if it succeeded."""
-    try:
-        wr = results[index[name]]
-    except KeyError:
-        raise KeyError(f"no node named {name!r} in flow {flow_id}") from None
-    st = wr.state
-    if st is not _SUCCESS and st is not _DEGRADED:
-        raise ResultNotAvailableError(name, st.name)
-    return wr.result
 
 
 def _start_loops(ref: weakref.ref[Run], k: int) -> None:
@@ -394,7 +377,7 @@ class Run:
         return self.names[cur.idx] if getattr(cur, "run", None) is self else "?"
 
     def value_of(self, name: str) -> Any:
-        return _value_of(self.results, self.plan.index, self.flow_id, name)
+        return closing.value_of(self.results, self.plan.index, self.flow_id, name)
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -441,10 +424,10 @@ class Run:
             self.quiet = not self.debug and not self.node_observers
         plan = self.plan
         if not plan.nodes:
-            self.finish()
+            closing.finish(self)
             return
         if self.budget <= 0.0:
-            self.expire()
+            closing.expire(self)
             return
         now = self.t0
         results = self.results
@@ -459,7 +442,7 @@ class Run:
                 eco.enqueue(i)
             k = eco.reserve()
         if self.future is not None and not math.isinf(self.budget):
-            self.run_timer = timer.schedule(self.deadline, self.expire_on_timer)
+            self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
         self.dispatch(k)
 
     def dispatch(self, k: int) -> None:
@@ -493,12 +476,12 @@ class Run:
                 self.fail(i, exc, _EXCEPTION, now)
                 hooks.append(i)
                 if not self.plan.has_fail[i]:
-                    self.settle_sons(i, hooks, now)
+                    _settle_sons(self, i, hooks, now)
             k = eco.reserve()
         if self.debug:
             self.log.debug("executor refused work: {!r}", exc)  # noqa: PLE1205 - loguru formats with {}
-        if self.after_settle(hooks, k):
-            self.finish()
+        if _after_settle(self, hooks, k):
+            closing.finish(self)
 
     # -- running nodes (loop and inline threads) ----------------------------------------------------
 
@@ -635,7 +618,7 @@ class Run:
             now = _monotonic()
             wr.started_at = now
             if self.plan.timeout[i] is not None:
-                self.arm_node_timeout(i, now)
+                deadlines.arm_node_timeout(self, i, now)
         wr.attempts += 1
         wr.thread = thread
         if self.node_observers:
@@ -644,7 +627,7 @@ class Run:
             name = self.names[i]
             self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
         if self.plan.has_begin[i] and not self.closed:
-            self.hook(node.on_begin, i, wr.attempts, False)
+            hooking.hook(self, node.on_begin, i, wr.attempts, False)
 
     def route(self, i: int, node: Any, value: Any) -> None:
         """A switch returned ``value``: record which of its sons it chose (or raise)."""
@@ -733,7 +716,7 @@ class Run:
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        self.settle_sons(i, sons_hooks, now)  # settle_and_next, inlined
+                        _settle_sons(self, i, sons_hooks, now)  # settle_and_next, inlined
                         abandoned = eco.abandoned
                         nxt = eco.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1
@@ -746,11 +729,11 @@ class Run:
                             fin = self.pending == 0
                 if done:
                     if sons_hooks:  # carry_on, inlined
-                        fin = self.after_settle(sons_hooks, k) or fin
+                        fin = _after_settle(self, sons_hooks, k) or fin
                     elif k:
                         self.dispatch(k)
                     if fin:
-                        self.finish()
+                        closing.finish(self)
                     return nxt
             # past the deadline, or settled without us: the general path says so
         return self.complete_outcome(i, token, value, error)
@@ -765,9 +748,9 @@ class Run:
             guards.finish(self, i, value, error)
         now = _monotonic()
         if now >= self.deadline:
-            return self.past_deadline(i, token, value, error)
+            return deadlines.past_deadline(self, i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did
-        if self.own_timeout_passed(i, wr, now, error):
+        if deadlines.own_timeout_passed(self, i, wr, now, error):
             value, error = None, NodeTimeoutError(self.names[i], plan.timeout[i])
         degraded = None
         if error is not None and guarded:
@@ -806,23 +789,6 @@ class Run:
             with self.lock:
                 nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         return self.carry_on(nxt, k, fin, hooks)
-
-    def past_deadline(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
-        """The budget ran out while node ``i`` ran: its outcome does not count, and the run
-        closes; returns the loop's next node."""
-        self.expire()
-        if self.node_observers:
-            events.attempt_ended(self.node_observers, i, self.results[i].attempts, error,
-                                 events.LATE)
-        return self.late(i, token, value, error)
-
-    def own_timeout_passed(self, i: int, wr: WorkResult[Any], now: float,
-                           error: BaseException | None) -> bool:
-        """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
-        already; a fan-out's policy decides that itself)."""
-        t = self.plan.timeout[i]
-        return (t is not None and wr.started_at is not None and now >= wr.started_at + t
-                and not self.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
 
     def learn_duration(self, i: int, began: float | None, now: float) -> None:
         """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
@@ -863,10 +829,10 @@ class Run:
         if self.node_observers:
             events.completed(self.node_observers, i, wr.attempts, wr.exception)
         if loud:
-            self.log_outcome(i)
+            hooking.log_outcome(self, i)
         if has_hook:
             node = self.node(i)
-            self.hook(node.on_success if ok else node.on_fail, i, wr.attempts, True)
+            hooking.hook(self, node.on_success if ok else node.on_fail, i, wr.attempts, True)
 
     def settle_and_next(self, i: int, token: int, hooks: list[int],
                         now: float) -> tuple[int, int, bool]:
@@ -874,7 +840,7 @@ class Run:
         ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
         nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
         fast path of ``complete`` inlines it."""
-        self.settle_sons(i, hooks, now)
+        _settle_sons(self, i, hooks, now)
         eco = self.economy
         nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
         k = eco.reserve(nxt)
@@ -884,11 +850,11 @@ class Run:
         """Outside the lock, after ``settle_and_next``: settle the sons that ended without
         running, start the ``k`` loops reserved, finish the run if ``fin``; returns ``nxt``."""
         if hooks:
-            fin = self.after_settle(hooks, k) or fin
+            fin = _after_settle(self, hooks, k) or fin
         elif k:
             self.dispatch(k)
         if fin:
-            self.finish()
+            closing.finish(self)
         return nxt
 
     def fan_in(self, i: int, value: Any, error: BaseException | None) -> None:
@@ -945,339 +911,9 @@ class Run:
         self.pending -= 1
         return self.pending == 0
 
-    def settle_sons(self, i: int, hooks: list[int], now: float) -> None:
-        """Under lock: node ``i`` is terminal; update its sons' joins, transitively.
-
-        Sons that fire go to ``ready``; sons that fail fast or are skipped become terminal here
-        and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
-        """
-        plan = self.plan
-        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
-        results = self.results
-        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-        sons_of, est, ready = plan.sons, plan.est, self.ready
-        eco = self.economy
-        if results[i].state is _SUCCESS and not plan.routes[i]:
-            # the common case, without the work list: a success can only fire sons or leave
-            # them waiting (the same decide() rule as below)
-            for s in sons_of[i]:
-                if code[s] != WAITING:
-                    continue
-                n = left[s] - 1
-                left[s] = n
-                nsucc[s] += 1
-                kind = kinds[s]
-                if kind == _ALL:
-                    # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
-                    # (not SKIP: this father succeeded, so not every father was skipped)
-                    if n:
-                        continue
-                elif _decide(kind, join_k[s], nfathers[s], n, nsucc[s], nskip[s], 0) != _FIRE:
-                    continue
-                code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
-                results[s].queued_at = now
-                e = est[s]  # eco.enqueue(s), inlined on the hot path
-                if e < 0.0 or e >= FAST_TASK:
-                    eco.nslow += 1
-                    eco.slowq[s] = 1
-                ready.append(s)
-                if n:
-                    self.cancel_unneeded(s, hooks, now)
-            return
-        self.settle_through(i, hooks, now)
-
-    def settle_through(self, i: int, hooks: list[int], now: float) -> None:
-        """Under lock: ``settle_sons`` for any outcome of node ``i`` (a switch's choice, a
-        skip, a failure, a stand-in), with an explicit work list: a son that ends without
-        running (skipped, failed fast) settles its own sons in turn, unless its on_fail hook
-        must run first (then ``after_settle`` does)."""
-        plan = self.plan
-        code, left, nsucc, nskip = self.code, self.left, self.nsucc, self.nskip
-        results = self.results
-        kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-        sons_of = plan.sons
-        work = [i]
-        while work:
-            f = work.pop()
-            st = results[f].state
-            succeeded = st is _SUCCESS or st is _DEGRADED
-            route = self.chosen.get(f) if succeeded and plan.routes[f] else None
-            for s in sons_of[f]:
-                if code[s] != WAITING:
-                    continue
-                left[s] -= 1
-                nfail = 0
-                if succeeded:
-                    if route is not None and s not in route:
-                        # a case the switch did not choose: skipped, whatever else feeds it
-                        self.skip(s, now)
-                        hooks.append(s)
-                        work.append(s)
-                        continue
-                    nsucc[s] += 1
-                    if left[s] and kinds[s] == _ALL:
-                        continue  # decide() answers WAIT: skip the call on the hot path
-                elif st is _SKIPPED:
-                    nskip[s] += 1
-                elif not (kinds[s] == _ALL and f in plan.optional[s]):
-                    nfail = 1
-                decision = _decide(kinds[s], join_k[s], nfathers[s], left[s], nsucc[s],
-                                   nskip[s], nfail)
-                if decision != _WAIT:
-                    self.apply_join(s, f, decision, hooks, work, now)
-
-    def apply_join(self, s: int, f: int, decision: int, hooks: list[int], work: list[int],
-                   now: float) -> None:
-        """Under lock: son ``s``'s join decided (FIRE, SKIP or FAIL) when father ``f`` ended.
-        A fired son is queued (its unneeded fathers cancelled if it fired early); a skipped or
-        failed one is terminal, appended to ``hooks``, and to ``work`` when its own sons may
-        settle now."""
-        if decision == _FIRE:
-            self.move(s, QUEUED)
-            self.results[s].queued_at = now
-            self.economy.enqueue(s)
-            if self.left[s]:
-                self.cancel_unneeded(s, hooks, now)
-        elif decision == _SKIP:
-            self.skip(s, now)
-            hooks.append(s)
-            work.append(s)
-        else:
-            if self.plan.any_policy and guards.doom(self, s, f, now):
-                return  # it has a fallback: queued to end DEGRADED
-            self.fail_fast(s, self.failed_father(s, f), now)
-            hooks.append(s)
-            if not self.plan.has_fail[s]:
-                work.append(s)  # else its sons are settled after its on_fail hook
-
-    def skip(self, s: int, now: float) -> None:
-        """Under lock: node ``s`` is SKIPPED."""
-        wr = self.results[s]
-        wr.state = _SKIPPED
-        wr.finished_at = now
-        self.move(s, TERMINAL)
-
-    def failed_father(self, s: int, f: int) -> int:
-        """Under lock: the father to blame for ``s`` failing: ``f`` if it failed, else the
-        first father of ``s`` that did (``f`` may be a skipped father that ended the wait)."""
-        results = self.results
-        if results[f].state in _FAILED_STATES:
-            return f
-        for x in self.plan.fathers[s]:
-            if results[x].state in _FAILED_STATES:
-                return x
-        return f
-
-    def fail_fast(self, s: int, f: int, now: float) -> None:
-        """Under lock: son ``s`` fails without running because of father ``f``."""
-        fwr = self.results[f]
-        err = UpstreamFailedError(self.names[s], self.names[f])
-        err.__cause__ = fwr.exception
-        st = fwr.state
-        kind = st if st in (_TIMEOUT, _CANCELLED) else _EXCEPTION
-        self.fail(s, err, kind, now)
-
-    def cancel_unneeded(self, s: int, hooks: list[int], now: float) -> None:
-        """Under lock: ``s`` fired early; cancel its unfinished fathers nobody else waits for."""
-        plan = self.plan
-        code = self.code
-        work = [s]
-        while work:
-            x = work.pop()
-            for p in plan.fathers[x]:
-                if code[p] == TERMINAL or code[p] == SETTLED:  # (PARKED sorts above them)
-                    continue
-                if any(code[q] == WAITING for q in plan.sons[p]):
-                    continue
-                fan = self.fans.pop(p, None)
-                if fan is not None:
-                    self.results[p].result, running = fan.abort()  # stop pulling; keep its items
-                    if running:
-                        self.post(self.mark_abandoned, running)
-                self.fail(p, NodeCancelledError(
-                    plan.names[p], f"join of {plan.names[s]!r} no longer needs it"), _CANCELLED,
-                    now)
-                hooks.append(p)
-                t = self.node_timers.pop(p, None)
-                if t is not None:
-                    t.cancel()
-                if p in self.guards:  # its slot, token or shared-call place goes back
-                    self.post(guards.release, self, (p,), False)
-                work.append(p)  # its own fathers may be unneeded now
-
-    def after_settle(self, hooks: list[int], k: int) -> bool:
-        """Outside the lock: run on_fail hooks of nodes settled without running, settle them,
-        start loops. Returns True if the run is finished."""
-        plan = self.plan
-        fin = False
-        j = 0
-        while j < len(hooks):  # grows: settling a node after its hook may settle more
-            s = hooks[j]
-            j += 1
-            wr = self.results[s]
-            deferred = plan.has_fail[s] and wr.state is not _SKIPPED
-            if self.debug or wr.state is not _SKIPPED:
-                self.log_outcome(s)
-            if self.node_observers:
-                events.node_settled(self.node_observers, s)
-            if deferred:
-                self.hook(self.node(s).on_fail, s, wr.attempts, True)
-            with self.lock:
-                if deferred:  # its hook has returned: now its sons may move
-                    self.settle_sons(s, hooks, _monotonic())
-                if self.code[s] == TERMINAL:
-                    fin = self.mark_settled(s) or fin
-                k += self.economy.reserve()
-        if k:
-            self.dispatch(k)
-        return fin
-
-    # -- hooks and logs ---------------------------------------------------------------------------
-
-    def hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int,
-             outcome: bool) -> None:
-        """Call a hook if it is admitted: an outcome hook (``on_success``/``on_fail``) runs once
-        (``claimed``), and after the run closed only the closer's and ``keep``'s run."""
-        with self.lock:
-            if outcome:
-                if self.claimed[i] or (self.closed and i != self.keep) or self.finished:
-                    return
-                self.claimed[i] = 1
-            elif self.closed:
-                return
-            self.hooks_running += 1
-        self.call_hook(fn, i, attempt)
-
-    def call_hook(self, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
-        """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
-        ``hook_errors`` (the node's first, unless the run has finished) and logged with its
-        traceback as text, never as the record's exception: a ``diagnose=True`` sink would
-        print the hook's variables (context values, tokens)."""
-        cur = current
-        prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
-        cur.run, cur.idx, cur.hooking = self, i, self
-        try:
-            fn(TaskSupport(self, i, attempt))
-        except BaseException as exc:  # noqa: BLE001 - a hook never changes the flow
-            name = self.names[i]
-            hook = getattr(fn, "__name__", "?")
-            with self.lock:
-                if i not in self.hook_errors and not self.finished:
-                    self.hook_errors[i] = HookError(hook, exc)
-            self.log.bind(node=name).error(
-                "hook {} of node {} raised; ignored\n{}", hook, name, traceback_text(exc))
-        finally:
-            cur.run, cur.idx, cur.hooking = prev
-            with self.lock:
-                self.hooks_running -= 1
-                idle = self.hooks_idle
-                if idle is not None and self.closed and self.hooks_running <= 1:
-                    idle.notify_all()
-
-    def run_owed(self) -> None:
-        """Run the outcome hooks a closer claimed and nobody started yet."""
-        while True:
-            with self.lock:
-                if not self.owed:
-                    return
-                i = self.owed.popleft()
-                self.hooks_running += 1
-            wr = self.results[i]
-            node = self.node(i)
-            st = wr.state
-            fn = node.on_success if st is _SUCCESS else node.on_fail
-            self.call_hook(fn, i, wr.attempts)
-
-    def log_outcome(self, i: int) -> None:
-        """Log how node ``i`` ended (warning for failures)."""
-        wr = self.results[i]
-        name = self.names[i]
-        st = wr.state
-        log = self.log.bind(node=name)
-        if st is _EXCEPTION or st is _TIMEOUT:
-            exc = wr.exception
-            # the traceback as text (never opt(exception=...): diagnose=True sinks would print
-            # the frames' variables); a node failed fast has none
-            trace = ""
-            if exc is not None and exc.__traceback__ is not None:
-                trace = "\n" + traceback_text(exc).rstrip()
-            log.warning("node {} ended {}: {!r}{}", name, st.name, exc, trace)  # noqa: PLE1205 - loguru formats with {}
-        elif st is _CANCELLED or st is _DEGRADED:
-            log.info("node {} ended {}: {!r}", name, st.name, wr.exception)  # noqa: PLE1205 - loguru formats with {}
-        else:
-            log.debug("node {} ended {}", name, st.name)  # noqa: PLE1205 - loguru formats with {}
-
-    # -- time -------------------------------------------------------------------------------------
-
-    def arm_node_timeout(self, i: int, started: float) -> None:
-        """Schedule node ``i``'s own timeout (unless the budget ends first)."""
-        t = self.plan.timeout[i]
-        assert t is not None
-        when = started + t
-        if when < self.deadline:
-            entry = timer.schedule(when, self.node_timeout, i)
-            with self.lock:
-                self.node_timers[i] = entry
-
-    def node_timeout(self, i: int, stand_in: Any = None) -> None:
-        """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
-        and the abandoned work are handed to the owner. (A node with a fallback: the owner
-        computes its ``stand_in`` first and calls this again.)"""
-        plan = self.plan
-        if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
-                guards.timeout_stand_in(self, i)):
-            return
-        fan = self.fans.get(i)
-        if fan is not None:
-            sealed = fan.seal(True)  # in-flight items are missing from now on
-            if sealed is not None:
-                self.post(fan.deliver, *sealed)
-            return
-        abandoned: Future[Any] | None = None
-        with self.lock:
-            if self.closed or self.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
-                return
-            now = _monotonic()
-            running = self.code[i] == RUNNING
-            if stand_in is not None:
-                guards.end_timed_out(self, i, stand_in, now)
-            else:
-                self.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
-            self.node_timers.pop(i, None)
-            if running and self.mode is REMOTE:
-                abandoned = self.remote_futs.pop(i, None)
-            elif running:
-                token = self.economy.abandon_loop_of(i)
-                if token is not None:
-                    abandoned = self.loop_futs.get(token)
-            hooks = [i]
-            if not plan.has_fail[i]:
-                self.settle_sons(i, hooks, now)  # else after its on_fail hook
-            k = self.economy.reserve()
-        self.post(self.after_timeout, hooks, k, abandoned)
-
-    def after_timeout(self, hooks: list[int], k: int, abandoned: Future[Any] | None) -> None:
-        """Owner thread: finish what a node timeout started."""
-        if abandoned is not None and not abandoned.done():
-            self.mark_abandoned([abandoned])
-        if self.guards:
-            guards.release(self, hooks[:1])
-        if self.after_settle(hooks, k):
-            self.finish()
-
     def mark_abandoned(self, futs: list[Future[Any]]) -> None:
         """Report futures whose work taskflow no longer waits for (outside the lock)."""
         executors.mark_abandoned(self.executor, futs)
-
-    # -- closing and finishing ----------------------------------------------------------------------
-
-    def expire(self) -> None:
-        """The budget is spent: close the run with every unsettled node TIMEOUT."""
-        self.close(_TIMEOUT, None)
-
-    def expire_on_timer(self) -> None:
-        """Timer thread (``submit`` runs): close the run's state, hand the rest to the owner."""
-        self.close(_TIMEOUT, None, on_timer=True)
 
     def cancel(self, reason: str | None) -> None:
         """``ctx.cancel``: close the run with unsettled nodes CANCELLED (but the caller's)."""
@@ -1287,272 +923,18 @@ class Run:
         if self.observers and not self.closed:
             events.event(self.observers, -1, "cancelled", {
                 "reason": reason or "cancelled", "by": self.names[keep] if keep >= 0 else None})
-        self.close(_CANCELLED, reason or "cancelled", keep)
-
-    def close(self, state: ResultState, reason: str | None, keep: int = -1,
-              on_timer: bool = False) -> None:
-        """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
-        are claimed (``owed``), queued work is cancelled and running work abandoned."""
-        with self.lock:
-            if self.finished or (self.closed and state is not _TIMEOUT):
-                return
-            now = _monotonic()
-            if self.closed:
-                keep = -1  # the budget ends the wait for the node that cancelled the run
-            self.closed = self.economy.closed = True
-            if state is _TIMEOUT:
-                self.expired = True
-            else:
-                self.cancel_reason = reason
-            self.keep = keep
-            self.claim_terminal_hooks()
-            later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
-            victims, fan_futs = self.end_unsettled(state, reason, keep, now, later)
-            self.economy.clear_ready()
-            futs, running = self.take_work_futures(keep)
-            timers = list(self.node_timers.values())
-            self.node_timers.clear()
-            wait_keep = keep >= 0 and self.code[keep] != SETTLED
-        if on_timer:
-            self.post(self.close_rest, timers, running + fan_futs, futs, victims, wait_keep,
-                      later)
-        else:
-            self.close_rest(timers, running + fan_futs, futs, victims, wait_keep, later)
-
-    def claim_terminal_hooks(self) -> None:
-        """Under lock, closing: nodes that ended before the close but whose outcome hook has not
-        started are claimed (``owed``): the closer's side runs them."""
-        plan, results, claimed = self.plan, self.results, self.claimed
-        for i, c in enumerate(self.code):
-            if c == TERMINAL and not claimed[i]:
-                st = results[i].state
-                if (plan.has_success[i] if st is _SUCCESS
-                        else plan.has_fail[i] and st is not _SKIPPED):
-                    claimed[i] = 1
-                    self.owed.append(i)
-
-    def end_unsettled(self, state: ResultState, reason: str | None, keep: int, now: float,
-                      later: list[int]) -> tuple[list[int], list[Future[Any]]]:
-        """Under lock, closing: every node without an outcome but ``keep`` ends ``state`` and is
-        SETTLED (a TIMEOUT with a fallback goes to ``later``: its stand-in is written outside
-        the lock); their on_fail hooks are owed. Returns the nodes ended and the futures of the
-        running items of the fan-outs among them (to report abandoned)."""
-        plan, claimed = self.plan, self.claimed
-        fan_futs: list[Future[Any]] = []
-        victims = []
-        for i, wr in enumerate(self.results):
-            if wr.state is not _DEFAULT or i == keep:
-                continue
-            if state is _TIMEOUT:
-                exc: BaseException = NodeTimeoutError(plan.names[i], self.budget, budget=True)
-            else:
-                exc = NodeCancelledError(plan.names[i], reason)
-            fan = self.fans.pop(i, None)
-            if fan is not None:
-                # the partial fan-in (in-flight items missing); its running items are reported
-                # abandoned with the run's own loops, after the lock
-                wr.result, fan_running = fan.abort()
-                fan_futs.extend(fan_running)
-            if not (plan.any_policy and guards.defer_close(self, i, state, later)):
-                self.fail(i, exc, state, now)
-            self.move(i, SETTLED)
-            victims.append(i)
-            if plan.has_fail[i] and not claimed[i]:
-                claimed[i] = 1
-                self.owed.append(i)
-        return victims, fan_futs
-
-    def take_work_futures(self, keep: int) -> tuple[list[Future[Any]], list[Future[Any]]]:
-        """Under lock, closing: the futures to cancel (every loop's and remote attempt's) and
-        those running a node other than ``keep`` (to report abandoned); remote attempts are
-        forgotten."""
-        futs = list(self.loop_futs.values())
-        running = [self.loop_futs[t] for t, x in self.economy.loop_node.items()
-                   if x != keep and t in self.loop_futs]
-        for x, f in self.remote_futs.items():
-            if x != keep:
-                futs.append(f)
-                running.append(f)
-        self.remote_futs.clear()
-        return futs, running
-
-    def close_rest(self, timers: list[timer.Timer], running: list[Future[Any]],
-                   futs: list[Future[Any]], victims: list[int], wait_keep: bool,
-                   later: list[int] | None = None) -> None:
-        """Outside the lock: cancel and abandon work, run owed hooks, finish."""
-        for t in timers:
-            t.cancel()
-        self.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
-        for f in futs:
-            f.cancel()
-        if self.guards:
-            guards.release(self, victims)
-        if later:
-            guards.close_stand_ins(self, later)
-        for i in victims:
-            self.log_outcome(i)
-            if self.node_observers:
-                events.node_settled(self.node_observers, i)
-        self.run_owed()
-        if not wait_keep:
-            self.finish()
-
-    def finish(self) -> None:
-        """Make the FlowResult once, after every owed hook started, and hand it over."""
-        mine = 1 if getattr(current, "hooking", None) is self else 0
-        while True:
-            self.run_owed()
-            with self.lock:
-                if self.finished:
-                    return
-                self.closed = self.economy.closed = True
-                if self.hooks_running > mine:
-                    idle = self.hooks_idle
-                    if idle is None:
-                        idle = self.hooks_idle = threading.Condition(self.lock)
-                    idle.wait_for(lambda: self.hooks_running <= mine, HOOK_GRACE)
-                if self.owed:
-                    continue  # a closer claimed more while we waited: run them first
-                self.finished = True
-                timers = list(self.node_timers.values())
-                self.node_timers.clear()
-                watch = self.economy.stop()
-                if watch is not None:
-                    timers.append(watch)
-                self.fans.clear()
-                break
-        if self.run_timer is not None:
-            self.run_timer.cancel()
-            self.run_timer = None
-        for t in timers:
-            t.cancel()
-        detach_run(self.ctx, self, FinishedRun(self.flow_id, self.deadline, self.cancel_reason,
-                                               self.plan.index, self.results, self.flow_name))
-        elapsed = _monotonic() - self.t0
-        result = FlowResult(self, elapsed)
-        if self.debug:
-            self.log.debug("flow finished in {:.6f}s", elapsed)  # noqa: PLE1205 - loguru formats with {}
-        if self.observers:
-            events.run_ended(self.observers, result)
-        inbox = self.inbox
-        if inbox is not None:
-            self.flow_result = result
-            inbox.put(None)
-        fut = self.future
-        if fut is not None:
-            self.future = None
-            fut.set_result(result)
-
-    # -- the owner (start's caller) -----------------------------------------------------------------
-
-    def wait(self) -> FlowResult:
-        """``start``'s caller: do the work handed over until the run finishes, closing it at the
-        deadline."""
-        inbox = self.inbox
-        assert inbox is not None
-        inline = self.mode is INLINE
-        infinite = math.isinf(self.budget)
-        while True:
-            if inline:
-                self.drain_inline()
-            if infinite:
-                item = inbox.get()
-            else:
-                left = self.deadline - _monotonic()
-                try:
-                    if left <= 0:
-                        raise Empty
-                    item = inbox.get(timeout=min(left, threading.TIMEOUT_MAX))
-                except Empty:
-                    self.expire()
-                    infinite = True  # the result follows promptly
-                    continue
-            if item is None:
-                break
-            fn, args = item
-            fn(*args)
-        result = self.flow_result
-        assert result is not None
-        self.flow_result = None
-        return result
-
-    def drain_inline(self) -> None:
-        """Inline mode: the caller runs the ready nodes itself (``inline.py``)."""
-        inline.drain(self)
-
-    # -- remote executors (process pools, loky, dask): what remote.py asks of a run -------------
-
-    def take_queued(self) -> list[int]:
-        """The ready nodes still QUEUED, moved to RUNNING (each becomes its own submission)."""
-        with self.lock:
-            batch = []
-            code = self.code
-            for i in self.ready:
-                if code[i] == QUEUED:
-                    self.move(i, RUNNING)
-                    batch.append(i)
-            self.economy.clear_ready()
-        if self.ranks is not None:
-            ranks = self.ranks
-            batch.sort(key=lambda i: ranks[i], reverse=True)  # stable: FIFO among equals
-        return batch
-
-    def fan_out_here(self, i: int, thread: str) -> None:
-        """Start fan-out node ``i`` on this (the owner's) thread."""
-        self.start_fanout(i, NO_LOOP, self.node(i), thread)
-
-    def complete_remote(self, i: int, value: Any, error: BaseException | None) -> None:
-        """A remote attempt of node ``i`` ended for good (or could not be submitted)."""
-        self.complete(i, NO_LOOP, value, error)
-
-    def retry_remote(self, i: int, delay: float) -> bool:
-        """Queue another attempt of node ``i`` now (``delay`` 0: True, dispatch it) or after
-        ``delay`` seconds; False if the node was settled meanwhile."""
-        with self.lock:
-            if self.code[i] != RUNNING or self.results[i].state is not _DEFAULT:
-                return False
-            if delay == 0.0:
-                self.move(i, QUEUED)
-                self.economy.enqueue(i)
-                return True
-            self.move(i, BACKOFF)
-            timer.schedule(_monotonic() + delay, self.requeue, i)
-            return False
+        closing.close(self, _CANCELLED, reason or "cancelled", keep)
 
 
 if TYPE_CHECKING:
-    # mypy checks that a run is what the gates of guards.py take
+    # mypy checks that a run is what the gates of guards.py, remote.py and the collaborators
+    # of the other engine modules take
     _guarded: type[guards.GuardedRun] = Run
-
-
-class FinishedRun:
-    """What a context keeps of a finished run (no reference back to the run)."""
-
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
-
-    finished = True
-
-    def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]],
-                 flow_name: str = "") -> None:
-        self.flow_id = flow_id
-        self.flow_name = flow_name
-        self.deadline = deadline
-        self.cancel_reason = cancel_reason
-        self.index = index
-        self.results = results
-
-    def cancelled_for_caller(self) -> bool:
-        return True
-
-    def caller_name(self) -> str:
-        return "?"
-
-    def value_of(self, name: str) -> Any:
-        return _value_of(self.results, self.index, self.flow_id, name)
-
-    def cancel(self, reason: str | None) -> None:
-        """The run is over: nothing to cancel."""
+    _remote: type[remote.RemoteHost] = Run
+    _hooked: type[hooking.HookedRun] = Run
+    _closing: type[closing.ClosingRun] = Run
+    _settling: type[settling.SettlingRun] = Run
+    _timed: type[deadlines.TimedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

@@ -44,6 +44,9 @@ __all__ = [
     "STATE_NAMES",
     "TERMINAL",
     "WAITING",
+    "INLINE",
+    "LOOPS",
+    "REMOTE",
     "IllegalMoveError",
 ]
 
@@ -70,6 +73,12 @@ LEGAL_BITS: Final = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(len
 
 NO_LOOP: Final = -2
 """The loop token of work done outside any worker loop (remote outcomes, fan-in)."""
+
+LOOPS: Final = "loops"
+INLINE: Final = "inline"
+REMOTE: Final = "remote"
+"""How a run's nodes are executed (``Run.mode``): worker loops, the caller's thread, or one
+submission per attempt on an executor in other processes."""
 
 
 class IllegalMoveError(AssertionError):

@@ -239,12 +239,10 @@ def _methods_of_run() -> list[str]:
     return [n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-@pytest.mark.xfail(strict=True, reason="Run still has more methods than the limit")
 def test_run_has_at_most_the_limit_of_methods() -> None:
     assert len(_methods_of_run()) <= MAX_RUN_METHODS
 
 
-@pytest.mark.xfail(strict=True, reason="run.py is still longer than the limit")
 def test_no_engine_module_is_longer_than_the_limit() -> None:
     long = {path.name: n for path in ENGINE.glob("*.py")
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}

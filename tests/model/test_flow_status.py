@@ -81,7 +81,7 @@ def test_a_degraded_father_counts_as_a_success_for_joins_and_outputs(make_execut
     import time
 
     from taskflow import TaskContext
-    from taskflow.engine import executors, run, states
+    from taskflow.engine import executors, run, settling, states
     from taskflow.model.graph import compile_plan
 
     a = FunctionNode(lambda c, p: 1, name="a")
@@ -95,7 +95,7 @@ def test_a_degraded_father_counts_as_a_success_for_joins_and_outputs(make_execut
         wr.result, wr.state = "fallback", ResultState.DEGRADED
         r.move(0, states.TERMINAL)
         hooks: list[int] = []
-        r.settle_sons(0, hooks, time.monotonic())
+        settling.settle_sons(r, 0, hooks, time.monotonic())
     assert r.code[1] == states.QUEUED and not hooks, "ALL fired on the degraded father"
     assert r.value_of("a") == "fallback"
     from taskflow.model.result import FlowResult

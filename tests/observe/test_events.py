@@ -14,7 +14,7 @@ from conftest import LONG, MEDIUM, SHORT, Flaky
 from fanout_tasks import Numbers, RemoteSquares
 
 from taskflow import FlowResult, FunctionNode, ResultState, TaskScheduling
-from taskflow.engine import events
+from taskflow.engine import closing, events
 
 
 class Observer(events.RunObserver):
@@ -104,7 +104,7 @@ def test_nobody_listens_by_default() -> None:
 
         run = _prepare(nodes, pool, 1.0, None, None)
         run.begin()
-        run.wait()
+        closing.wait(run)
     assert run.observers == () and run.node_observers == ()
 
 

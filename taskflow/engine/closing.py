@@ -1,0 +1,329 @@
+"""Closing and finishing a run, and the owner's wait.
+
+Time: the run has one deadline (``t0 + budget``). ``start``'s caller waits until then
+(``wait``) and closes the run: every unsettled node becomes TIMEOUT, queued futures are
+cancelled, running ones are reported abandoned (``mark_abandoned``), the hooks owed run in the
+caller, and it returns.
+
+At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
+that finishes a node past it) or at ``ctx.cancel`` the run closes under its lock (``close``):
+``claim_terminal_hooks``, ``end_unsettled`` (every node without an outcome TIMEOUT or CANCELLED,
+and SETTLED), the ready queue emptied, ``take_work_futures``; outside the lock ``close_rest``
+cancels and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
+
+Invariants: ``finished`` is set exactly once, after every claimed hook started (``finish``
+runs the owed hooks and waits ``HOOK_GRACE`` for those running); no hook starts after it; user
+code, ``cancel`` and ``mark_abandoned`` are never called while holding the run's lock; a run
+closed by a cancel can still be closed by the deadline (then the wait for ``keep`` ends).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from queue import Empty, SimpleQueue
+from typing import Any, Protocol
+
+from taskflow.engine import events, guards, inline, timer
+from taskflow.engine import hooks as hooking
+from taskflow.engine.economy import Economy
+from taskflow.engine.states import INLINE, SETTLED, TERMINAL
+from taskflow.errors import NodeCancelledError, NodeTimeoutError, ResultNotAvailableError
+from taskflow.model.context import current, detach_run
+from taskflow.model.result import FlowResult, ResultState, WorkResult
+
+__all__ = ["HOOK_GRACE", "ClosingRun", "FinishedRun", "close", "expire", "expire_on_timer",
+           "finish", "value_of", "wait"]
+
+# how long finishing a run waits for hooks already started (they are meant to be quick)
+HOOK_GRACE = 0.05
+
+_SUCCESS = ResultState.SUCCESS
+_DEGRADED = ResultState.DEGRADED
+_TIMEOUT = ResultState.TIMEOUT
+_SKIPPED = ResultState.SKIPPED
+_DEFAULT = ResultState.DEFAULT
+_monotonic = time.monotonic
+
+
+class ClosingRun(guards.GuardedRun, hooking.HookedRun, Protocol):
+    """Exactly what closing, finishing and waiting use of a run (``run.Run`` satisfies it;
+    ``run.py`` has mypy check that): what the gates and the hooks need, and more. Fixed at
+    creation: ``mode``, ``debug``, ``t0``, ``inbox``. Under ``lock``: ``expired``, ``fans``,
+    ``loop_futs``, ``remote_futs``, ``node_timers`` and the economy's fields; ``future``,
+    ``run_timer`` and ``flow_result`` are written by the one thread that finishes the run."""
+
+    mode: str
+    debug: bool
+    expired: bool
+    fans: dict[int, Any]
+    loop_futs: dict[int, Future[Any]]
+    remote_futs: dict[int, Future[Any]]
+    node_timers: dict[int, timer.Timer]
+    run_timer: timer.Timer | None
+    node_observers: tuple[events.RunObserver, ...]
+    future: Future[FlowResult] | None
+    inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None
+    flow_result: FlowResult | None
+
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy."""
+
+    def mark_abandoned(self, futs: list[Future[Any]]) -> None:
+        """Report futures whose work taskflow no longer waits for (outside the lock)."""
+
+    def run_nodes(self, i: int, token: int) -> None:
+        """Run node ``i`` and the nodes popped after it (an inline drain)."""
+
+
+def expire(run: ClosingRun) -> None:
+    """The budget is spent: close the run with every unsettled node TIMEOUT."""
+    close(run, _TIMEOUT, None)
+
+
+def expire_on_timer(run: ClosingRun) -> None:
+    """Timer thread (``submit`` runs): close the run's state, hand the rest to the owner."""
+    close(run, _TIMEOUT, None, on_timer=True)
+
+
+def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -1,
+          on_timer: bool = False) -> None:
+    """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
+    are claimed (``owed``), queued work is cancelled and running work abandoned."""
+    with run.lock:
+        if run.finished or (run.closed and state is not _TIMEOUT):
+            return
+        now = _monotonic()
+        if run.closed:
+            keep = -1  # the budget ends the wait for the node that cancelled the run
+        run.closed = run.economy.closed = True
+        if state is _TIMEOUT:
+            run.expired = True
+        else:
+            run.cancel_reason = reason
+        run.keep = keep
+        _claim_terminal_hooks(run)
+        later: list[int] = []  # TIMEOUT nodes whose fallback stands in (close_rest)
+        victims, fan_futs = _end_unsettled(run, state, reason, keep, now, later)
+        run.economy.clear_ready()
+        futs, running = _take_work_futures(run, keep)
+        timers = list(run.node_timers.values())
+        run.node_timers.clear()
+        wait_keep = keep >= 0 and run.code[keep] != SETTLED
+    if on_timer:
+        run.post(close_rest, run, timers, running + fan_futs, futs, victims, wait_keep, later)
+    else:
+        close_rest(run, timers, running + fan_futs, futs, victims, wait_keep, later)
+
+
+def _claim_terminal_hooks(run: ClosingRun) -> None:
+    """Under lock, closing: nodes that ended before the close but whose outcome hook has not
+    started are claimed (``owed``): the closer's side runs them."""
+    plan, results, claimed = run.plan, run.results, run.claimed
+    for i, c in enumerate(run.code):
+        if c == TERMINAL and not claimed[i]:
+            st = results[i].state
+            if (plan.has_success[i] if st is _SUCCESS
+                    else plan.has_fail[i] and st is not _SKIPPED):
+                claimed[i] = 1
+                run.owed.append(i)
+
+
+def _end_unsettled(run: ClosingRun, state: ResultState, reason: str | None, keep: int,
+                   now: float, later: list[int]) -> tuple[list[int], list[Future[Any]]]:
+    """Under lock, closing: every node without an outcome but ``keep`` ends ``state`` and is
+    SETTLED (a TIMEOUT with a fallback goes to ``later``: its stand-in is written outside
+    the lock); their on_fail hooks are owed. Returns the nodes ended and the futures of the
+    running items of the fan-outs among them (to report abandoned)."""
+    plan, claimed = run.plan, run.claimed
+    fan_futs: list[Future[Any]] = []
+    victims = []
+    for i, wr in enumerate(run.results):
+        if wr.state is not _DEFAULT or i == keep:
+            continue
+        if state is _TIMEOUT:
+            exc: BaseException = NodeTimeoutError(plan.names[i], run.budget, budget=True)
+        else:
+            exc = NodeCancelledError(plan.names[i], reason)
+        fan = run.fans.pop(i, None)
+        if fan is not None:
+            # the partial fan-in (in-flight items missing); its running items are reported
+            # abandoned with the run's own loops, after the lock
+            wr.result, fan_running = fan.abort()
+            fan_futs.extend(fan_running)
+        if not (plan.any_policy and guards.defer_close(run, i, state, later)):
+            run.fail(i, exc, state, now)
+        run.move(i, SETTLED)
+        victims.append(i)
+        if plan.has_fail[i] and not claimed[i]:
+            claimed[i] = 1
+            run.owed.append(i)
+    return victims, fan_futs
+
+
+def _take_work_futures(run: ClosingRun,
+                       keep: int) -> tuple[list[Future[Any]], list[Future[Any]]]:
+    """Under lock, closing: the futures to cancel (every loop's and remote attempt's) and
+    those running a node other than ``keep`` (to report abandoned); remote attempts are
+    forgotten."""
+    futs = list(run.loop_futs.values())
+    running = [run.loop_futs[t] for t, x in run.economy.loop_node.items()
+               if x != keep and t in run.loop_futs]
+    for x, f in run.remote_futs.items():
+        if x != keep:
+            futs.append(f)
+            running.append(f)
+    run.remote_futs.clear()
+    return futs, running
+
+
+def close_rest(run: ClosingRun, timers: list[timer.Timer], running: list[Future[Any]],
+               futs: list[Future[Any]], victims: list[int], wait_keep: bool,
+               later: list[int] | None = None) -> None:
+    """Outside the lock: cancel and abandon work, run owed hooks, finish."""
+    for t in timers:
+        t.cancel()
+    run.mark_abandoned([f for f in running if not f.done()])  # before cancel, for dask
+    for f in futs:
+        f.cancel()
+    if run.guards:
+        guards.release(run, victims)
+    if later:
+        guards.close_stand_ins(run, later)
+    for i in victims:
+        hooking.log_outcome(run, i)
+        if run.node_observers:
+            events.node_settled(run.node_observers, i)
+    hooking.run_owed(run)
+    if not wait_keep:
+        finish(run)
+
+
+def finish(run: ClosingRun) -> None:
+    """Make the FlowResult once, after every owed hook started, and hand it over."""
+    mine = 1 if getattr(current, "hooking", None) is run else 0
+    while True:
+        hooking.run_owed(run)
+        with run.lock:
+            if run.finished:
+                return
+            run.closed = run.economy.closed = True
+            if run.hooks_running > mine:
+                idle = run.hooks_idle
+                if idle is None:
+                    idle = run.hooks_idle = threading.Condition(run.lock)
+                idle.wait_for(lambda: run.hooks_running <= mine, HOOK_GRACE)
+            if run.owed:
+                continue  # a closer claimed more while we waited: run them first
+            run.finished = True
+            timers = list(run.node_timers.values())
+            run.node_timers.clear()
+            watch = run.economy.stop()
+            if watch is not None:
+                timers.append(watch)
+            run.fans.clear()
+            break
+    if run.run_timer is not None:
+        run.run_timer.cancel()
+        run.run_timer = None
+    for t in timers:
+        t.cancel()
+    detach_run(run.ctx, run, FinishedRun(run.flow_id, run.deadline, run.cancel_reason,
+                                         run.plan.index, run.results, run.flow_name))
+    _hand_over(run, FlowResult(run, _monotonic() - run.t0))
+
+
+def _hand_over(run: ClosingRun, result: FlowResult) -> None:
+    """The run has finished: log it, tell the observers and give ``result`` to the owner's
+    wait or to the ``submit`` Future (set once: the Future is forgotten first)."""
+    if run.debug:
+        run.log.debug("flow finished in {:.6f}s", result.elapsed)  # noqa: PLE1205 - loguru formats with {}
+    if run.observers:
+        events.run_ended(run.observers, result)
+    inbox = run.inbox
+    if inbox is not None:
+        run.flow_result = result
+        inbox.put(None)
+    fut = run.future
+    if fut is not None:
+        run.future = None
+        fut.set_result(result)
+
+
+def wait(run: ClosingRun) -> FlowResult:
+    """``start``'s caller: do the work handed over until the run finishes, closing it at the
+    deadline."""
+    inbox = run.inbox
+    assert inbox is not None
+    drains = run.mode is INLINE
+    infinite = math.isinf(run.budget)
+    while True:
+        if drains:
+            inline.drain(run)  # the caller runs the ready nodes itself
+        if infinite:
+            item = inbox.get()
+        else:
+            left = run.deadline - _monotonic()
+            try:
+                if left <= 0:
+                    raise Empty
+                item = inbox.get(timeout=min(left, threading.TIMEOUT_MAX))
+            except Empty:
+                expire(run)
+                infinite = True  # the result follows promptly
+                continue
+        if item is None:
+            break
+        fn, args = item
+        fn(*args)
+    result = run.flow_result
+    assert result is not None
+    run.flow_result = None
+    return result
+
+
+class FinishedRun:
+    """What a context keeps of a finished run (no reference back to the run)."""
+
+    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
+
+    finished = True
+
+    def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
+                 index: dict[str, int], results: list[WorkResult[Any]],
+                 flow_name: str = "") -> None:
+        self.flow_id = flow_id
+        self.flow_name = flow_name
+        self.deadline = deadline
+        self.cancel_reason = cancel_reason
+        self.index = index
+        self.results = results
+
+    def cancelled_for_caller(self) -> bool:
+        return True
+
+    def caller_name(self) -> str:
+        return "?"
+
+    def value_of(self, name: str) -> Any:
+        return value_of(self.results, self.index, self.flow_id, name)
+
+    def cancel(self, reason: str | None) -> None:
+        """The run is over: nothing to cancel."""
+
+
+def value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,
+             name: str) -> Any:
+    """``ctx.result_of(name)``: the value of node ``name`` if it succeeded."""
+    try:
+        wr = results[index[name]]
+    except KeyError:
+        raise KeyError(f"no node named {name!r} in flow {flow_id}") from None
+    st = wr.state
+    if st is not _SUCCESS and st is not _DEGRADED:
+        raise ResultNotAvailableError(name, st.name)
+    return wr.result

@@ -1,0 +1,124 @@
+"""A run's clocks: each node's own timeout, and what a node that ends past the run's deadline
+does.
+
+A node with ``timeout=`` has it armed at its first attempt (``arm_node_timeout``: a timer
+entry in ``run.node_timers``, unless the run's deadline comes first). When it fires,
+``node_timeout`` runs on the timer thread: under the run's lock it ends the node TIMEOUT (or
+DEGRADED with a fallback's stand-in, computed first on the owner's thread), takes the future of
+the work it abandons and settles its sons, then ``post``-s ``after_timeout`` to the owner, which
+reports that work abandoned, gives back the node's resilience places, runs the hook and
+finishes the run if it was the last node. A fan-out is sealed instead (its policy decides).
+
+Whichever thread finishes a node compares the clock with the node's own deadline
+(``own_timeout_passed``: the node is TIMEOUT and its value is dropped) and with the run's
+(``past_deadline``: the run closes, ``closing.expire``).
+
+Invariants: the timer thread never calls user code or ``submit``; a node times out at most
+once (only a node still QUEUED, RUNNING, BACKOFF or PARKED in an open run moves); the timer
+entry holds the run strongly only until the node ends or the run finishes (both drop it).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+from taskflow.engine import closing, events, guards, settling, timer
+from taskflow.engine.states import BACKOFF, PARKED, QUEUED, REMOTE, RUNNING
+from taskflow.errors import NodeTimeoutError
+from taskflow.model.result import ResultState, WorkResult
+
+__all__ = ["TimedRun", "after_timeout", "arm_node_timeout", "node_timeout",
+           "own_timeout_passed", "past_deadline"]
+
+_TIMEOUT = ResultState.TIMEOUT
+_monotonic = time.monotonic
+
+
+class TimedRun(closing.ClosingRun, settling.SettlingRun, Protocol):
+    """Exactly what the clocks use of a run (``run.Run`` satisfies it; ``run.py`` has mypy
+    check that): what closing and settling need, and the late outcome."""
+
+    def late(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Drop node ``i``'s outcome (it was settled without it); the loop's next node."""
+
+
+def arm_node_timeout(run: TimedRun, i: int, started: float) -> None:
+    """Schedule node ``i``'s own timeout (unless the budget ends first)."""
+    t = run.plan.timeout[i]
+    assert t is not None
+    when = started + t
+    if when < run.deadline:
+        entry = timer.schedule(when, node_timeout, run, i)
+        with run.lock:
+            run.node_timers[i] = entry
+
+
+def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
+    """Timer thread: node ``i``'s own timeout passed. Moves state only; the hook, the sons
+    and the abandoned work are handed to the owner. (A node with a fallback: the owner
+    computes its ``stand_in`` first and calls this again.)"""
+    plan = run.plan
+    if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
+            guards.timeout_stand_in(run, i, node_timeout)):
+        return
+    fan = run.fans.get(i)
+    if fan is not None:
+        sealed = fan.seal(True)  # in-flight items are missing from now on
+        if sealed is not None:
+            run.post(fan.deliver, *sealed)
+        return
+    abandoned: Future[Any] | None = None
+    with run.lock:
+        if run.closed or run.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
+            return
+        now = _monotonic()
+        running = run.code[i] == RUNNING
+        if stand_in is not None:
+            guards.end_timed_out(run, i, stand_in, now)
+        else:
+            run.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
+        run.node_timers.pop(i, None)
+        if running and run.mode is REMOTE:
+            abandoned = run.remote_futs.pop(i, None)
+        elif running:
+            token = run.economy.abandon_loop_of(i)
+            if token is not None:
+                abandoned = run.loop_futs.get(token)
+        hooks = [i]
+        if not plan.has_fail[i]:
+            settling.settle_sons(run, i, hooks, now)  # else after its on_fail hook
+        k = run.economy.reserve()
+    run.post(after_timeout, run, hooks, k, abandoned)
+
+
+def after_timeout(run: TimedRun, hooks: list[int], k: int,
+                  abandoned: Future[Any] | None) -> None:
+    """Owner thread: finish what a node timeout started."""
+    if abandoned is not None and not abandoned.done():
+        run.mark_abandoned([abandoned])
+    if run.guards:
+        guards.release(run, hooks[:1])
+    if settling.after_settle(run, hooks, k):
+        closing.finish(run)
+
+
+def past_deadline(run: TimedRun, i: int, token: int, value: Any,
+                  error: BaseException | None) -> int:
+    """The budget ran out while node ``i`` ran: its outcome does not count, and the run
+    closes; returns the loop's next node."""
+    closing.expire(run)
+    if run.node_observers:
+        events.attempt_ended(run.node_observers, i, run.results[i].attempts, error,
+                             events.LATE)
+    return run.late(i, token, value, error)
+
+
+def own_timeout_passed(run: TimedRun, i: int, wr: WorkResult[Any], now: float,
+                       error: BaseException | None) -> bool:
+    """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
+    already; a fan-out's policy decides that itself)."""
+    t = run.plan.timeout[i]
+    return (t is not None and wr.started_at is not None and now >= wr.started_at + t
+            and not run.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
