@@ -1,7 +1,7 @@
 """Size limits a maintainer can rely on, measured on the sources: no function of the package
-above cyclomatic complexity 30 (radon's count; the engine, the pools and the declarative part
-keep to 25, pinned beside their tests), no module over 1,000 lines, and a top level that holds at
-most ten files beside at least six parts in folders."""
+above cyclomatic complexity 30 (radon's count), none of the engine, the pools or the declarative
+part above 25, no module over 1,000 lines, and a top level that holds at most ten files beside
+at least six parts in folders."""
 
 from __future__ import annotations
 
@@ -28,21 +28,29 @@ def _blocks(path: pathlib.Path) -> list[tuple[str, int]]:
     return out
 
 
+# the parts with the most intricate code keep to a lower limit
+PART_LIMITS = {"engine": 25, "pools": 25, "declare": 25}
+
+
+def _limit(path: pathlib.Path) -> int:
+    parts = path.relative_to(ROOT).parts
+    return PART_LIMITS.get(parts[0], MAX_COMPLEXITY) if len(parts) > 1 else MAX_COMPLEXITY
+
+
 def test_no_function_of_the_package_is_above_the_complexity_limit() -> None:
     over = {f"{p.relative_to(ROOT.parent)}:{name}": cc for p in SOURCES
-            for name, cc in _blocks(p) if cc > MAX_COMPLEXITY}
+            for name, cc in _blocks(p) if cc > _limit(p)}
     assert over == {}
 
 
-# modules still over the limit, each to be cut down; the test fails when one gets under it (drop
-# it here) and when any other module grows past it
-STILL_LONG = {"taskflow/engine/run.py"}
+def test_the_part_limits_name_real_parts() -> None:
+    assert all((ROOT / part / "__init__.py").is_file() for part in PART_LIMITS)
 
 
 def test_no_module_is_over_the_line_limit() -> None:
-    long = {str(p.relative_to(ROOT.parent)) for p in SOURCES
-            if len(p.read_text(encoding="utf-8").splitlines()) > MAX_LINES}
-    assert long == STILL_LONG
+    long = {str(p.relative_to(ROOT.parent)): n for p in SOURCES
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
 
 
 def test_the_top_level_is_small_and_the_parts_are_folders() -> None:
