@@ -45,11 +45,18 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length).decode() if length else None
         self._send(200, json.dumps({"method": self.command, "path": self.path, "body": body,
                                     "ctype": self.headers.get("Content-Type"),
+                                    "accept": self.headers.get_all("Accept"),
+                                    "ctypes": self.headers.get_all("Content-Type"),
                                     "token": self.headers.get("X-Token")}).encode())
 
     def do_GET(self) -> None:
         if self.path.startswith("/json"):
             self._echo()
+        elif self.path == "/no-content":
+            self.send_response(204)
+            self.end_headers()
+        elif self.path == "/empty":
+            self._send(200, b"")
         elif self.path == "/text":
             self._send(200, b"plain words", "text/plain; charset=utf-8")
         elif self.path == "/redirect-out":
@@ -140,6 +147,47 @@ def test_post_sends_an_object_body_as_json(server: Any, pool: ThreadPoolExecutor
     body = wf.run({"sku": "a1"}, executor=pool).result.outputs["post"]["response"]["body"]
     assert body["method"] == "POST" and json.loads(body["body"]) == {"sku": "a1"}
     assert body["ctype"] == "application/json"
+
+
+def test_a_request_carries_conductors_default_accept_and_content_type(
+        server: Any, pool: ThreadPoolExecutor) -> None:
+    # Conductor's HttpTask.Input: accept and contentType default to application/json
+    host, _ = server
+    wf = conductor.load({"tasks": [http_task("get", {"uri": f"http://{host}/json"})]}, {})
+    body = wf.run(executor=pool).result.outputs["get"]["response"]["body"]
+    assert body["accept"] == ["application/json"] and body["ctypes"] == ["application/json"]
+
+
+def test_accept_and_content_type_come_from_the_definition(server: Any,
+                                                          pool: ThreadPoolExecutor) -> None:
+    host, _ = server
+    wf = conductor.load({"tasks": [http_task(
+        "post", {"uri": f"http://{host}/json", "method": "POST", "body": "a,b",
+                 "accept": "text/plain", "contentType": "text/csv"})]}, {})
+    body = wf.run(executor=pool).result.outputs["post"]["response"]["body"]
+    assert body["accept"] == ["text/plain"] and body["ctypes"] == ["text/csv"]
+    assert body["body"] == "a,b"
+
+
+def test_headers_naming_accept_or_content_type_in_any_case_are_sent_alone(
+        server: Any, pool: ThreadPoolExecutor) -> None:
+    host, _ = server
+    wf = conductor.load({"tasks": [http_task(
+        "post", {"uri": f"http://{host}/json", "method": "POST", "body": "x",
+                 "headers": {"accept": "text/html", "content-type": "text/plain"}})]}, {})
+    body = wf.run(executor=pool).result.outputs["post"]["response"]["body"]
+    assert body["accept"] == ["text/html"] and body["ctypes"] == ["text/plain"]
+
+
+@pytest.mark.parametrize("path", ["/no-content", "/empty"])
+def test_an_empty_response_body_is_none_as_conductors_null(
+        server: Any, pool: ThreadPoolExecutor, path: str) -> None:
+    host, _ = server
+    wf = conductor.load({"tasks": [http_task("h", {"uri": f"http://{host}{path}"})]}, {})
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED"
+    response = run.result.outputs["h"]["response"]
+    assert response["statusCode"] in (200, 204) and response["body"] is None
 
 
 def test_a_text_body_stays_text_and_top_level_fields_work(server: Any,

@@ -3,9 +3,12 @@
 Fields read (Conductor's ``http_request``): ``uri``, ``method`` (default GET), ``headers``,
 ``body`` (an object or list is sent as JSON), ``contentType``, ``accept``,
 ``connectionTimeOut`` and ``readTimeOut`` (milliseconds). Newer definitions put the same fields
-directly in ``inputParameters``; both forms are read. The output is Conductor's
-``{"response": {"statusCode", "reasonPhrase", "headers", "body"}}``; a JSON body is parsed.
-A status outside 2xx fails the task with that output, as in Conductor.
+directly in ``inputParameters``; both forms are read. As Conductor does, every request carries
+``Accept`` and ``Content-Type`` (from ``accept`` and ``contentType``, both ``application/json``
+by default) unless ``headers`` names them, in any letter case. The output is Conductor's
+``{"response": {"statusCode", "reasonPhrase", "headers", "body"}}``; a JSON body is parsed and
+an empty one (a 204, say) is ``None``, Conductor's ``null``. A status outside 2xx fails the task
+with that output, as in Conductor.
 
 Boundaries (:class:`~taskflow.declare.conductor.boundaries.Limits`): the host is checked against
 ``allow_hosts`` before any connection and again for every redirect; a body longer than
@@ -61,11 +64,25 @@ def _seconds(value: Any) -> float | None:
 
 
 def _body(raw: bytes, charset: str | None) -> Any:
+    if not raw:
+        return None
     text = raw.decode(charset or "utf-8", errors="replace")
     try:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _headers(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The request's headers: the definition's, then ``Accept`` and ``Content-Type`` from
+    ``accept`` and ``contentType`` (``application/json`` by default, as Conductor's
+    ``HttpTask.Input``) where the definition's headers do not name them in any letter case."""
+    headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
+    named = {k.lower() for k in headers}
+    for name, field in (("Accept", "accept"), ("Content-Type", "contentType")):
+        if name.lower() not in named:
+            headers[name] = str(spec.get(field) or "application/json")
+    return headers
 
 
 class HttpTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
@@ -83,20 +100,11 @@ class HttpTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         limits = self.limits
         check_url(self.ref, uri, limits)
         method = str(spec.get("method") or "GET").upper()
-        headers = {str(k): str(v) for k, v in (spec.get("headers") or {}).items()}
-        data: bytes | None = None
+        headers = _headers(spec)
         body = spec.get("body")
+        data: bytes | None = None
         if body is not None:
-            if isinstance(body, (dict, list)):
-                data = json.dumps(body).encode()
-                headers.setdefault("Content-Type", str(spec.get("contentType")
-                                                       or "application/json"))
-            else:
-                data = str(body).encode()
-                if spec.get("contentType"):
-                    headers.setdefault("Content-Type", str(spec["contentType"]))
-        if spec.get("accept"):
-            headers.setdefault("Accept", str(spec["accept"]))
+            data = json.dumps(body).encode() if isinstance(body, (dict, list)) else str(body).encode()
         remaining = ctx.remaining()
         cap = remaining if not math.isinf(remaining) else _DEFAULT_TIMEOUT
         # urllib has one timeout, for the connection and for each read: the larger of the two
