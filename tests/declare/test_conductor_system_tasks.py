@@ -7,6 +7,7 @@ SET_VARIABLE, SWITCH with javascript, TERMINATE, DYNAMIC, SUB_WORKFLOW).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -449,6 +450,28 @@ def test_sub_workflow_by_name_and_version(pool: ThreadPoolExecutor) -> None:
     out = run.result.outputs["subworkflow_task"]
     assert out["parity"] == "odd" and out["asked"] == "guess" and out["subWorkflowId"]
     assert run.result.outputs["report"] == {"parity": "odd"}
+
+
+def test_workflows_given_as_a_mapping_of_name_to_definition(pool: ThreadPoolExecutor) -> None:
+    child = json.loads((FIXTURES / "sub_workflow_child.json").read_text())
+    unnamed = {k: v for k, v in child.items() if k != "name"}
+    for given in ({"sub_flow": FIXTURES / "sub_workflow_child.json"}, {"sub_flow": unnamed}):
+        wf = conductor.load(FIXTURES / "sub_workflow_parent.json", {"report": echo},
+                            workflows=given)
+        run = wf.run({"mod": 3, "oddEven": "guess"}, executor=pool)
+        assert run.status == "COMPLETED", given
+        assert run.result.outputs["report"] == {"parity": "odd"}
+
+
+def test_workflows_keyed_by_another_name_or_of_the_wrong_type_are_refused() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"workflows\['other'\] is the definition of 'sub_flow'"):
+        conductor.load(FIXTURES / "sub_workflow_parent.json", {"report": echo},
+                       workflows={"other": FIXTURES / "sub_workflow_child.json"})
+    for wrong in (str(FIXTURES / "sub_workflow_child.json"), 42):
+        with pytest.raises(TypeError, match="workflows must be an iterable of workflow "
+                                            "definitions or a mapping name -> definition"):
+            conductor.load(FIXTURES / "sub_workflow_parent.json", {"report": echo},
+                           workflows=wrong)  # type: ignore[arg-type]
 
 
 def test_sub_workflow_with_an_inline_definition_and_its_failure(pool: ThreadPoolExecutor) -> None:

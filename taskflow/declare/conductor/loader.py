@@ -298,9 +298,36 @@ def _workflow_timeout(data: Mapping[str, Any], name: str) -> tuple[float | None,
     return float(seconds), None
 
 
+def _known_workflows(workflows: Iterable[Any] | Mapping[str, Any] | None
+                     ) -> list[Mapping[str, Any]]:
+    """The definitions of ``workflows=``, read and checked: each has a ``name`` (from its key
+    when given as a mapping without one)."""
+    if workflows is None:
+        return []
+    if isinstance(workflows, (str, bytes)) or not isinstance(workflows, Iterable):
+        raise TypeError("workflows must be an iterable of workflow definitions or a mapping "
+                        f"name -> definition, got {type(workflows).__name__}")
+    entries = (list(workflows.items()) if isinstance(workflows, Mapping)
+               else [(None, w) for w in workflows])
+    known: list[Mapping[str, Any]] = []
+    for key, w in entries:
+        d = read_definition(w)
+        if isinstance(d, Mapping) and key is not None:
+            if d.get("name") is None:
+                d = {**d, "name": key}
+            elif d.get("name") != key:
+                raise FlowDefinitionError(f"workflows[{key!r}] is the definition of "
+                                          f"{d.get('name')!r}; the key must be its name")
+        if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
+            raise FlowDefinitionError("every entry of workflows= must be a workflow definition "
+                                      f"with a name, got {type(d).__name__}")
+        known.append(d)
+    return known
+
+
 def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
          max_concurrency: int = 8,
-         workflows: Iterable[Any] | None = None,
+         workflows: Iterable[Any] | Mapping[str, Any] | None = None,
          task_definitions: Iterable[Mapping[str, Any]] | None = None,
          allow_hosts: Sequence[str] | None = None,
          max_response_bytes: int = 10 * 1024 * 1024,
@@ -320,7 +347,8 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
             drawing only (``start`` then refuses to run it).
         max_concurrency: forked tasks of a FORK_JOIN_DYNAMIC in flight at once.
         workflows: definitions (dicts, JSON text or paths) that SUB_WORKFLOW tasks may name by
-            ``name`` and ``version``.
+            ``name`` and ``version``: an iterable of them, or a mapping name -> definition (a
+            definition without a ``name`` takes its key).
         task_definitions: Conductor task definitions (``retryCount``, ``retryLogic``,
             ``timeoutSeconds``...) for SIMPLE tasks without an embedded ``taskDefinition``,
             matched by ``name``.
@@ -343,7 +371,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
             duplicate reference names, task types that need a Conductor server — all of them
             named —, a malformed expression, a sub-workflow that reaches itself), is not valid
             JSON, or cannot be read. The message names the task and where it is.
-        TypeError: ``definition`` or ``registry`` of the wrong type.
+        TypeError: ``definition``, ``registry`` or ``workflows`` of the wrong type.
         ValueError: a limit that is not positive.
     """
     if registry is not None and not isinstance(registry, Mapping):
@@ -357,13 +385,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
                     jq_memory_limit=jq_memory_limit, max_loop_iterations=max_loop_iterations,
                     event_sink=event_sink)
     try:
-        known: list[Mapping[str, Any]] = []
-        for w in workflows or ():
-            d = read_definition(w)
-            if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
-                raise FlowDefinitionError("every entry of workflows= must be a workflow definition "
-                                          f"with a name, got {type(d).__name__}")
-            known.append(d)
+        known = _known_workflows(workflows)
         tdefs: dict[str, Mapping[str, Any]] = {}
         for t in task_definitions or ():
             if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
