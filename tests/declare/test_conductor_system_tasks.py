@@ -144,6 +144,38 @@ def test_decision_with_a_case_expression(pool: ThreadPoolExecutor) -> None:
     assert states(wf.run({"amount": 5}, executor=pool).result)["auto"] == "SUCCESS"
 
 
+def _decision(case_expression: str) -> dict[str, Any]:
+    return {"tasks": [{
+        "name": "d", "taskReferenceName": "d", "type": "DECISION",
+        "caseValueParam": "kind", "caseExpression": case_expression,
+        "inputParameters": {"kind": "${workflow.input.kind}",
+                            "amount": "${workflow.input.amount}"},
+        "decisionCases": {"review": [simple("review", "echo")],
+                          "auto": [simple("auto", "echo")]}}]}
+
+
+def test_a_decision_with_both_evaluates_its_case_expression_as_conductor_does(
+        pool: ThreadPoolExecutor) -> None:
+    # Conductor's DecisionTaskMapper evaluates caseExpression whenever it is not blank
+    wf = conductor.load(_decision("$.amount > 100 ? 'review' : 'auto'"), {"echo": echo})
+    run = wf.run({"kind": "auto", "amount": 500}, executor=pool)
+    assert run.result.outputs["d"] == {"caseOutput": ["review"]}
+    assert states(run.result)["review"] == "SUCCESS"
+    assert states(run.result)["auto"] == "SKIPPED"
+    blank = conductor.load(_decision("  "), {"echo": echo})
+    run = blank.run({"kind": "auto", "amount": 500}, executor=pool)
+    assert run.result.outputs["d"] == {"caseOutput": ["auto"]}
+
+
+def test_a_case_expression_that_throws_fails_the_workflow(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load(_decision("(function () { throw new Error('no case'); })()"),
+                        {"echo": echo})
+    run = wf.run({"kind": "auto", "amount": 5}, executor=pool)
+    assert run.status == "FAILED"
+    assert "no case" in str(run.result.result_of("d").exception)
+    assert states(run.result)["auto"] != "SUCCESS" and states(run.result)["review"] != "SUCCESS"
+
+
 def test_exclusive_join_naming_an_unknown_task_is_refused() -> None:
     with pytest.raises(FlowDefinitionError, match=r"joinOn names 'ghost'"):
         conductor.load({"tasks": [simple("a", "echo"), {

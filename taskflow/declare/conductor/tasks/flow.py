@@ -512,10 +512,12 @@ def _switch_evaluator(ctx: CompileContext, site: Site) -> tuple[Any, Any]:
     """(evaluator, expression) of a DECISION or SWITCH (graaljs read as javascript)."""
     task = site.task
     if site.kind == "DECISION":
+        # as Conductor's DecisionTaskMapper: a non-blank caseExpression wins over caseValueParam
+        expression = task.get("caseExpression")
+        if isinstance(expression, str) and expression.strip():
+            return "javascript", expression
         if task.get("caseValueParam"):
             return "value-param", task["caseValueParam"]
-        if task.get("caseExpression"):
-            return "javascript", task["caseExpression"]
         raise ctx.fail(f"decision {site.label} has no caseValueParam or caseExpression")
     evaluator = task.get("evaluatorType")
     if evaluator is None:
