@@ -11,6 +11,7 @@ import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +299,52 @@ def test_wait_durations_are_read_as_conductor_writes_them(text: str, seconds: fl
     from taskflow.declare.conductor.tasks.control import parse_duration
 
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+NOW = datetime(2024, 4, 30, 10, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("2024-04-30 15:20 GMT+04:00", 80 * 60),  # Conductor's documentation example
+    ("2024-04-30 15:20", (5 * 60 + 20) * 60),  # no zone: UTC
+    ("2024-04-30 15:20 UTC", (5 * 60 + 20) * 60),
+    ("2024-04-30 15:20 GMT", (5 * 60 + 20) * 60),
+    ("2024-04-30 15:20 +0400", 80 * 60),
+    ("2024-04-30 15:20 GMT-4", (9 * 60 + 20) * 60),
+    ("2024-04-30 15:20 Europe/Paris", (3 * 60 + 20) * 60),  # CEST, +02:00
+    ("2024-05-01", 14 * 3600),
+    ("2022-12-31 11:59", 0.0),  # already past: no wait
+])
+def test_wait_until_reads_conductors_patterns_and_time_zones(text: str, seconds: float) -> None:
+    from taskflow.declare.conductor.tasks.control import until_seconds
+
+    assert until_seconds(text, NOW) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["30/04/2024", "2024-04-30 15:20 Mars/Olympus", "tomorrow",
+                                  "2024-04-30 15:20 GMT+25:00"])
+def test_a_literal_until_that_is_no_time_is_refused_at_load(text: str) -> None:
+    with pytest.raises(FlowDefinitionError, match="wait task 'w'.*is not a time such as"):
+        conductor.load({"tasks": [{"name": "w", "taskReferenceName": "w", "type": "WAIT",
+                                   "inputParameters": {"until": text}}]}, {})
+
+
+def test_a_wait_until_a_past_time_goes_on_at_once(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load({"tasks": [
+        {"name": "wait", "taskReferenceName": "wait_till_jan_end_ref", "type": "WAIT",
+         "inputParameters": {"until": "2024-04-30 15:20 GMT+04:00"}},
+        simple("after", "echo"),
+    ]}, {"echo": echo})
+    run = wf.run(executor=pool, timeout=LONG)
+    assert run.status == "COMPLETED"
+    assert run.result.result_of("after").state is ResultState.SUCCESS
+
+
+def test_a_wait_with_both_duration_and_until_is_refused_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match="wait task 'w'.*has both duration and until"):
+        conductor.load({"tasks": [{"name": "w", "taskReferenceName": "w", "type": "WAIT",
+                                   "inputParameters": {"duration": "1s",
+                                                       "until": "2024-04-30 15:20"}}]}, {})
 
 
 def test_a_wait_for_a_signal_and_an_event_without_a_sink_are_refused_together() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, ClassVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from taskflow.declare.conductor import state
 from taskflow.declare.conductor.compiling import CompileContext, Site, Step
@@ -14,7 +15,8 @@ from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.node import SchedulingNode
 
 __all__ = ["EventTask", "SetVariableTask", "TerminateTask", "WaitTask", "compile_event",
-           "compile_set_variable", "compile_terminate", "compile_wait", "parse_duration"]
+           "compile_set_variable", "compile_terminate", "compile_wait", "parse_duration",
+           "until_seconds"]
 
 TERMINATION_STATUSES = ("COMPLETED", "FAILED", "TERMINATED")
 
@@ -102,20 +104,52 @@ def parse_duration(text: str) -> float:
     return total
 
 
-_UNTIL_FORMATS = ("%Y-%m-%d %H:%M %z", "%Y-%m-%d %H:%M:%S %z", "%Y-%m-%d %H:%M",
-                  "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
+# Conductor's WAIT ``until`` patterns: ``yyyy-MM-dd HH:mm``, ``yyyy-MM-dd HH:mm z`` and
+# ``yyyy-MM-dd`` (seconds are accepted too); ``z`` is one of Java's general time zones
+_UNTIL = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{1,2}):(\d{2})(?::(\d{2}))?)?(?:\s*(\S.*))?")
+# ``GMT+04:00``, ``GMT-4``, ``UTC+0530``, ``+0400``, ``-04:00``
+_OFFSET = re.compile(r"(?:GMT|UTC)?([+-])(\d{1,2})(?::?(\d{2}))?")
+_UNTIL_EXAMPLE = ("'2024-04-30 15:20', '2024-04-30 15:20 GMT+04:00', '2024-04-30 15:20 UTC', "
+                  "'2024-04-30 15:20 +0400', '2024-04-30 15:20 Europe/Paris' or '2024-04-30'")
 
 
-def _until_seconds(text: str) -> float:
-    for fmt in _UNTIL_FORMATS:
-        try:
-            when = datetime.strptime(text.strip(), fmt)
-        except ValueError:
-            continue
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-    raise ValueError(f"{text!r} is not a time such as '2024-01-31 09:30 +0000'")
+def _zone(text: str) -> tzinfo:
+    """A Java general time zone as a tzinfo: ``GMT``/``UTC``/``Z``, an offset (``GMT+04:00``,
+    ``+0400``) or a zone name (``Europe/Paris``, ``EST``)."""
+    if text.upper() in ("GMT", "UTC", "Z", "UT"):
+        return timezone.utc
+    offset = _OFFSET.fullmatch(text)
+    if offset is not None:
+        sign, hours, minutes = offset.groups()
+        delta = timedelta(hours=int(hours), minutes=int(minutes or 0))
+        if delta >= timedelta(hours=24):
+            raise ValueError(f"time zone offset {text!r} is out of range")
+        return timezone(-delta if sign == "-" else delta)
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {text!r}") from None
+
+
+def until_seconds(text: str, now: datetime | None = None) -> float:
+    """Seconds from ``now`` to Conductor's WAIT ``until`` time (0 when it has passed). A time
+    without a zone is UTC.
+
+    Raises:
+        ValueError: not one of Conductor's patterns, or an unknown time zone.
+    """
+    match = _UNTIL.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a time such as {_UNTIL_EXAMPLE}")
+    day, hour, minute, second, zone = match.groups()
+    try:
+        when = datetime.strptime(day, "%Y-%m-%d").replace(
+            hour=int(hour or 0), minute=int(minute or 0), second=int(second or 0),
+            tzinfo=_zone(zone.strip()) if zone else timezone.utc)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a time such as {_UNTIL_EXAMPLE}: {exc}") from None
+    now = now or datetime.now(timezone.utc)
+    return max(0.0, (when - now).total_seconds())
 
 
 class WaitTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
@@ -134,7 +168,7 @@ class WaitTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         elif isinstance(duration, (int, float)) and not isinstance(duration, bool):
             seconds = float(duration)
         elif isinstance(until, str) and until.strip():
-            seconds = _until_seconds(until)
+            seconds = until_seconds(until)
         else:
             raise ValueError(f"wait task {self.ref!r}: needs a duration or an until time, got "
                              f"duration={duration!r} until={until!r}")
@@ -184,14 +218,18 @@ def compile_terminate(ctx: CompileContext, site: Site) -> Step:
 
 
 def compile_wait(ctx: CompileContext, site: Site) -> Step:
-    """``WAIT``: a literal ``duration`` parses (one without a duration or until was refused
-    before compiling)."""
-    duration = ctx.params(site).get("duration")
-    if isinstance(duration, str) and "${" not in duration:
-        try:
-            parse_duration(duration)
-        except ValueError as exc:
-            raise ctx.fail(f"wait {site.label}: {exc}") from None
+    """``WAIT``: ``duration`` or ``until``, not both (as Conductor checks at registration); a
+    literal value parses (one without either was refused before compiling)."""
+    params = ctx.params(site)
+    if "duration" in params and "until" in params:
+        raise ctx.fail(f"wait {site.label} has both duration and until; give only one")
+    for field, parse in (("duration", parse_duration), ("until", until_seconds)):
+        value = params.get(field)
+        if isinstance(value, str) and "${" not in value:
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise ctx.fail(f"wait {site.label}: {exc}") from None
     return ctx.single(site, ctx.new_node(WaitTask, site))
 
 
