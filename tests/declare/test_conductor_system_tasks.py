@@ -378,6 +378,28 @@ def test_event_publishes_to_the_sink_given_to_load(pool: ThreadPoolExecutor) -> 
 # -- DO_WHILE -----------------------------------------------------------------------------------
 
 
+def test_a_do_while_without_a_loop_condition_is_refused_unless_it_iterates_items(
+        pool: ThreadPoolExecutor) -> None:
+    body = [simple("step", "echo")]
+    with pytest.raises(FlowDefinitionError, match=r"do_while task 'loop' \(tasks\[0\]\) has no "
+                                                  r"loopCondition \(and no items to iterate\)"):
+        conductor.load({"tasks": [{"name": "loop", "taskReferenceName": "loop",
+                                   "type": "DO_WHILE", "loopOver": body}]}, {"echo": echo})
+    wf = conductor.load({"tasks": [{"name": "loop", "taskReferenceName": "loop",
+                                    "type": "DO_WHILE", "items": "${workflow.input.skus}",
+                                    "loopOver": body}]}, {"echo": echo})
+    run = wf.run({"skus": ["a", "b"]}, executor=pool)
+    assert run.status == "COMPLETED" and set(run.result.outputs["loop"]) >= {"1", "2"}
+
+
+def test_an_optional_terminate_is_refused_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"terminate task 'stop' \(tasks\[0\]\) is "
+                                                  "optional; a TERMINATE task cannot be"):
+        conductor.load({"tasks": [{"name": "stop", "taskReferenceName": "stop",
+                                   "type": "TERMINATE", "optional": True,
+                                   "inputParameters": {"terminationStatus": "COMPLETED"}}]}, {})
+
+
 def loop_registry(log: list[Any]) -> dict[str, Any]:
     def first(task_input: dict[str, Any]) -> dict[str, Any]:
         log.append(task_input["iteration"])

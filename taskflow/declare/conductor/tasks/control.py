@@ -209,7 +209,10 @@ def compile_set_variable(ctx: CompileContext, site: Site) -> Step:
 
 
 def compile_terminate(ctx: CompileContext, site: Site) -> Step:
-    """``TERMINATE``: a literal ``terminationStatus`` is one of TERMINATION_STATUSES."""
+    """``TERMINATE``: a literal ``terminationStatus`` is one of TERMINATION_STATUSES; it may not
+    be optional (as Conductor checks at registration: ending the workflow is not skippable)."""
+    if site.optional:
+        raise ctx.fail(f"terminate {site.label} is optional; a TERMINATE task cannot be")
     status = ctx.params(site).get("terminationStatus")
     if isinstance(status, str) and "${" not in status and status not in TERMINATION_STATUSES:
         raise ctx.fail(f"terminate {site.label}: terminationStatus {status!r} is not one of "

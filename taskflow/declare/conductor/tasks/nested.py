@@ -283,8 +283,8 @@ def _loop_evaluator(ctx: CompileContext, site: Site) -> str:
 
 
 def _loop_condition(ctx: CompileContext, site: Site) -> tuple[str | None, Any]:
-    """(loopCondition or None, the compiled ``items`` or None); a loop with neither runs
-    once, with a warning."""
+    """(loopCondition or None, the compiled ``items`` or None); a loop needs a condition
+    unless it iterates ``items``, as Conductor checks at registration."""
     condition = site.task.get("loopCondition")
     if condition is not None and not isinstance(condition, str):
         raise ctx.fail(f"do_while {site.label}: loopCondition must be a string")
@@ -292,7 +292,7 @@ def _loop_condition(ctx: CompileContext, site: Site) -> tuple[str | None, Any]:
     if site.task.get("items") is not None:
         items = ctx.compile_inputs(site.task["items"], site.ref, site.where, "items")
     if not condition and items is None:
-        ctx.warn(f"do_while {site.label} has no loopCondition: it runs once")
+        raise ctx.fail(f"do_while {site.label} has no loopCondition (and no items to iterate)")
     return condition or None, items
 
 
