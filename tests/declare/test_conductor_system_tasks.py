@@ -168,6 +168,23 @@ def test_a_decision_with_both_evaluates_its_case_expression_as_conductor_does(
     assert run.result.outputs["d"] == {"caseOutput": ["auto"]}
 
 
+def test_javascript_of_a_decision_or_switch_that_does_not_parse_is_refused_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"decision task 'd' \(tasks\[0\]\): "
+                                                  "caseExpression is not valid JavaScript: "
+                                                  "SyntaxError"):
+        conductor.load(_decision("$.amount > "), {"echo": echo})
+    switch = {"tasks": [{
+        "name": "s", "taskReferenceName": "s", "type": "SWITCH", "evaluatorType": "javascript",
+        "expression": "$.kind == 'a' ? 'a' :", "inputParameters": {"kind": "a"},
+        "decisionCases": {"a": [simple("a", "echo")]}}]}
+    with pytest.raises(FlowDefinitionError, match=r"switch task 's' \(tasks\[0\]\): "
+                                                  "expression is not valid JavaScript"):
+        conductor.load(switch, {"echo": echo})
+    # parsed, never run: a script that would loop forever loads
+    switch["tasks"][0]["expression"] = "while (true) {}"
+    conductor.load(switch, {"echo": echo})
+
+
 def test_a_case_expression_that_throws_fails_the_workflow(pool: ThreadPoolExecutor) -> None:
     wf = conductor.load(_decision("(function () { throw new Error('no case'); })()"),
                         {"echo": echo})

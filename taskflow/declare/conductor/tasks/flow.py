@@ -16,7 +16,7 @@ from taskflow.declare.conductor.tasks.base import (
     copy_value,
     failure_output,
 )
-from taskflow.declare.conductor.tasks.javascript import evaluate
+from taskflow.declare.conductor.tasks.javascript import evaluate, syntax_error
 from taskflow.errors import FlowDefinitionError, ResultNotAvailableError
 from taskflow.kinds.fanout import FanInResult, FanOutNode
 from taskflow.model.context import TaskContext
@@ -495,6 +495,12 @@ def compile_switch(ctx: CompileContext, site: Site) -> Step:
     if evaluator == "value-param" and expression not in params:
         raise ctx.fail(f"{what} {site.label}: malformed expression {expression!r}: with "
                        "value-param it must name one of its inputParameters")
+    if evaluator == "javascript":
+        # as Conductor checks at registration: the script parses (it is not run)
+        error = syntax_error(expression, ctx.limits)
+        if error is not None:
+            field = "caseExpression" if site.kind == "DECISION" else "expression"
+            raise ctx.fail(f"{what} {site.label}: {field} is not valid JavaScript: {error}")
     cases_def = site.task.get("decisionCases") or {}
     if not isinstance(cases_def, Mapping):
         raise ctx.fail(f"{what} {site.label}: decisionCases must be an object")

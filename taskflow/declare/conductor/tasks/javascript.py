@@ -33,7 +33,7 @@ from taskflow.model.context import TaskContext
 from taskflow.model.node import SchedulingNode
 
 __all__ = ["InlineTask", "LambdaTask", "ScriptError", "compile_inline", "compile_lambda",
-           "evaluate"]
+           "evaluate", "syntax_error"]
 
 
 class ScriptError(TaskflowError, RuntimeError):
@@ -133,6 +133,24 @@ def evaluate(task: str, script: str, bindings: Any, limits: Limits,
     if not isinstance(text, str):
         return None  # JSON.stringify gave undefined (a function, a symbol)
     return json.loads(text)
+
+
+def syntax_error(script: str, limits: Limits) -> str | None:
+    """The SyntaxError of ``script`` (parsed, never run), or None when it parses or when no
+    JavaScript engine is installed (running the script then says what to install)."""
+    try:
+        from py_mini_racer import JSEvalException, JSTimeoutException
+    except ImportError:  # pragma: no cover - the extra is part of dev
+        return None
+    source = (f"(function(){{ try {{ new Function({json.dumps(script)}); return ''; }}"
+              " catch (e) { return String(e); } })()")
+    try:
+        with _isolate() as racer:
+            found = racer.eval(source, timeout_sec=limits.js_time_limit,
+                               max_memory=limits.js_memory_limit)
+    except (JSEvalException, JSTimeoutException) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return found or None
 
 
 def truthy(value: Any) -> bool:
