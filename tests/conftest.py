@@ -120,7 +120,6 @@ def strict_engine() -> Iterator[None]:
 
     run.set_strict(True)
     yield
-    run.set_strict(True)
 
 
 # --- fixtures for the core-engine suites (test_scheduling, test_timeouts, test_failures, ...) ---
