@@ -373,7 +373,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
         FlowDefinitionError: the definition breaks one of Conductor's rules (a fork not followed
             by a join, an unknown ``joinOn`` reference, a name missing from the registry,
             duplicate reference names, task types that need a Conductor server — all of them
-            named —, a malformed expression, a sub-workflow that reaches itself), is not valid
+            named —, a malformed expression, a sub-workflow whose literal name reaches itself), is not valid
             JSON, or cannot be read. The message names the task and where it is.
         TypeError: ``definition``, ``registry`` or ``workflows`` of the wrong type.
         ValueError: a limit that is not positive.
