@@ -242,7 +242,7 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         from taskflow.declare.conductor.workflow import conductor_status, resolve_output
 
-        sub = self.sub if self.sub is not None else self._choose(ctx)
+        sub = self.sub if self.sub is not None else self._chosen(ctx)
         sub_id = self.task_id(ctx)
         chain = self._chain(ctx, sub, task_input)
         result, record = run_nested(ctx, sub.nodes, task_input, sub_id, chain)
@@ -261,7 +261,7 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
                 + (f": {meta.get('reason')}" if meta.get("reason") else ""), output)
         return output
 
-    def _choose(self, ctx: TaskContext) -> Workflow:
+    def _chosen(self, ctx: TaskContext) -> Workflow:
         """The workflow the task's ``name`` and ``version`` expressions name in this run."""
         name, version = self.scope(ctx).resolve(self.choice)
         if not isinstance(name, str) or not name:
