@@ -185,6 +185,36 @@ def test_retry_logic_waits_as_conductor_defines_it(pool: ThreadPoolExecutor, log
         assert gap >= expected * 0.95  # at least the documented delay (the machine is busy)
 
 
+@pytest.mark.parametrize("logic", ["FIXED", "LINEAR_BACKOFF", "EXPONENTIAL_BACKOFF"])
+@pytest.mark.parametrize("delay", [0, 0.01])
+def test_every_retry_is_a_new_task_with_its_input_resolved_again(
+    pool: ThreadPoolExecutor, logic: str, delay: float,
+) -> None:
+    # Conductor's retry is a task of its own: a new task id, inputParameters resolved anew
+    # with it, and retryCount counting the retries (in-task and engine retries alike)
+    seen: list[dict[str, Any]] = []
+
+    def fn(task_input: dict[str, Any]) -> dict[str, Any]:
+        seen.append(task_input)
+        if len(seen) < 3:
+            raise RuntimeError(f"attempt {len(seen)}")
+        return {"done": len(seen)}
+
+    wf = conductor.load({"tasks": [simple("t", "flaky", inputParameters={
+        "id": "${CPEWF_TASK_ID}", "own": "${t.taskId}", "retry": "${t.retryCount}",
+        "text": "try-${CPEWF_TASK_ID}"}, taskDefinition={
+        "retryCount": 2, "retryLogic": logic, "retryDelaySeconds": delay})]}, {"flaky": fn})
+    run = wf.run(executor=pool, timeout=LONG)
+    assert run.status == "COMPLETED"
+    ids = [i["id"] for i in seen]
+    assert len(set(ids)) == 3 and ids[0].endswith("/t")
+    assert [i["text"] for i in seen] == [f"try-{i}" for i in ids]
+    assert [i["retry"] for i in seen[1:]] == [0, 1]  # what the previous attempt recorded
+    record = wf._record(run.result)["tasks"]["t"]
+    assert record["taskId"] == ids[-1] and record["retryCount"] == 2
+    assert run.result["t"].input["id"] == ids[-1]
+
+
 def test_retries_stop_when_the_next_delay_does_not_fit_the_budget(
     pool: ThreadPoolExecutor,
 ) -> None:

@@ -409,6 +409,16 @@ def test_a_do_while_without_a_loop_condition_is_refused_unless_it_iterates_items
     assert run.status == "COMPLETED" and set(run.result.outputs["loop"]) >= {"1", "2"}
 
 
+def test_an_empty_loop_condition_is_a_condition_that_is_false(pool: ThreadPoolExecutor) -> None:
+    # Conductor refuses only a missing (null) loopCondition; "" evaluates to false, so the
+    # loop runs once (Conductor's own terminate_task_terminated_status_in_do_while_test has it)
+    wf = conductor.load({"tasks": [{"name": "loop", "taskReferenceName": "loop",
+                                    "type": "DO_WHILE", "loopCondition": "",
+                                    "loopOver": [simple("step", "echo")]}]}, {"echo": echo})
+    run = wf.run(executor=pool)
+    assert run.status == "COMPLETED" and run.result.outputs["loop"]["iteration"] == 1
+
+
 def test_an_optional_terminate_is_refused_at_load() -> None:
     with pytest.raises(FlowDefinitionError, match=r"terminate task 'stop' \(tasks\[0\]\) is "
                                                   "optional; a TERMINATE task cannot be"):
@@ -626,6 +636,100 @@ def test_sub_workflow_picks_the_highest_version_without_one(pool: ThreadPoolExec
                                     "subWorkflowParam": {"name": "child"}}]}, {},
                         workflows=[version(1), version(3), version(2)])
     assert wf.run(executor=pool).result.outputs["s"]["result"] == 3
+
+
+
+OWN = FIXTURES / "conductor-oss" / "test-harness"
+
+
+def own(name: str) -> dict[str, Any]:
+    """One of Conductor's own definitions (see conductor-oss/SOURCE.md)."""
+    return json.loads((OWN / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def op(name: str) -> Any:
+    return lambda task_input: {"op": name, **task_input}
+
+
+OPS = {n: op(n) for n in ("integration_task_1", "integration_task_2", "simple_task_in_sub_wf")}
+
+
+def test_a_sub_workflow_named_by_an_expression_is_chosen_when_it_runs(
+    pool: ThreadPoolExecutor,
+) -> None:
+    # Conductor's own: the root runs itself (with other input), which runs integration_test_wf
+    wf = conductor.load(own("workflow_with_sub_workflow_1_integration_test"), OPS,
+                        workflows=[own("simple_workflow_1_integration_test")])
+    run = wf.run({"param1": "p1", "param2": "p2", "subwf": "integration_test_wf_with_sub_wf",
+                  "nextSubwf": "integration_test_wf"}, executor=pool, timeout=LONG)
+    assert run.status == "COMPLETED", run.reason
+    assert run.result.outputs["t2"]["o3"] == "integration_task_1"
+    direct = wf.run({"param1": "p1", "param2": "p2", "subwf": "integration_test_wf"},
+                    executor=pool, timeout=LONG)
+    assert direct.status == "COMPLETED"
+    assert direct.result.outputs["t2"]["o1"] == "p1"  # integration_test_wf's own output
+
+
+def test_a_sub_workflow_name_that_matches_no_definition_fails_the_task_naming_it(
+    pool: ThreadPoolExecutor,
+) -> None:
+    wf = conductor.load(own("workflow_with_sub_workflow_1_integration_test"), OPS,
+                        workflows=[own("simple_workflow_1_integration_test")])
+    run = wf.run({"subwf": "ghost_wf"}, executor=pool, timeout=LONG)
+    assert run.status == "FAILED" and run.failed_task == "t2"
+    assert "no workflow 'ghost_wf' version 1 was passed to load(workflows=...)" in run.reason
+    assert "'integration_test_wf'" in run.reason  # what it could have named
+
+
+def test_a_sub_workflow_chosen_by_expression_needs_candidates_at_load() -> None:
+    with pytest.raises(FlowDefinitionError, match=r"sub_workflow task 't2' \(tasks\[1\]\) "
+                       r"chooses its workflow when it runs \(name '\$\{workflow.input.subwf\}'"
+                       r"\) among the definitions passed to load\(workflows=...\), and none "
+                       r"was passed"):
+        conductor.load(own("workflow_with_sub_workflow_1_integration_test"), OPS)
+
+
+def test_a_candidate_that_cannot_run_in_process_fails_the_task_only_when_chosen(
+    pool: ThreadPoolExecutor,
+) -> None:
+    waits = {"name": "waits", "version": 1, "tasks": [
+        {"name": "w", "taskReferenceName": "w", "type": "WAIT"}]}
+    wf = conductor.load(own("workflow_with_sub_workflow_1_integration_test"), OPS,
+                        workflows=[own("simple_workflow_1_integration_test"), waits])
+    assert any("may choose workflow 'waits' version 1" in w for w in wf.warnings)
+    run = wf.run({"subwf": "waits"}, executor=pool, timeout=LONG)
+    assert run.status == "FAILED"
+    assert "workflow 'waits' version 1 cannot run in-process" in run.reason
+    assert "waits for a signal" in run.reason
+    ok = wf.run({"subwf": "integration_test_wf"}, executor=pool, timeout=LONG)
+    assert ok.status == "COMPLETED"
+
+
+def test_a_workflow_that_would_run_itself_with_the_same_input_fails_when_it_would(
+    pool: ThreadPoolExecutor,
+) -> None:
+    looping = own("workflow_with_sub_workflow_1_integration_test")
+    looping["tasks"][1]["inputParameters"]["subwf"] = "${workflow.input.subwf}"  # the same
+    wf = conductor.load(looping, OPS, workflows=[own("simple_workflow_1_integration_test")])
+    run = wf.run({"param1": "p1", "param2": "p2", "subwf": "integration_test_wf_with_sub_wf"},
+                 executor=pool, timeout=LONG)
+    assert run.status == "FAILED"
+    assert ("workflow 'integration_test_wf_with_sub_wf' would run again with the input it "
+            "already runs with ('integration_test_wf_with_sub_wf' -> "
+            "'integration_test_wf_with_sub_wf'), nesting for ever") in run.reason
+    assert run.result.elapsed < LONG
+
+
+def test_sub_workflows_nest_at_most_max_workflow_depth(pool: ThreadPoolExecutor) -> None:
+    wf = conductor.load(own("workflow_with_sub_workflow_1_integration_test"), OPS,
+                        workflows=[own("simple_workflow_1_integration_test")],
+                        max_workflow_depth=2)
+    run = wf.run({"param1": "p1", "param2": "p2", "subwf": "integration_test_wf_with_sub_wf",
+                  "nextSubwf": "integration_test_wf"}, executor=pool, timeout=LONG)
+    assert run.status == "FAILED"
+    assert "would nest 3 workflows deep" in run.reason and "max_workflow_depth=2" in run.reason
+    with pytest.raises(ValueError, match="max_workflow_depth must be a positive integer"):
+        conductor.load(own("simple_workflow_1_integration_test"), OPS, max_workflow_depth=0)
 
 
 

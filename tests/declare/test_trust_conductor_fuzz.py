@@ -29,8 +29,11 @@ from hypothesis import strategies as st
 from taskflow import FlowDefinitionError, TaskflowError, conductor
 
 ROOT = Path(__file__).resolve().parents[2]
+OWN = ROOT / "tests" / "conductor_fixtures" / "conductor-oss" / "test-harness"
 SOURCES = sorted((ROOT / "tests" / "conductor_fixtures").glob("*.json")) + sorted(
-    (ROOT / "examples").glob("*_workflow.json"))
+    (ROOT / "examples").glob("*_workflow.json")) + [
+    OWN / "workflow_with_sub_workflow_1_integration_test.json",  # a name chosen at run time
+    OWN / "do_while_iteration_fix_test.json"]
 BASES = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in SOURCES}
 CHILD = BASES["sub_workflow_child"]
 

@@ -13,8 +13,10 @@ never widen them:
 * jq runs in a separate worker process, killed after ``jq_time_limit`` seconds (the jq binding
   holds the GIL, so a runaway program in-process would stop every thread), with its address
   space capped at ``jq_memory_limit`` bytes.
-* A DO_WHILE runs at most ``max_loop_iterations`` iterations; a SUB_WORKFLOW that reaches itself
-  is refused at load.
+* A DO_WHILE runs at most ``max_loop_iterations`` iterations. A SUB_WORKFLOW that names itself
+  is refused at load; one whose name is an expression is refused at run time when it would run
+  a workflow of its chain again with the same input, or nest deeper than
+  ``max_workflow_depth`` workflows.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Limits:
     jq_time_limit: float = 5.0
     jq_memory_limit: int = 1024 * 1024 * 1024
     max_loop_iterations: int = 1000
+    max_workflow_depth: int = 32
     event_sink: EventSink | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,7 +79,7 @@ class Limits:
                     or math.isnan(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         for name in ("max_response_bytes", "js_memory_limit", "jq_memory_limit",
-                     "max_loop_iterations"):
+                     "max_loop_iterations", "max_workflow_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from taskflow.declare.conductor.workflow import Workflow
 
 __all__ = ["COMMON_FIELDS", "TYPE_FIELDS", "CompileContext", "CompileFn", "Edge", "Library",
-           "Node", "Site", "Step", "empty"]
+           "Node", "Site", "Step", "candidate_key", "empty", "latest"]
 
 Node = SchedulingNode[Any, Any]
 #: A dependency to add: (father, optional father).
@@ -91,19 +91,63 @@ class Library:
         self.max_concurrency = max_concurrency
         self.workflows = workflows
         self.task_definitions = task_definitions
+        # the workflows a SUB_WORKFLOW may choose at run time, (name, version) -> Workflow:
+        # every definition of ``workflows`` and the one being loaded, each compiled once;
+        # complete when ``load`` returns (nodes read it only when they run)
+        self.candidates: dict[tuple[str, Any], Workflow] = {}
+        self.compiling: set[tuple[str, Any]] = set()  # candidates being compiled
+        self.refused: dict[tuple[str, Any], str] = {}  # candidates that do not load: why
 
     def find(self, name: str, version: Any) -> Mapping[str, Any] | None:
         """The definition named ``name`` (the given version, else the highest)."""
-        found = [w for w in self.workflows if w.get("name") == name]
-        if version is not None:
-            found = [w for w in found if w.get("version") == version]
-        if not found:
-            return None
-        def version_of(w: Mapping[str, Any]) -> int:
-            v = w.get("version")
-            return v if isinstance(v, int) else -1
+        found: Mapping[str, Any] | None = latest(
+            [w for w in self.workflows if w.get("name") == name], version,
+            lambda w: w.get("version"))
+        return found
 
-        return max(found, key=version_of)
+    def compile_candidates(self, compile_workflow: Callable[[Any, tuple[str, ...]], Workflow]
+                           ) -> None:
+        """Compile every definition of ``workflows`` not compiled (nor being compiled) yet
+        into :attr:`candidates`, or into :attr:`refused` with the reason it does not load."""
+        for data in self.workflows:
+            key = candidate_key(data)
+            if key in self.compiling or key in self.candidates or key in self.refused:
+                continue
+            self.compiling.add(key)
+            try:
+                self.candidates[key] = compile_workflow(data, (key[0],))
+            except FlowDefinitionError as exc:
+                self.refused[key] = str(exc)
+            finally:
+                self.compiling.discard(key)
+
+
+def candidate_key(data: Any) -> tuple[str, Any]:
+    """A definition's (name, version) as a key of :attr:`Library.candidates` (a version that
+    is not a number or a string is keyed by its text)."""
+    if not isinstance(data, Mapping):
+        return "workflow", None
+    version = data.get("version")
+    if not isinstance(version, (int, str, type(None))):
+        version = repr(version)
+    return str(data.get("name") or "workflow"), version
+
+
+def latest(found: Sequence[Any], version: Any, version_of: Callable[[Any], Any]) -> Any:
+    """Of ``found`` (one name's definitions), the one of ``version`` (an int, or digits), or
+    the highest version when ``version`` is None; None when there is none."""
+    if isinstance(version, str) and version.strip().isdigit():
+        version = int(version)
+    if version is not None:
+        found = [w for w in found if version_of(w) == version]
+    if not found:
+        return None
+
+    def number(w: Any) -> int:
+        v = version_of(w)
+        return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+    return max(found, key=number)
 
 
 @dataclass(frozen=True)

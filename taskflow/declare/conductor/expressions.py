@@ -9,7 +9,9 @@ What an expression may read (Conductor's system parameters):
 * ``${workflow.input.x}``, ``${workflow.variables.x}`` (set by SET_VARIABLE),
   ``${workflow.workflowId}``, ``${workflow.correlationId}``, ``${workflow.workflowType}``,
   ``${workflow.version}``;
-* ``${ref.input.x}``, ``${ref.output.a.b[0]}``, ``${ref.taskId}``, ``${ref.status}`` of any task;
+* ``${ref.input.x}``, ``${ref.output.a.b[0]}``, ``${ref.taskId}``, ``${ref.status}``,
+  ``${ref.retryCount}``, ``${ref.taskType}`` of any task and ``${loop.iteration}`` (also
+  written ``${loop['iteration']}``) of a DO_WHILE;
   a JSONPath deep scan ``${ref.output..status}`` gives every ``status`` at any depth, as a list;
 * ``${CPEWF_TASK_ID}``, the id of the task being resolved. ``${NETFLIX_ENV}`` and
   ``${NETFLIX_STACK}`` read environment variables in Conductor; in-process they resolve to
@@ -29,7 +31,8 @@ __all__ = ["Ref", "Scope", "Template", "as_text", "compile_value", "walk"]
 SYSTEM_PARAMETERS = ("CPEWF_TASK_ID", "NETFLIX_ENV", "NETFLIX_STACK")
 _WORKFLOW_FIELDS_READ = ("input", "variables", "workflowId", "correlationId", "workflowType",
                          "version", "output", "status")
-_TASK_FIELDS_READ = ("input", "output", "taskId", "status", "referenceTaskName")
+_TASK_FIELDS_READ = ("input", "output", "taskId", "status", "referenceTaskName", "retryCount",
+                     "taskType", "iteration")
 
 
 class Ref:

@@ -27,6 +27,7 @@ from taskflow.declare.conductor.compiling import (
     CompileContext,
     CompileFn,
     Library,
+    candidate_key,
     empty,
 )
 from taskflow.declare.conductor.expressions import Ref, compile_value
@@ -336,6 +337,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
          jq_time_limit: float = 5.0,
          jq_memory_limit: int = 1024 * 1024 * 1024,
          max_loop_iterations: int = 1000,
+         max_workflow_depth: int = 32,
          event_sink: EventSink | None = None) -> Workflow:
     """Compile a Conductor workflow definition into a runnable :class:`Workflow`.
 
@@ -359,6 +361,8 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
         jq_time_limit: seconds one jq program may run (capped by the budget).
         jq_memory_limit: bytes of address space a jq worker process may use.
         max_loop_iterations: iterations after which a DO_WHILE fails.
+        max_workflow_depth: workflows a run may nest (itself, its sub-workflows, theirs...);
+            a SUB_WORKFLOW that would nest deeper fails.
         event_sink: ``fn(sink, payload)`` that EVENT tasks publish to; without it EVENT tasks
             are refused at load.
 
@@ -369,7 +373,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
         FlowDefinitionError: the definition breaks one of Conductor's rules (a fork not followed
             by a join, an unknown ``joinOn`` reference, a name missing from the registry,
             duplicate reference names, task types that need a Conductor server — all of them
-            named —, a malformed expression, a sub-workflow that reaches itself), is not valid
+            named —, a malformed expression, a sub-workflow whose literal name reaches itself), is not valid
             JSON, or cannot be read. The message names the task and where it is.
         TypeError: ``definition``, ``registry`` or ``workflows`` of the wrong type.
         ValueError: a limit that is not positive.
@@ -383,7 +387,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
                     max_response_bytes=max_response_bytes, js_time_limit=js_time_limit,
                     js_memory_limit=js_memory_limit, jq_time_limit=jq_time_limit,
                     jq_memory_limit=jq_memory_limit, max_loop_iterations=max_loop_iterations,
-                    event_sink=event_sink)
+                    max_workflow_depth=max_workflow_depth, event_sink=event_sink)
     try:
         known = _known_workflows(workflows)
         tdefs: dict[str, Mapping[str, Any]] = {}
@@ -394,7 +398,10 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
             tdefs[t["name"]] = t
         library = Library(registry, limits, max_concurrency, known, tdefs)
         data = read_definition(definition)
-        top = data.get("name") if isinstance(data, Mapping) else None
-        return _compile_workflow(data, library, (str(top or "workflow"),))
+        key = candidate_key(data)
+        library.compiling.add(key)  # a candidate of its own sub-workflows chosen at run time
+        workflow = _compile_workflow(data, library, (key[0],))
+        library.candidates[key] = workflow
+        return workflow
     except RecursionError:  # JSON text or a document nested thousands of levels deep
         raise FlowDefinitionError("workflow definition is nested too deeply") from None

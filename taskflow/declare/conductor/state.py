@@ -13,14 +13,16 @@ through :func:`_update`, under one lock.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from taskflow.model.context import TaskContext
 
-__all__ = ["INPUT_KEY", "RUNS_KEY", "claim_meta", "meta", "put_meta", "put_task", "run_key", "tasks",
-           "variables", "workflow_object"]
+__all__ = ["CHAIN_KEY", "INPUT_KEY", "RUNS_KEY", "claim_meta", "fingerprint", "meta", "put_meta",
+           "put_task", "run_key", "tasks", "variables", "workflow_object"]
 
 #: The TaskContext key holding the workflow input (``${workflow.input...}`` reads it).
 INPUT_KEY = "workflow.input"
@@ -31,6 +33,9 @@ RUN_KEY_KEY = "conductor.run_key"
 #: Set by nested runs and ``Workflow.start``: ``${workflow.workflowId}`` and the correlation id.
 WORKFLOW_ID_KEY = "conductor.workflow_id"
 CORRELATION_KEY = "conductor.correlation_id"
+#: Set by ``Workflow.start`` and every SUB_WORKFLOW: the workflows this run is nested in,
+#: outermost first, itself last, each as (name, version, fingerprint of its input).
+CHAIN_KEY = "conductor.chain"
 
 _LOCK = threading.Lock()  # serialises the read-modify-write of RUNS_KEY in any context
 
@@ -146,3 +151,9 @@ def workflow_object(ctx: TaskContext, name: str, version: Any) -> dict[str, Any]
         "version": version,
         "status": "RUNNING",
     }
+
+
+def fingerprint(value: Any) -> str:
+    """A short digest of a workflow input (equal inputs, equal digests), for :data:`CHAIN_KEY`."""
+    text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()

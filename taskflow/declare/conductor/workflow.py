@@ -154,6 +154,7 @@ class Workflow:
         ctx[state.INPUT_KEY] = dict(input or {})
         if correlation_id is not None:
             ctx[state.CORRELATION_KEY] = correlation_id
+        ctx[state.CHAIN_KEY] = ((self.name, self.version, state.fingerprint(ctx[state.INPUT_KEY])),)
         token = uuid.uuid4().hex
         ctx[EXECUTOR_KEY] = token
         budget = self.timeout if timeout is None else timeout

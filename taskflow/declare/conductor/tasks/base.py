@@ -99,8 +99,9 @@ class TaskMixin:
     retry_delays: tuple[float, ...]  # in-task retries (FIXED, LINEAR_BACKOFF): the delays
     alert_after: float | None  # timeoutPolicy ALERT_ONLY: log when an attempt runs longer
 
-    def scope(self, ctx: TaskContext) -> Scope:
-        """What this task's expressions read in the run of ``ctx``."""
+    def scope(self, ctx: TaskContext, task_id: str | None = None) -> Scope:
+        """What this task's expressions read in the run of ``ctx`` (``${CPEWF_TASK_ID}`` is
+        ``task_id``, by default this attempt's)."""
         records = state.tasks(ctx)
 
         def task_of(ref: str) -> Any:
@@ -114,25 +115,36 @@ class TaskMixin:
             return out
 
         return Scope(state.workflow_object(ctx, self.workflow_name, self.workflow_version),
-                     task_of, self.task_id(ctx))
+                     task_of, task_id if task_id is not None else self.task_id(ctx))
 
-    def task_id(self, ctx: TaskContext) -> str:
-        """This task's id in the run (``${CPEWF_TASK_ID}``, ``${ref.taskId}``)."""
-        return f"{state.run_key(ctx)}/{self.ref}"
+    def task_id(self, ctx: TaskContext, retry: int | None = None) -> str:
+        """This task's id in the run (``${CPEWF_TASK_ID}``, ``${ref.taskId}``): that of retry
+        ``retry`` (0: the first attempt), by default of the attempt running. As in Conductor,
+        every retry is a task of its own, with an id of its own."""
+        if retry is None:
+            rec = state.tasks(ctx).get(self.ref) or {}
+            retry = rec.get("retryCount") or 0
+        base = f"{state.run_key(ctx)}/{self.ref}"
+        return base if not retry else f"{base}/retry-{retry}"
 
-    def resolve_input(self, ctx: TaskContext) -> dict[str, Any]:
-        """Resolve ``inputParameters`` and record them (``${ref.input...}``, ``node.input``)."""
-        value = copy_value(self.scope(ctx).resolve(self.inputs))
+    def resolve_input(self, ctx: TaskContext, retry: int = 0) -> dict[str, Any]:
+        """Resolve ``inputParameters`` for retry ``retry`` (0: the first attempt) with that
+        attempt's task id, and record them (``${ref.input...}``, ``node.input``): Conductor
+        resolves a retry's input again, so ``${CPEWF_TASK_ID}`` and anything that changed
+        since (a variable, an earlier task) are read anew."""
+        task_id = self.task_id(ctx, retry)
+        value = copy_value(self.scope(ctx, task_id).resolve(self.inputs))
         resolved: dict[str, Any] = value if isinstance(value, dict) else {}
-        state.put_task(ctx, self.ref, input=resolved, taskId=self.task_id(ctx),
-                       referenceTaskName=self.ref, status="IN_PROGRESS")
+        state.put_task(ctx, self.ref, input=resolved, taskId=task_id, retryCount=retry,
+                       taskType=self.task_type, referenceTaskName=self.ref,
+                       status="IN_PROGRESS")
         self.__dict__["input"] = resolved  # on this run's copy: result[ref].input
         return resolved
 
     def get_input(self, ctx: TaskContext) -> dict[str, Any]:
         """The input ``on_begin`` resolved for this attempt (resolved now if it did not)."""
         rec = state.tasks(ctx).get(self.ref)
-        if rec is not None and "input" in rec:
+        if rec is not None and "input" in rec and rec.get("status") == "IN_PROGRESS":
             return copy_value(rec["input"])  # type: ignore[no-any-return]
         return self.resolve_input(ctx)
 
@@ -143,6 +155,7 @@ class TaskMixin:
     def task(self, ctx: TaskContext, param: Any) -> Any:
         task_input = self.get_input(ctx)
         delays = self.retry_delays
+        first = (state.tasks(ctx).get(self.ref) or {}).get("retryCount") or 0
         attempt = 0
         while True:
             try:
@@ -160,11 +173,13 @@ class TaskMixin:
                 if ctx.cancelled:
                     raise
                 attempt += 1
+                task_input = self.resolve_input(ctx, first + attempt)  # a new task, as retried
 
     # -- hooks (in the caller's process on executors that run tasks elsewhere) --
 
     def on_begin(self, support: TaskSupport) -> None:
-        self.resolve_input(support.context)
+        # once per attempt of the engine's retries (support.attempt counts from 1)
+        self.resolve_input(support.context, support.attempt - 1)
 
     def on_success(self, support: TaskSupport) -> None:
         value = support.work_result.result

@@ -16,7 +16,13 @@ bounds a loop whose condition never turns false.
 SUB_WORKFLOW: ``subWorkflowParam`` names a definition given to ``load`` (``name``, optional
 ``version``) or embeds one (``workflowDefinition``). Its input is the task's input; its output
 is the sub-workflow's output plus ``subWorkflowId``; a sub-workflow that does not complete
-fails the task with that output.
+fails the task with that output. A ``name`` (or ``version``) that is an expression
+(``${workflow.input.subwf}``) is resolved when the task runs, as Conductor resolves it when it
+schedules the task, among every definition passed to ``load(workflows=...)`` and the one
+loaded, all compiled at load. A name that matches none fails the task, naming it. Since such a
+workflow may run itself (with other input), recursion is checked when the task runs: running a
+workflow of the chain again with the same input, or nesting deeper than
+``max_workflow_depth``, fails the task.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskflow.declare.conductor import state
-from taskflow.declare.conductor.compiling import CompileContext, Site, Step
+from taskflow.declare.conductor.compiling import CompileContext, Site, Step, latest
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
 from taskflow.declare.conductor.tasks.javascript import evaluate, truthy
 from taskflow.errors import FlowDefinitionError
@@ -48,8 +54,8 @@ def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: Task
     from taskflow.scheduling import TaskScheduling
 
     child[EXECUTOR_KEY] = ctx.get(EXECUTOR_KEY)
-    for key in (state.CORRELATION_KEY,):
-        if key in ctx:
+    for key in (state.CORRELATION_KEY, state.CHAIN_KEY):
+        if key in ctx and key not in child:
             child[key] = ctx[key]
     executor: Executor | None = executor_of(ctx)
     if executor is not None:
@@ -66,10 +72,14 @@ def _nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]], child: Task
 
 
 def run_nested(ctx: TaskContext, nodes: list[SchedulingNode[Any, Any]],
-               workflow_input: dict[str, Any], key: str) -> tuple[FlowResult, dict[str, Any]]:
-    """Run ``nodes`` as a workflow of its own (input ``workflow_input``, record ``key``) on the
-    enclosing run's executor; its FlowResult and its record (tasks, variables, meta)."""
+               workflow_input: dict[str, Any], key: str, chain: tuple[Any, ...] | None = None
+               ) -> tuple[FlowResult, dict[str, Any]]:
+    """Run ``nodes`` as a workflow of its own (input ``workflow_input``, record ``key``; a
+    sub-workflow's ``chain`` of enclosing workflows, itself last) on the enclosing run's
+    executor; its FlowResult and its record (tasks, variables, meta)."""
     child = TaskContext()
+    if chain is not None:
+        child[state.CHAIN_KEY] = chain
     child[state.INPUT_KEY] = workflow_input
     child[state.WORKFLOW_ID_KEY] = key
     state.seed(child, key, {})
@@ -131,7 +141,7 @@ class DoWhileTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
         if items is not None:
             output["loopItem"] = items[iteration - 1]
             output["loopIndex"] = iteration - 1
-        state.put_task(ctx, self.ref, output=dict(output))
+        state.put_task(ctx, self.ref, output=dict(output), iteration=iteration)
 
     def _run_body(self, ctx: TaskContext, iteration: int) -> tuple[TaskContext, FlowResult]:
         """Run the body as a nested run seeded with the workflow's records (its own failures
@@ -224,14 +234,18 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
     """``SUB_WORKFLOW``: see the module docstring."""
 
     draw_as: ClassVar[str | None] = "task"
-    sub: Workflow
+    sub: Workflow | None  # the sub-workflow; None when it is chosen at run time
+    choice: Any  # the compiled [name, version] expressions of a choice at run time
+    candidates: Mapping[tuple[str, Any], Workflow]  # what a choice may choose
+    refused: Mapping[tuple[str, Any], str]  # what it may choose and cannot run: why
 
     def execute(self, ctx: TaskContext, task_input: dict[str, Any]) -> dict[str, Any]:
         from taskflow.declare.conductor.workflow import conductor_status, resolve_output
 
-        sub = self.sub
+        sub = self.sub if self.sub is not None else self._chosen(ctx)
         sub_id = self.task_id(ctx)
-        result, record = run_nested(ctx, sub.nodes, task_input, sub_id)
+        chain = self._chain(ctx, sub, task_input)
+        result, record = run_nested(ctx, sub.nodes, task_input, sub_id, chain)
         status = conductor_status(result, record.get("meta") or {}, sub._optional)
         terminated = (record.get("meta") or {}).get("terminated")
         if terminated:
@@ -246,6 +260,45 @@ class SubWorkflowTask(TaskMixin, SchedulingNode[None, dict[str, Any]]):
                 f"sub_workflow task {self.ref!r}: workflow {sub.name!r} ended {status}"
                 + (f": {meta.get('reason')}" if meta.get("reason") else ""), output)
         return output
+
+    def _chosen(self, ctx: TaskContext) -> Workflow:
+        """The workflow the task's ``name`` and ``version`` expressions name in this run."""
+        name, version = self.scope(ctx).resolve(self.choice)
+        if not isinstance(name, str) or not name:
+            raise TaskFailedError(f"sub_workflow task {self.ref!r}: subWorkflowParam.name gave "
+                                  f"{name!r}, not a workflow name")
+        refused = latest([k for k in self.refused if k[0] == name], version, lambda k: k[1])
+        key = latest([k for k in self.candidates if k[0] == name], version, lambda k: k[1])
+        if refused is not None and (key is None or _newer(refused[1], key[1])):
+            raise TaskFailedError(f"sub_workflow task {self.ref!r}: workflow {name!r} version "
+                                  f"{refused[1]!r} cannot run in-process: "
+                                  f"{self.refused[refused]}")
+        if key is None:
+            known = sorted({k[0] for k in self.candidates})
+            raise TaskFailedError(
+                f"sub_workflow task {self.ref!r}: no workflow {name!r}"
+                + (f" version {version!r}" if version is not None else "")
+                + " was passed to load(workflows=...) (known: "
+                + ", ".join(repr(k) for k in known) + ")")
+        return self.candidates[key]
+
+    def _chain(self, ctx: TaskContext, sub: Workflow, task_input: dict[str, Any]
+               ) -> tuple[Any, ...]:
+        """The enclosing workflows plus ``sub``; a workflow of the chain run again with the
+        same input (it would nest for ever) or a chain past ``max_workflow_depth`` fails."""
+        chain = tuple(ctx.get(state.CHAIN_KEY) or ())
+        entry = (sub.name, sub.version, state.fingerprint(task_input))
+        path = " -> ".join(repr(e[0]) for e in chain + (entry,))
+        if entry in chain:
+            raise TaskFailedError(
+                f"sub_workflow task {self.ref!r}: workflow {sub.name!r} would run again with "
+                f"the input it already runs with ({path}), nesting for ever")
+        if len(chain) >= self.limits.max_workflow_depth:
+            raise TaskFailedError(
+                f"sub_workflow task {self.ref!r}: workflow {sub.name!r} would nest "
+                f"{len(chain) + 1} workflows deep ({path}), past max_workflow_depth="
+                f"{self.limits.max_workflow_depth}")
+        return chain + (entry,)
 
 
 def compile_do_while(ctx: CompileContext, site: Site) -> Step:
@@ -284,14 +337,15 @@ def _loop_evaluator(ctx: CompileContext, site: Site) -> str:
 
 def _loop_condition(ctx: CompileContext, site: Site) -> tuple[str | None, Any]:
     """(loopCondition or None, the compiled ``items`` or None); a loop needs a condition
-    unless it iterates ``items``, as Conductor checks at registration."""
+    unless it iterates ``items``, as Conductor checks at registration (an empty condition is
+    one: it is false, so the loop runs once, or once per item)."""
     condition = site.task.get("loopCondition")
     if condition is not None and not isinstance(condition, str):
         raise ctx.fail(f"do_while {site.label}: loopCondition must be a string")
     items = None
     if site.task.get("items") is not None:
         items = ctx.compile_inputs(site.task["items"], site.ref, site.where, "items")
-    if not condition and items is None:
+    if condition is None and items is None:
         raise ctx.fail(f"do_while {site.label} has no loopCondition (and no items to iterate)")
     return condition or None, items
 
@@ -303,6 +357,8 @@ def compile_sub_workflow(ctx: CompileContext, site: Site) -> Step:
     param = site.task.get("subWorkflowParam")
     if not isinstance(param, Mapping):
         raise ctx.fail(f"sub_workflow {site.label} has no subWorkflowParam")
+    if _chosen_at_run_time(param):
+        return _compile_choice(ctx, site, param)
     data = _sub_definition(ctx, site, param)
     name = param.get("name")
     sub_name = str(data.get("name") or name or f"{ctx.workflow_name}.{site.ref}")
@@ -313,7 +369,42 @@ def compile_sub_workflow(ctx: CompileContext, site: Site) -> Step:
     except FlowDefinitionError as exc:
         raise ctx.fail(f"sub_workflow {site.label}: {exc}") from None
     ctx.warnings.extend(f"sub_workflow {site.ref!r}: {w}" for w in sub.warnings)
-    return ctx.single(site, ctx.new_node(SubWorkflowTask, site, sub=sub))
+    return ctx.single(site, ctx.new_node(SubWorkflowTask, site, sub=sub, choice=None,
+                                         candidates={}, refused={}))
+
+
+def _newer(a: Any, b: Any) -> bool:
+    """Version ``a`` above version ``b`` (a version that is not a number is lowest)."""
+    def number(v: Any) -> int:
+        return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+    return number(a) > number(b)
+
+
+def _chosen_at_run_time(param: Mapping[str, Any]) -> bool:
+    """A ``name`` or ``version`` that is an expression (and no embedded definition)."""
+    if param.get("workflowDefinition") is not None:
+        return False
+    return any(isinstance(param.get(k), str) and "${" in param[k] for k in ("name", "version"))
+
+
+def _compile_choice(ctx: CompileContext, site: Site, param: Mapping[str, Any]) -> Step:
+    """A SUB_WORKFLOW whose ``name`` or ``version`` is an expression: the expressions compiled
+    (and checked like any), every candidate compiled now (see the module docstring)."""
+    choice = ctx.compile_inputs([param.get("name"), param.get("version")], site.ref,
+                                site.where, "subWorkflowParam")
+    library = ctx.library
+    if not library.workflows:
+        raise ctx.fail(f"sub_workflow {site.label} chooses its workflow when it runs (name "
+                       f"{param.get('name')!r}) among the definitions passed to "
+                       "load(workflows=...), and none was passed")
+    library.compile_candidates(ctx.compile_workflow)
+    for (name, version), why in sorted(library.refused.items(), key=repr):
+        ctx.warn(f"sub_workflow {site.label} may choose workflow {name!r} version {version!r}, "
+                 f"which fails the task if chosen: {why}")
+    node = ctx.new_node(SubWorkflowTask, site, sub=None, choice=choice,
+                        candidates=library.candidates, refused=library.refused)
+    return ctx.single(site, node)
 
 
 def _sub_definition(ctx: CompileContext, site: Site, param: Mapping[str, Any]
