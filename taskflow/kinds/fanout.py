@@ -9,7 +9,10 @@ pulls again, so 100,000 items never exist as 100,000 futures and no worker waits
 executors that run tasks in other processes each item is its own submission (at most
 ``max_concurrency`` in flight), and outcomes come back through the run's coordinator.
 
-An item id seen twice is counted in ``duplicates`` and run once. ``item_timeout`` fails a slow
+An item id seen twice is counted in ``duplicates`` and run once. Dedupe keeps no id set of its
+own: an id already in ``succeeded``, ``failed``, ``inflight`` or ``pulled`` (pulled, not yet in
+flight: one per item loop or pump at most) is a duplicate, so beyond the FanInResult it hands over
+a fan-out holds only its items in flight, whatever the item count. ``item_timeout`` fails a slow
 item (its thread is abandoned, its late result dropped) and a new item loop takes its place. When
 the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
 ``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
@@ -275,7 +278,10 @@ class FanOut:
         self.it: Iterator[tuple[Hashable, Any]] | None = None
         self.exhausted = False
         self.done = False
-        self.seen: set[Hashable] = set()
+        # ids pulled and not registered yet (at most one per item loop or pump between ``_pull``
+        # and ``_register``): with ``inflight``, ``succeeded`` and ``failed`` they are every id
+        # seen, so dedupe keeps no set of its own that would grow with the item count
+        self.pulled: set[Hashable] = set()
         self.duplicates = 0
         self.succeeded: dict[Hashable, Any] = {}
         self.failed: dict[Hashable, BaseException] = {}
@@ -406,10 +412,11 @@ class FanOut:
                     return None
             with self.lock:
                 try:
-                    if item_id in self.seen:
+                    if (item_id in self.succeeded or item_id in self.failed
+                            or item_id in self.inflight or item_id in self.pulled):
                         self.duplicates += 1
                         continue
-                    self.seen.add(item_id)
+                    self.pulled.add(item_id)
                 except TypeError as exc:
                     self.error = TypeError(f"node {self.name!r}: item id {item_id!r} is not hashable")
                     self.error.__cause__ = exc
@@ -418,7 +425,8 @@ class FanOut:
                 return item_id, item
 
     def _register(self, item_id: Hashable, token: int) -> bool:
-        """Under ``lock``: mark the item in flight; False if the fan-in already ended."""
+        """Under ``lock``: mark the pulled item in flight; False if the fan-in already ended."""
+        self.pulled.discard(item_id)
         if self.done:
             return False
         self.inflight[item_id] = token
