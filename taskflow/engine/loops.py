@@ -42,7 +42,7 @@ from loguru import logger
 
 from taskflow.errors import RejectedExecutionError
 
-__all__ = ["LoopOwner", "spawn"]
+__all__ = ["LoopOwner", "queued_here", "spawn"]
 
 # per thread: id(owner) -> the tokens of that owner's loops queued behind the one this thread runs
 _here = threading.local()
@@ -107,6 +107,13 @@ def _run(owner: LoopOwner, token: int) -> None:
         with owner.lock:
             owner.live.discard(token)
             owner.loop_futs.pop(token, None)
+
+
+def queued_here(owner: LoopOwner) -> bool:
+    """Whether a loop of ``owner`` is queued behind the one this thread runs: another one started
+    from here would only queue up behind it too."""
+    frames = getattr(_here, "frames", None)
+    return bool(frames and frames.get(id(owner)))
 
 
 def _done(owner: LoopOwner, token: int, fut: Future[Any]) -> None:

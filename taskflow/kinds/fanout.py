@@ -5,7 +5,10 @@
 How it runs (thread executors): the engine starts the fan-out from the loop that dispatched the
 node and returns that worker to the run at once. Up to ``max_concurrency`` *item loops* run on the
 flow's executor; each pulls the next item from the (lazily advanced) iterator, runs ``work`` and
-pulls again, so 100,000 items never exist as 100,000 futures and no worker waits for another. On
+pulls again, so 100,000 items never exist as 100,000 futures and no worker waits for another. When
+the executor runs a task inside ``submit`` (a saturated pool's caller-runs policy) the new item
+loop is queued behind the one on that thread (``loops.py``), which goes on pulling items; while it
+waits there, that thread starts no more item loops (each would only queue too). On
 executors that run tasks in other processes each item is its own submission (at most
 ``max_concurrency`` in flight), and outcomes come back through the run's coordinator.
 
@@ -502,7 +505,10 @@ class FanOut:
                         spawn = False
                     else:
                         fin = False
-                        spawn = self.loops < self.max_c and not self.exhausted
+                        # a loop already queued behind this one on this thread (the executor
+                        # ran it in ``submit``) will find what is left: do not queue one per item
+                        spawn = (self.loops < self.max_c and not self.exhausted
+                                 and not loops.queued_here(self))
                         if spawn:
                             self.loops += 1
                 if nxt is None or fin:

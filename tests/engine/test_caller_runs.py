@@ -77,11 +77,25 @@ class DirectExecutor(Executor):
         return fut
 
 
+class CountingPool(ThreadPool):
+    """A ThreadPool that counts ``submit`` calls."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.submits = 0
+        self._count_lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._count_lock:
+            self.submits += 1
+        return super().submit(fn, *args, **kwargs)
+
+
 @pytest.fixture
-def caller_runs_pool() -> Iterator[ThreadPool]:
+def caller_runs_pool() -> Iterator[CountingPool]:
     """One thread, no queue: while it is busy every submission runs in the submitting thread."""
-    pool = ThreadPool(1, 1, queue_capacity=0, rejection=RejectionPolicy.CALLER_RUNS,
-                      thread_name_prefix="tfcaller")
+    pool = CountingPool(1, 1, queue_capacity=0, rejection=RejectionPolicy.CALLER_RUNS,
+                        thread_name_prefix="tfcaller")
     yield pool
     pool.shutdown(wait=True)
 
@@ -124,6 +138,17 @@ def test_a_fan_out_on_a_caller_runs_pool_finishes_thousands_of_items_on_a_flat_s
     deep = fan_out_depth(caller_runs_pool, 3000)
 
     assert deep <= shallow + 2, (shallow, deep)
+
+
+def test_a_fan_out_on_a_caller_runs_pool_submits_a_few_item_loops_not_one_per_item(
+        caller_runs_pool):
+    # while a loop queued behind this thread's loop has not run, another would only queue too
+    fan_out_depth(caller_runs_pool, 20)
+    few = caller_runs_pool.submits
+    fan_out_depth(caller_runs_pool, 3000)
+    many = caller_runs_pool.submits - few
+
+    assert many <= few + 2, (few, many)
 
 
 def test_a_fan_out_on_a_direct_executor_keeps_a_flat_stack():
