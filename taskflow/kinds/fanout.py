@@ -625,7 +625,8 @@ class FanOut:
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
             args: tuple[Any, ...] = (self.blob, item, self.entries, {},
-                                     run.deadline - timer_now(), run.flow_id, run.flow_name)
+                                     run.deadline - timer_now(), run.flow_id, run.flow_name,
+                                     run.caps.cloudpickle)
             fut: Any = None
             if error is None:
                 try:
