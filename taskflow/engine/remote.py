@@ -366,7 +366,7 @@ def _round_trip(value: Any, cloud: bool) -> None:
     try:
         pickle.loads(pickle.dumps(value))
         return
-    except Exception as exc:  # noqa: BLE001 - maybe only cloudpickle can carry it (loky, dask)
+    except Exception as exc:  # maybe only cloudpickle can carry it (loky, dask)
         if not cloud:  # the executor's transport is pickle: its error stands
             raise
         first = exc

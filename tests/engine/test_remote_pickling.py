@@ -72,7 +72,7 @@ def test_on_loky_the_same_result_exception_and_item_travel(loky_pool):
     raiser = FunctionNode(cv.raises_callback_error, 7, name="raiser")
     fan = cv.ClosureItems(3, name="fan")
 
-    result = run(loky_pool, closure, raiser, fan)
+    result = run(loky_pool, closure, caller, raiser, fan)
 
     assert result["caller"].work_result.state is SUCCESS
     assert result["caller"].work_result.result == 7
