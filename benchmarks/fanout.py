@@ -13,9 +13,10 @@ Memory is measured in a fresh subprocess per (runner, size): psutil RSS sampled 
 the fan-out runs (on Linux also the kernel's high-water mark VmHWM, reset after warm-up: it
 catches spikes between samples), minus the RSS after imports and warm-up; sizes 10,000 and 100,000, peak ratio printed. Both runners must keep
 every id and result, so neither can be flat; the baseline shows what that costs by hand. A
-separate tracemalloc run splits what taskflow itself allocates into the containers the contract
-requires (the ``seen`` id set and the ``succeeded`` dict, O(items)) and everything else (the
-engine's own structures, which must not grow with the item count). Rows with ``item_timeout``
+separate tracemalloc run splits what taskflow itself allocates into the container the contract
+requires (the ``succeeded`` dict, O(items); duplicates are found in the fan-in's own maps, so
+there is no id set beside it) and everything else (the engine's own structures, which must not
+grow with the item count; ``tests/kinds/test_fanout_memory.py`` pins that). Rows with ``item_timeout``
 check that per-item timers do not accumulate (each item schedules and cancels one).
 
     python benchmarks/fanout.py            # the full report (about 30 s on 2 cores)
@@ -184,14 +185,14 @@ def child_tracemalloc(n: int, item_timeout: float | None = None) -> dict[str, fl
 
     A snapshot is taken from inside ``work`` of the last item (the fan-in is as full as it gets
     while the engine's structures are all alive), filtered to taskflow's own files, and split into
-    the contract's O(items) containers and everything else."""
+    the contract's O(items) container and everything else."""
     import taskflow.kinds.fanout as fanout_mod
 
     fanout_file = fanout_mod.__file__
     with open(fanout_file, encoding="utf-8") as fh:
         lines = fh.read().splitlines()
     contract = {no for no, text in enumerate(lines, 1)
-                if "self.seen.add(" in text or "self.succeeded[item_id] =" in text}
+                if "self.succeeded[item_id] =" in text}
     snap: list[tracemalloc.Snapshot] = []
 
     class Probe(NoopFanOut):
@@ -281,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         for size in (small, n):
             t = in_subprocess("trace", str(size), it)
             label = "" if it == "none" else f", item_timeout={it}"
-            print(f"  {size:>9,} items{label:<17}: contract containers (seen ids, succeeded) "
+            print(f"  {size:>9,} items{label:<17}: contract container (succeeded) "
                   f"{t['contract_kb']:>9,.0f} KiB; everything else {t['engine_other_kb']:>9,.1f} KiB")
-    print("\nThe contract containers grow with the item count by design (dedupe needs every id seen;"
-          "\nFanInResult.succeeded holds every value), so no runner that keeps results by id has a"
+    print("\nThe contract container grows with the item count by design (FanInResult.succeeded"
+          "\nholds every id and value), so no runner that keeps results by id has a"
           "\nflat RSS: compare taskflow's growth with the semaphore loop's. 'Everything else' (the"
           "\nengine's own structures, timers included) must not grow with the item count.")
     return 0

@@ -10,6 +10,19 @@ the owner's own thread with ``owner.post``. A submission refused at once (``subm
 returned something that is not a Future) is reported to the owner right there, on the thread that
 called ``spawn`` (never a done-callback).
 
+A loop never runs on top of another loop of the same owner. An executor may run a task inside
+``submit`` (a pool's caller-runs policy when it is saturated, a direct executor): a loop that
+starts more loops (a fan-out item loop before its item, a run's loop after a node) would then nest
+one loop per item or node on the same stack and die of RecursionError. So a thread records, in a
+thread-local map, the owners whose loop it is running; a loop of the same owner started on it is
+queued instead (it counts as started: its future completes at once, and a done-callback sees
+nothing to refuse) and runs when the loop below it returns, on the same thread, before the
+submitted callable returns. The stack then holds at most one loop per owner, whatever the number
+of items or nodes. The loop that asked goes on with its own work first (it does what a nested
+loop would have done: loops never wait for each other), and the queued loop finds what is left.
+Loops of different owners still nest (a fan-out's item loop inside the run's loop that started
+it, a nested flow's loop inside a task): their depth is the flow's nesting, not its size.
+
 The owner's ``lock`` guards ``tokens``, ``unstarted`` (submitted, not started), ``live``
 (submitted, not exited) and ``loop_futs``. ``loop_futs`` holds the
 future of each loop that has not exited, so that closing can cancel or abandon it; an exited loop's
@@ -19,6 +32,7 @@ future is dropped at once, which keeps runs free of reference cycles.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
@@ -28,7 +42,10 @@ from loguru import logger
 
 from taskflow.errors import RejectedExecutionError
 
-__all__ = ["LoopOwner", "spawn"]
+__all__ = ["LoopOwner", "queued_here", "spawn"]
+
+# per thread: id(owner) -> the tokens of that owner's loops queued behind the one this thread runs
+_here = threading.local()
 
 
 class LoopOwner(Protocol):
@@ -55,9 +72,32 @@ class LoopOwner(Protocol):
 
 
 def _start(owner: LoopOwner, token: int) -> None:
-    """The submitted callable: one loop."""
+    """The submitted callable: one loop, or, on a thread already running one of the owner's
+    loops, a loop queued to run after it (see the module docstring)."""
     with owner.lock:
         owner.unstarted.discard(token)
+    try:
+        frames = _here.frames
+    except AttributeError:
+        frames = _here.frames = {}
+    key = id(owner)
+    queued = frames.get(key)
+    if queued is not None:
+        # ``submit`` ran this loop in the thread that asked for it (a caller-runs pool): it is
+        # counted and started, and runs when the owner's loop below it on this stack returns
+        queued.append(token)
+        return
+    frames[key] = queued = deque()
+    try:
+        _run(owner, token)
+        while queued:
+            _run(owner, queued.popleft())
+    finally:
+        del frames[key]
+
+
+def _run(owner: LoopOwner, token: int) -> None:
+    """Run loop ``token`` to its end; it is then no longer live."""
     try:
         owner.loop_body(token)
     except BaseException:  # noqa: BLE001 - nobody reads a loop's future: never lose it silently
@@ -67,6 +107,13 @@ def _start(owner: LoopOwner, token: int) -> None:
         with owner.lock:
             owner.live.discard(token)
             owner.loop_futs.pop(token, None)
+
+
+def queued_here(owner: LoopOwner) -> bool:
+    """Whether a loop of ``owner`` is queued behind the one this thread runs: another one started
+    from here would only queue up behind it too."""
+    frames = getattr(_here, "frames", None)
+    return bool(frames and frames.get(id(owner)))
 
 
 def _done(owner: LoopOwner, token: int, fut: Future[Any]) -> None:

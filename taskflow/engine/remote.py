@@ -7,11 +7,14 @@ done-callback only hands the outcome to the run's coordinator (``start``'s calle
 bookkeeping stay in this process.
 
 In the worker (``remote_call``, ``remote_work``) a result and an exception are round-tripped
-through pickle before they are returned: a value that pickles but does not unpickle, or an
-exception whose ``__init__`` takes two arguments, would otherwise break the pool for every later
-run. A result that cannot travel fails its node with a ``TypeError`` naming it; an exception that
-cannot travel is replaced by :class:`~taskflow.errors.RemoteTaskError` carrying its type name,
-message and traceback text.
+before they are returned, with the pickler the executor's transport will use (its last argument,
+``cloud``, set from ``Capabilities.cloudpickle``: stdlib ``pickle`` for ``ProcessPoolExecutor``,
+cloudpickle for loky and dask): a value that pickles but does not unpickle, or an exception whose
+``__init__`` takes two arguments, would otherwise break the pool for every later run, and a value
+only cloudpickle can carry (a local function, a lambda) would pass the check and then fail in
+the stdlib pool's own pickling with a bare error. A result that cannot travel fails its node with
+a ``TypeError`` naming it; an exception that cannot travel is replaced by
+:class:`~taskflow.errors.RemoteTaskError` carrying its type name, message and traceback text.
 
 The coordinator thread is process-wide, started on first use, and started afresh in a forked child.
 """
@@ -188,7 +191,7 @@ def _submit(host: RemoteHost, i: int) -> None:
     if t is not None:
         limit = min(limit, (wr.started_at or now) + t)
     args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id,
-            host.flow_name)
+            host.flow_name, host.caps.cloudpickle)
     error = preflight_pickle(executors.pickler(host.caps), tname, plan.names[i], args)
     fut: Any = None
     if error is None:
@@ -357,24 +360,27 @@ class RemoteRunView:
         logger.warning("ctx.cancel() in another process has no effect (flow {})", self.flow_id)
 
 
-def _round_trip(value: Any) -> None:
-    """Raise if ``value`` does not survive pickling (the way back to the caller's process)."""
+def _round_trip(value: Any, cloud: bool) -> None:
+    """Raise if ``value`` does not survive the way back to the caller's process: pickle, or,
+    with ``cloud`` (the executor pickles with cloudpickle), cloudpickle where pickle fails."""
     try:
         pickle.loads(pickle.dumps(value))
         return
-    except Exception as exc:  # noqa: BLE001 - maybe only cloudpickle can carry it (loky, dask)
+    except Exception as exc:  # maybe only cloudpickle can carry it (loky, dask)
+        if not cloud:  # the executor's transport is pickle: its error stands
+            raise
         first = exc
     try:
         import cloudpickle  # type: ignore[import-untyped]
-    except ImportError:  # plain process pools: pickle's error stands
+    except ImportError:  # pragma: no cover - loky and dask ship it
         raise first from None
     pickle.loads(cloudpickle.dumps(value))
 
 
-def _portable(exc: BaseException) -> BaseException:
+def _portable(exc: BaseException, cloud: bool) -> BaseException:
     """``exc`` if it can travel back, else a RemoteTaskError standing in for it."""
     with contextlib.suppress(Exception):  # any failure to travel: a stand-in
-        _round_trip(exc)
+        _round_trip(exc, cloud)
         return exc
     try:
         message = str(exc)
@@ -385,9 +391,9 @@ def _portable(exc: BaseException) -> BaseException:
     return RemoteTaskError(f"{kind.__module__}.{kind.__qualname__}", message, tb)
 
 
-def _portable_value(name: str, value: Any) -> Any:
+def _portable_value(name: str, value: Any, cloud: bool) -> Any:
     try:
-        _round_trip(value)
+        _round_trip(value, cloud)
     except Exception as exc:  # noqa: BLE001
         raise TypeError(
             f"node {name!r}: its result ({type(value).__name__}) cannot be pickled to return "
@@ -396,32 +402,34 @@ def _portable_value(name: str, value: Any) -> Any:
     return value
 
 
-def _call(name: str, fn: Callable[[TaskContext, Any], Any], ctx: TaskContext, arg: Any) -> Any:
+def _call(name: str, fn: Callable[[TaskContext, Any], Any], ctx: TaskContext, arg: Any,
+          cloud: bool) -> Any:
     try:
         value = fn(ctx, arg)
     except Exception as exc:
-        portable = _portable(exc)
+        portable = _portable(exc, cloud)
         if portable is exc:
             raise
         raise portable from None
-    return _portable_value(name, value)
+    return _portable_value(name, value, cloud)
 
 
 def remote_call(node: Any, param: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str, flow_name: str = "") -> Any:
-    """Runs in the executor's process: the task on a snapshot of the context."""
+                remaining: float, flow_id: str, flow_name: str = "", cloud: bool = False) -> Any:
+    """Runs in the executor's process: the task on a snapshot of the context. ``cloud``: the
+    executor sends the result back with cloudpickle (else pickle)."""
     ctx = TaskContext(entries)
     view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
-    return _call(node.name, node.task, ctx, param)
+    return _call(node.name, node.task, ctx, param, cloud)
 
 
 def remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[str, Any],
-                remaining: float, flow_id: str, flow_name: str = "") -> Any:
+                remaining: float, flow_id: str, flow_name: str = "", cloud: bool = False) -> Any:
     """Runs in the executor's process: one fan-out item (the node arrives pickled once, as
-    ``blob``, without its param)."""
+    ``blob``, without its param); ``cloud`` as for ``remote_call``."""
     node = pickle.loads(blob)
     ctx = TaskContext(entries)
     view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
-    return _call(node.name, node.work, ctx, item)
+    return _call(node.name, node.work, ctx, item, cloud)

@@ -5,11 +5,17 @@
 How it runs (thread executors): the engine starts the fan-out from the loop that dispatched the
 node and returns that worker to the run at once. Up to ``max_concurrency`` *item loops* run on the
 flow's executor; each pulls the next item from the (lazily advanced) iterator, runs ``work`` and
-pulls again, so 100,000 items never exist as 100,000 futures and no worker waits for another. On
+pulls again, so 100,000 items never exist as 100,000 futures and no worker waits for another. When
+the executor runs a task inside ``submit`` (a saturated pool's caller-runs policy) the new item
+loop is queued behind the one on that thread (``loops.py``), which goes on pulling items; while it
+waits there, that thread starts no more item loops (each would only queue too). On
 executors that run tasks in other processes each item is its own submission (at most
 ``max_concurrency`` in flight), and outcomes come back through the run's coordinator.
 
-An item id seen twice is counted in ``duplicates`` and run once. ``item_timeout`` fails a slow
+An item id seen twice is counted in ``duplicates`` and run once. Dedupe keeps no id set of its
+own: a new item is put in flight (``inflight``) in the same critical section that checks its id,
+so an id already in ``succeeded``, ``failed`` or ``inflight`` is a duplicate, and beyond the
+FanInResult it hands over a fan-out holds only its items in flight, whatever the item count. ``item_timeout`` fails a slow
 item (its thread is abandoned, its late result dropped) and a new item loop takes its place. When
 the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
 ``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
@@ -275,7 +281,6 @@ class FanOut:
         self.it: Iterator[tuple[Hashable, Any]] | None = None
         self.exhausted = False
         self.done = False
-        self.seen: set[Hashable] = set()
         self.duplicates = 0
         self.succeeded: dict[Hashable, Any] = {}
         self.failed: dict[Hashable, BaseException] = {}
@@ -291,7 +296,7 @@ class FanOut:
         self.live: set[int] = set()  # item-loop tokens submitted and not exited
         self.remote = run.caps.remote
         self.entries: dict[str, Any] = {}
-        self.reserved = 0  # remote: slots taken by a pump between pulling and registering
+        self.reserved = 0  # remote: slots taken by a pump while it pulls (then the item's, in flight)
         self.blob: bytes | None = None  # remote: the node pickled once, without its param
         self.error: BaseException | None = None
 
@@ -384,8 +389,11 @@ class FanOut:
 
     # -- pulling --------------------------------------------------------------------------------
 
-    def _pull(self) -> tuple[Hashable, Any] | None:
-        """Next new item, or None when the iterator is exhausted or failed (records it)."""
+    def _pull(self, token: int) -> tuple[Hashable, Any, bool] | None:
+        """Next new item, put in flight for loop ``token`` (remote: 0), and whether that item loop
+        should start another (then counted in ``loops``); None when the iterator is exhausted or
+        failed (recorded) or the fan-in ended. Every id seen is in ``succeeded``, ``failed`` or
+        ``inflight`` from the critical section that checks it on."""
         cv = self.cv
         while True:
             if self.done or self.run.closed:
@@ -406,16 +414,24 @@ class FanOut:
                     return None
             with self.lock:
                 try:
-                    if item_id in self.seen:
+                    if (item_id in self.succeeded or item_id in self.failed
+                            or item_id in self.inflight):
                         self.duplicates += 1
                         continue
-                    self.seen.add(item_id)
                 except TypeError as exc:
                     self.error = TypeError(f"node {self.name!r}: item id {item_id!r} is not hashable")
                     self.error.__cause__ = exc
                     self.exhausted = True
                     return None
-                return item_id, item
+                if not self._register(item_id, token):
+                    return None
+                # a loop already queued behind this one on this thread (the executor ran it in
+                # ``submit``) will find what is left: do not queue one per item
+                spawn = (token > 0 and self.loops < self.max_c and not self.exhausted
+                         and not loops.queued_here(self))
+                if spawn:
+                    self.loops += 1
+                return item_id, item, spawn
 
     def _register(self, item_id: Hashable, token: int) -> bool:
         """Under ``lock``: mark the item in flight; False if the fan-in already ended."""
@@ -485,25 +501,18 @@ class FanOut:
         node, ctx, cv = self.node, run.ctx, self.cv
         try:
             while True:
-                nxt = self._pull()
-                with self.lock:
-                    if nxt is None or not self._register(nxt[0], token):
+                nxt = self._pull(token)
+                if nxt is None:
+                    with self.lock:
                         self.loops -= 1
                         fin = (self.exhausted or self.error is not None) and not self.inflight \
                             and self.loops == 0
-                        spawn = False
-                    else:
-                        fin = False
-                        spawn = self.loops < self.max_c and not self.exhausted
-                        if spawn:
-                            self.loops += 1
-                if nxt is None or fin:
                     if fin:
                         self.finish()
                     return
+                item_id, item, spawn = nxt
                 if spawn:
                     loops.spawn(self, 1)
-                item_id, item = nxt
                 cur.item = item_id  # ctx.operation_id tells the items apart
                 try:
                     value = cv.copy().run(node.work, ctx, item)
@@ -582,20 +591,18 @@ class FanOut:
                 if self.done or len(self.inflight) + self.reserved >= self.max_c:
                     return
                 self.reserved += 1
+            nxt: tuple[Hashable, Any, bool] | None = None
             try:
-                nxt = self._pull()
-            except BaseException:
+                nxt = self._pull(0)
+            finally:
                 with self.lock:
-                    self.reserved -= 1
-                raise
+                    self.reserved -= 1  # the slot is the item's now (in flight), or nobody's
+                    fin = nxt is None and not self.inflight and not self.reserved
             if nxt is None:
-                with self.lock:
-                    self.reserved -= 1
-                    fin = not self.inflight and not self.reserved
                 if fin:
                     self.finish()
                 return
-            item_id, item = nxt
+            item_id, item, _ = nxt
             error: BaseException | None = None
             if self.blob is None:
                 travel = object.__new__(type(self.node))
@@ -611,7 +618,8 @@ class FanOut:
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
             args: tuple[Any, ...] = (self.blob, item, self.entries, {},
-                                     run.deadline - timer_now(), run.flow_id, run.flow_name)
+                                     run.deadline - timer_now(), run.flow_id, run.flow_name,
+                                     run.caps.cloudpickle)
             fut: Any = None
             if error is None:
                 try:
@@ -623,10 +631,9 @@ class FanOut:
                     error = exc
                     fut = None
             with self.lock:
-                self.reserved -= 1  # the slot becomes the item's
-                if not self._register(item_id, 0):
+                if self.done:
                     return
-                if fut is not None:
+                if fut is not None and self.inflight.get(item_id) == 0:
                     self.remote_futs[item_id] = fut
             if fut is None:
                 assert error is not None

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 from conftest import EPS, LONG, SHORT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from taskflow import (
     FlowDefinitionError,
@@ -384,6 +386,36 @@ def test_a_duplicate_success_never_counts_twice_towards_the_quorum(make_executor
     # 1 of 2 distinct items is 50 % < 60 %; counting messages (2 of 3) would have passed
     assert wr.state is EXCEPTION
     assert isinstance(wr.exception, FanOutPolicyError)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(ids=st.lists(st.integers(0, 12), max_size=40), bad=st.sets(st.integers(0, 12)),
+       concurrency=st.integers(1, 4), workers=st.integers(1, 3))
+def test_any_id_sequence_runs_each_distinct_id_once_and_counts_the_rest(ids, bad, concurrency,
+                                                                       workers):
+    # an id comes back while its first delivery is in flight, after it succeeded or after it
+    # failed, from item loops racing each other: each distinct id runs exactly once
+    calls: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def work(item: int) -> int:
+        with lock:
+            calls[item] += 1
+        if item in bad:
+            raise ValueError(item)
+        return item
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="tfdedupe") as pool:
+        fan = Fan(lambda: ((i, i) for i in ids), work, max_concurrency=concurrency,
+                  policy="best_effort")
+        fi = fan_in(start(fan, pool))
+
+    distinct = set(ids)
+    assert calls == Counter(distinct)
+    assert fi.succeeded == {i: i for i in distinct - bad}
+    assert set(fi.failed) == distinct & bad and fi.missing == []
+    assert fi.duplicates == len(ids) - len(distinct)
 
 
 # --- item timeouts -----------------------------------------------------------------------------------
