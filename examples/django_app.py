@@ -33,7 +33,7 @@ Run it from the repository's root with Django's development server::
 
 The module is also a WSGI application (``application``, as in a project's ``wsgi.py``), so any
 WSGI server runs it; under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the
-pool sizing and why not to ``--preload``)::
+pool sizing and what ``--preload`` changes)::
 
     gunicorn -c examples/gunicorn.conf.py --bind 127.0.0.1:8000 examples.django_app:application
 """

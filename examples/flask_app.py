@@ -51,7 +51,7 @@ renders the page without it (the response lists it under ``degraded``). Concurre
 (``share_key``); a price call slower than the recent 95th percentile gets a hedged duplicate.
 
 In production, under gunicorn's threaded worker (``examples/gunicorn.conf.py`` explains the pool
-sizing and why not to ``--preload``)::
+sizing and what ``--preload`` changes)::
 
     gunicorn -c examples/gunicorn.conf.py --bind 127.0.0.1:8000 examples.flask_app:app
 """

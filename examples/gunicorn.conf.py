@@ -25,12 +25,15 @@ counts against each request's budget: they end in 504s under load rather than ru
 their pool thread until they return (a thread cannot be killed), so leave headroom when backends
 can hang: ``abandoned_running`` counts such threads.
 
-**Do not ``--preload``** (``preload_app = True``) these apps as they are: preloading imports the
-app module once in the master and then forks the workers, and a fork copies only the thread that
-forks. The ``PoolMonitor`` the module starts at import would have its sampling thread in the
-master alone (the workers' monitors never sample again), and any pool thread started before the
-fork would be missing in every worker. To preload anyway, create the pool and the monitor after
-the fork, in the ``post_fork`` hook below or lazily on the first request.
+**Preloading** (``--preload``, ``preload_app = True``) imports the app module once in the master
+and then forks the workers, and a fork copies only the thread that forks. These apps work either
+way: taskflow repairs its own objects in each worker (``taskflow/_fork.py``), so the module's
+``ThreadPool`` comes back empty and starts threads on demand, and its running ``PoolMonitor``
+samples the worker's own process with a sampling thread of its own. What a fork does not repair
+is a stdlib ``ThreadPoolExecutor`` (or a ``MonitoredExecutor`` around one) that ran a task
+before the fork: the worker's copy believes it has the master's threads and never runs a task.
+Create such a pool after the fork, in the ``post_fork`` hook below or lazily on the first
+request, or use ``ThreadPool``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ workers = max(2, multiprocessing.cpu_count())
 # a request blocks its thread for at most the budget (0.5 s in the examples), far below this
 timeout = 30
 graceful_timeout = 10
-# see the docstring: preloading would leave the monitor's thread in the master
+# gunicorn's default; True works too for these apps (see the docstring)
 preload_app = False
 # only this machine, unless the command line says otherwise (--bind)
 bind = ["127.0.0.1:8000"]
@@ -64,7 +67,8 @@ def post_worker_init(worker: object) -> None:
 
 
 def post_fork(server: object, worker: object) -> None:
-    """Where to create per-process pools and monitors if you do preload (see the docstring).
+    """Where to create a pool a fork would break, if you preload (see the docstring).
 
-    The examples create theirs at import, in each worker, since ``preload_app`` is off.
+    The examples need nothing here: their ``ThreadPool`` and ``PoolMonitor`` are repaired in
+    each worker, preloaded or not.
     """

@@ -1,4 +1,5 @@
-"""The README's quick start runs as printed, and its set-up commands are the ones CI runs."""
+"""The README's quick start runs as printed, its set-up commands are the ones CI runs, and what
+it says of the package (its extras) is what pyproject.toml declares."""
 
 from __future__ import annotations
 
@@ -89,3 +90,32 @@ def test_seeing_what_happened_runs_and_prints_what_it_says(capsys):
     said = int(re.search(r"in (\d+)% of", quoted.group(1)).group(1))  # type: ignore[union-attr]
     # the failed node ends the run, mostly: the README's example must not say otherwise
     assert int(lines[0].group(1)) >= 50 and said >= 50, (said, printed)
+
+
+def declared_extras() -> set[str]:
+    """The keys of ``[project.optional-dependencies]`` in pyproject.toml (read without tomllib,
+    which Python 3.10 lacks)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([A-Za-z][\w-]*)\s*=", table, re.MULTILINE))
+
+
+def test_the_readme_and_getting_started_name_every_extra_and_no_other():
+    extras = declared_extras()
+    assert {"flask", "django", "otel", "dev"} <= extras, extras  # the parser sees the table
+    installing = README[README.index("## Installing"):README.index("## Quick start")]
+    in_readme = set(re.findall(r"`\[([\w-]+)\]`", installing))
+    assert in_readme == extras, (sorted(extras - in_readme), sorted(in_readme - extras))
+    guide = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    in_guide = set(re.findall(r"^\| `([\w-]+)` \|", guide, re.MULTILINE))
+    assert in_guide == extras, (sorted(extras - in_guide), sorted(in_guide - extras))
+
+
+def test_the_readme_stays_a_first_screen_and_its_links():
+    """Benchmark tables live on the performance page; the README keeps one paragraph of figures."""
+    lines = README.splitlines()
+    assert len(lines) <= 220, f"the README has grown to {len(lines)} lines"
+    tables = [ln for ln in lines if ln.startswith("|") and "×" in ln]
+    assert not tables, tables
+    section = README[README.index("## Performance"):]
+    assert "docs/concepts/performance.md" in section.split("\n## ", 1)[0]
