@@ -269,6 +269,7 @@ def report(violations: list[str]) -> str:
     return f"{len(violations)} violation(s):\n" + "\n".join(violations[:20])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_soak_random_faults_on_one_shared_pool_keep_the_invariants() -> None:
     specs = st.lists(run_specs(hook_delays=(0.0,)), min_size=8, max_size=16)
@@ -276,6 +277,7 @@ def test_soak_random_faults_on_one_shared_pool_keep_the_invariants() -> None:
     assert violations == [], report(violations)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_soak_with_slow_hooks_every_failed_node_gets_on_fail_before_the_return() -> None:
     specs = st.lists(run_specs(hook_delays=(0.005, 0.02, 0.05)), min_size=8, max_size=16)
