@@ -9,6 +9,11 @@ Conductor) load on first use (``__getattr__``), so ``import taskflow`` stays fas
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -90,6 +95,29 @@ _MODULES = {
     "stats": "taskflow.observe.stats",
     "web": "taskflow.observe.web",
 }
+
+
+class _ModuleNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import taskflow.web``, ``from taskflow.stats import enable``: the module-valued names
+    of ``_MODULES`` import as the modules they name (the same module object under both names),
+    so the import statements the documentation shows work, not only attribute access."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.startswith("taskflow.") and fullname[9:] in _MODULES:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None  # a placeholder; exec_module puts the real module in its place
+
+    def exec_module(self, module: ModuleType) -> None:
+        # the import system returns what sys.modules holds once this returns
+        sys.modules[module.__name__] = importlib.import_module(_MODULES[module.__name__[9:]])
+
+
+if not any(isinstance(f, _ModuleNames) for f in sys.meta_path):
+    sys.meta_path.append(_ModuleNames())
 
 
 def __getattr__(name: str) -> Any:

@@ -115,6 +115,31 @@ def test_module_valued_names_of_the_package_are_the_pinned_modules(name: str, mo
     assert getattr(taskflow, name) is importlib.import_module(module)
 
 
+@pytest.mark.parametrize(("name", "module"), sorted(REACHED_AS.items()))
+def test_module_valued_names_import_as_the_documentation_writes_them(name: str, module: str
+                                                                     ) -> None:
+    # ``from taskflow.web import make_app`` in a fresh interpreter (no attribute touched
+    # first): the statement imports the real module, the same object under both names
+    import subprocess
+    import sys
+
+    member = importlib.import_module(module).__all__[0]
+    code = (f"from taskflow.{name} import {member}\n"
+            f"import sys, taskflow.{name}\n"
+            f"assert sys.modules['taskflow.{name}'] is sys.modules[{module!r}]\n"
+            f"assert taskflow.{name} is sys.modules[{module!r}]\n"
+            f"assert {member} is getattr(sys.modules[{module!r}], {member!r})\n"
+            f"assert sys.modules[{module!r}].__spec__.name == {module!r}\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_name_that_is_no_module_still_fails_to_import() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("taskflow.no_such_part")
+
+
 def test_engine_internal_names_stay_out_of_the_resilience_namespace() -> None:
     # permits, races, shared calls and dispatch weights are the engine's; users never build them
     import taskflow.resilience as resilience
