@@ -37,7 +37,8 @@ class FlowDefinitionError(TaskflowError, ValueError):
 
 
 class InvalidNodeError(FlowDefinitionError, TypeError):
-    """Something given as a node is not a ``SchedulingNode`` instance (also a TypeError)."""
+    """Something given as a node is not a ``SchedulingNode`` instance, or a node option is of
+    the wrong type or unknown (also a TypeError)."""
 
 
 class CycleError(FlowDefinitionError):
