@@ -16,6 +16,7 @@ __all__ = [
     "FlowDefinitionError",
     "FlowFailedError",
     "FlowTimeoutError",
+    "InvalidArgumentError",
     "InvalidNodeError",
     "NodeCancelledError",
     "NodeTimeoutError",
@@ -39,6 +40,11 @@ class FlowDefinitionError(TaskflowError, ValueError):
 class InvalidNodeError(FlowDefinitionError, TypeError):
     """Something given as a node is not a ``SchedulingNode`` instance, or a node option is of
     the wrong type or unknown (also a TypeError)."""
+
+
+class InvalidArgumentError(TaskflowError, TypeError):
+    """An argument of the wrong kind given to an object that shows runs or pools (such as the
+    web app), raised when that object is built (also a TypeError)."""
 
 
 class CycleError(FlowDefinitionError):

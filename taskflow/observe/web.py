@@ -19,11 +19,14 @@ error messages and timings are still internal information.
 from __future__ import annotations
 
 import html
+import os
 import time
+import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from taskflow.errors import InvalidArgumentError
 from taskflow.observe.html import render_html
 from taskflow.observe.stats import STATS, FlowStats, KeptRun
 
@@ -144,11 +147,14 @@ class _App:
             (f'<nav><a href="{_e(base)}/metrics">Prometheus metrics</a>'
             f'<a href="{_e(base)}/stats.json">statistics as JSON</a></nav>'),
         ]
+        parts += self._recording_notes()
         runs = self.stats.runs
+        none = ("none yet: no run has ended since recording started" if self.stats.enabled
+                else "none: recording is off (see above)")
         if runs is not None:
-            parts += ["<h2>Recent runs</h2>", self._runs_table(runs.recent(), base),
-                      "<h2>Slowest runs</h2>", self._runs_table(runs.slowest(), base)]
-        parts += ["<h2>Nodes</h2>", self._nodes_table()]
+            parts += ["<h2>Recent runs</h2>", self._runs_table(runs.recent(), base, none),
+                      "<h2>Slowest runs</h2>", self._runs_table(runs.slowest(), base, none)]
+        parts += ["<h2>Nodes</h2>", self._nodes_table(none)]
         if self.monitors:
             parts.append("<h2>Pools</h2>")
             for monitor in self.monitors:
@@ -157,10 +163,27 @@ class _App:
         parts.append("</body></html>\n")
         return "\n".join(parts)
 
+    def _recording_notes(self) -> list[str]:
+        """Whether runs are being recorded (and how to start), and whose runs these are."""
+        notes = []
+        if not self.stats.enabled:
+            how = ("<code>taskflow.stats.enable()</code>" if self.stats is STATS
+                   else "<code>enable()</code> on the <code>FlowStats</code> given to "
+                   "<code>make_app</code>")
+            notes.append(f'<p class="bad">Recording is off: runs are recorded only once {how} '
+                         "has been called (once, at start-up; it costs about 1 \u00b5s per "
+                         "node). Runs recorded by hand with <code>record_run</code> still "
+                         "show.</p>")
+        notes.append(f'<p class="note">Runs of this process only (pid {os.getpid()}): under a '
+                     "server with several worker processes (gunicorn, uWSGI) each worker "
+                     "records and shows its own runs, and each request lands on one of "
+                     "them.</p>")
+        return notes
+
     @staticmethod
-    def _runs_table(kept: list[KeptRun], base: str) -> str:
+    def _runs_table(kept: list[KeptRun], base: str, none: str) -> str:
         if not kept:
-            return '<p class="note">none yet</p>'
+            return f'<p class="note">{_e(none)}</p>'
         rows = []
         for k in kept:
             href = f"{base}/runs/{quote(k.flow_id, safe='')}"
@@ -175,10 +198,10 @@ class _App:
                 "<th>elapsed ms</th><th>finished</th></tr></thead><tbody>"
                 + "".join(rows) + "</tbody></table>")
 
-    def _nodes_table(self) -> str:
+    def _nodes_table(self, none: str) -> str:
         snap = self.stats.snapshot()
         if not snap.flows:
-            return '<p class="note">no runs recorded</p>'
+            return f'<p class="note">{_e(none)}</p>'
         rows = []
         for flow in snap.flows:
             el = flow.elapsed
@@ -241,9 +264,16 @@ def make_app(
 ) -> WSGIApp:
     """A read-only WSGI app showing runs, per-node statistics and pool metrics.
 
+    It shows what this process recorded: under a server with several worker processes
+    (gunicorn's ``--workers``, uWSGI's ``processes``) each worker records and shows only its
+    own runs, and a request lands on one worker. Nothing is recorded until
+    ``taskflow.stats.enable()`` (or ``stats.enable()`` on the ``FlowStats`` given) is called;
+    the page says so while recording is off.
+
     Args:
-        stats: Where runs are recorded (default: the process-wide ``taskflow.observe.stats.STATS``).
-            Run pages need ``stats.runs`` (a :class:`~taskflow.observe.stats.RunLog`).
+        stats: Where runs are recorded: a [`FlowStats`][taskflow.observe.stats.FlowStats]
+            (default: the process-wide ``taskflow.stats.STATS``). Run pages need ``stats.runs``
+            (a [`RunLog`][taskflow.observe.stats.RunLog]).
         monitor: One ``PoolMonitor`` or several; the page shows each one's ``latest()``.
         show_values: Show node results on run pages (they may carry user data).
         show_context: Show context entries on run pages (they often carry the request).
@@ -251,12 +281,44 @@ def make_app(
 
     Returns:
         A WSGI application. Mount it anywhere; links are built from ``SCRIPT_NAME``.
+
+    Raises:
+        InvalidArgumentError: ``stats`` is not a ``FlowStats`` (the module ``taskflow.stats``
+            is named, with what to pass instead), a monitor has no ``latest()``, or ``title``
+            is not a string (also a ``TypeError``).
     """
     if monitor is None:
         monitors: Sequence[PoolMonitor] = ()
-    elif isinstance(monitor, Sequence):
+    elif isinstance(monitor, Sequence) and not isinstance(monitor, (str, bytes)):
         monitors = tuple(monitor)
     else:
         monitors = (monitor,)
-    return _App(STATS if stats is None else stats, monitors, bool(show_values),
-                bool(show_context), title)
+    for m in monitors:
+        if not callable(getattr(m, "latest", None)):
+            raise InvalidArgumentError(
+                f"monitor must be a taskflow.PoolMonitor or a sequence of them, got {_kind(m)}")
+    if not isinstance(title, str):
+        raise InvalidArgumentError(f"title must be a str, got {_kind(title)}")
+    return _App(_check_stats(stats), monitors, bool(show_values), bool(show_context), title)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, types.ModuleType):
+        return f"the module {value.__name__}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _check_stats(stats: object) -> FlowStats:
+    """``make_app``'s ``stats``, or the culprit named with what to pass instead."""
+    if stats is None:
+        return STATS
+    if isinstance(stats, FlowStats):
+        return stats
+    if isinstance(stats, types.ModuleType) and isinstance(getattr(stats, "STATS", None),
+                                                          FlowStats):
+        name = "taskflow.stats" if stats.STATS is STATS else stats.__name__
+        raise InvalidArgumentError(
+            f"stats must be a FlowStats, got the module {name}; pass its process-wide "
+            f"instance, stats={name}.STATS, or leave stats out (that is the default)")
+    raise InvalidArgumentError(
+        f"stats must be a taskflow.observe.stats.FlowStats or None, got {_kind(stats)}")
