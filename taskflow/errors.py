@@ -90,6 +90,7 @@ class NodeTimeoutError(TaskflowError, TimeoutError):
     def __init__(self, node: str, timeout: float | None, *, budget: bool = False) -> None:
         self.node = node
         self.timeout = timeout
+        self.budget = budget  # the run's budget passed (not the node's own timeout)
         what = "flow budget" if budget else "node timeout"
         limit = f" of {timeout:g}s" if timeout is not None else ""
         super().__init__(f"{what}{limit} passed before node {node!r} finished")

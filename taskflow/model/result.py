@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
+
+from taskflow.errors import NodeTimeoutError, UpstreamFailedError
 
 if TYPE_CHECKING:
     from taskflow.model.report import FlowReport
 
-__all__ = ["FlowResult", "FlowStatus", "HookError", "ResultState", "RunRecord", "WorkResult"]
+__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "FlowResult", "FlowStatus", "HookError",
+           "ResultState", "RunRecord", "WorkResult", "failure_summary", "not_run_reason"]
 
 V = TypeVar("V")
 
@@ -131,6 +134,97 @@ class WorkResult(Generic[V]):
 
 _FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
 _SUCCEEDED = (ResultState.SUCCESS, ResultState.DEGRADED)
+
+
+UPSTREAM_FAILED = "upstream failed"
+"""``not_run_reason`` of a node failed fast because a father it needed failed."""
+BUDGET_RAN_OUT = "budget ran out"
+"""``not_run_reason`` of a node the run's budget ended before it started."""
+
+
+def not_run_reason(wr: WorkResult[Any]) -> str | None:
+    """Why a node that ended without starting never ran: :data:`UPSTREAM_FAILED` or
+    :data:`BUDGET_RAN_OUT`; None for a node that started, succeeded, was skipped or cancelled,
+    or that its own gate (a breaker, a bulkhead, the executor) refused."""
+    if wr.started_at is not None or wr.attempts:
+        return None
+    state = wr.state
+    if state is not ResultState.EXCEPTION and state is not ResultState.TIMEOUT:
+        return None
+    exc = wr.exception
+    if isinstance(exc, UpstreamFailedError):
+        return UPSTREAM_FAILED
+    if state is ResultState.TIMEOUT and isinstance(exc, NodeTimeoutError) and exc.budget:
+        return BUDGET_RAN_OUT
+    return None
+
+
+def failure_summary(names: Sequence[str], results: Sequence[WorkResult[Any]], status: str,
+                    cancel_reason: str | None = None, limit: int = 3) -> str | None:
+    """What failed and why, in one line: the nodes that failed themselves (earliest first,
+    with their error), then how many never ran because of them, then the degraded ones.
+
+    None when no node failed or degraded and the run was not cancelled.
+    """
+    own: list[tuple[float, str, WorkResult[Any]]] = []
+    upstream: list[str] = []
+    late: list[str] = []
+    degraded: list[str] = []
+    for name, wr in zip(names, results, strict=True):
+        state = wr.state
+        if state is ResultState.DEGRADED:
+            degraded.append(name)
+        elif state is ResultState.EXCEPTION or state is ResultState.TIMEOUT:
+            why = not_run_reason(wr)
+            if why == UPSTREAM_FAILED:
+                upstream.append(name)
+            elif why == BUDGET_RAN_OUT:
+                late.append(name)
+            else:
+                own.append((wr.finished_at or math.inf, name, wr))
+    if not (own or upstream or late or degraded or cancel_reason):
+        return None
+    own.sort(key=lambda t: (t[0], t[1]))
+    parts = [_failed_line(name, wr) for _, name, wr in own[:limit]]
+    if len(own) > limit:
+        parts.append(f"{len(own) - limit} more node(s) failed")
+    if cancel_reason:
+        parts.append(f"cancelled: {_clip(cancel_reason, 200)}")
+    if late:
+        parts.append(f"{_count(late)} not run: {BUDGET_RAN_OUT} ({_names(late, limit)})")
+    if upstream:
+        parts.append(f"{_count(upstream)} not run: {UPSTREAM_FAILED} ({_names(upstream, limit)})")
+    if degraded:
+        parts.append(f"{_count(degraded)} degraded to a fallback ({_names(degraded, limit)})")
+    return f"{status}: " + "; ".join(parts)
+
+
+def _failed_line(name: str, wr: WorkResult[Any]) -> str:
+    exc = wr.exception
+    if wr.state is ResultState.TIMEOUT:
+        what = "timed out"
+        if exc is not None:
+            what += f" ({_clip(str(exc), 200)})"
+    elif exc is None:
+        what = "failed"
+    else:
+        what = f"raised {type(exc).__name__}: {_clip(str(exc), 200)}"
+    return f"{name!r} {what}"
+
+
+def _count(names: list[str]) -> str:
+    return f"{len(names)} node{'' if len(names) == 1 else 's'}"
+
+
+def _names(names: list[str], limit: int) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f", +{len(names) - limit} more" if len(names) > limit else "")
+
+
+def _clip(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
 
 
 class RunRecord(Protocol):
@@ -304,6 +398,19 @@ class FlowResult(Mapping[str, Any]):
         names = self._run.names
         return {names[i]: wr.state for i, wr in enumerate(self._run.results)}
 
+    @property
+    def summary(self) -> str | None:
+        """What failed and why, in one line, for a log line or the top of a page: the nodes
+        that failed themselves with their errors (earliest first), then how many never ran
+        ("not run: upstream failed", "not run: budget ran out"), then the degraded ones,
+        prefixed by the run's status. None when nothing failed or degraded.
+
+        ``FAILED: 'stock' raised ConnectionError: refused; 2 nodes not run: upstream failed
+        ('page', 'audit')``
+        """
+        run = self._run
+        return failure_summary(run.names, run.results, self.status.name, run.cancel_reason)
+
     def raise_for_failure(self) -> None:
         """Raise if the run is not ``ok``; return None otherwise.
 
@@ -394,6 +501,7 @@ class FlowResult(Mapping[str, Any]):
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    not_run=not_run_reason(wr),
                     hook_error=None if hook is None else HookErrorReport(
                         hook=hook.hook, type=type(hook.exception).__name__,
                         message=str(hook.exception)),
@@ -424,6 +532,7 @@ class FlowResult(Mapping[str, Any]):
             context=context,
             context_repr=context_repr,
             degraded=list(self.degraded),
+            summary=self.summary,
         )
 
     def to_mermaid(self) -> str:
