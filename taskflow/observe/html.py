@@ -273,8 +273,9 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
         dash = ' stroke-dasharray="4 3"' if r.look in ("SKIPPED", "NOT_RUN") else ""
         label = _fit(r.name, _BOX_W - 12)
         # "not run: ..." in a slightly smaller font, so that it fits the box whole
-        small, width = ((' style="font-size:11px"', (_BOX_W - 12) * 12 / 11) if r.look == "NOT_RUN"
-                        else ("", _BOX_W - 12))
+        small, room = "", float(_BOX_W - 12)
+        if r.look == "NOT_RUN":
+            small, room = ' style="font-size:11px"', (_BOX_W - 12) * 12 / 11
         out.append(
             f'<a href="#node-{r.index}"><title>{_e(_tooltip(r, t0, show_values))}</title>'
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{_BOX_W}" height="{_BOX_H}" rx="6" '
@@ -282,7 +283,7 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 16:.1f}" text-anchor="middle" '
             f'fill="{colour}" font-weight="600">{_e(label)}</text>'
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 31:.1f}" text-anchor="middle" '
-            f'fill="{colour}"{small}>{_e(_fit(_box_detail(r), width))}</text></a>'
+            f'fill="{colour}"{small}>{_e(_fit(_box_detail(r), room))}</text></a>'
         )
     out.append("</svg>")
     return "".join(out)
