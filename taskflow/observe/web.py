@@ -47,7 +47,8 @@ table{border-collapse:collapse;font-size:13px;margin-bottom:8px}
 th,td{border-bottom:1px solid #e5e5e5;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .note{color:#777;font-size:12px}.bad{color:#c62828}
-nav a{margin-right:12px}
+nav a{margin-right:12px}table.pool th{background:none;white-space:nowrap}
+summary{cursor:pointer;color:#555;font-size:12px;margin:4px 0}
 """
 _HEADERS = [
     ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:"),
@@ -232,26 +233,113 @@ class _App:
 
     @staticmethod
     def _pool_table(snap: PoolSnapshot | None) -> str:
+        """One pool: its alarms, then its figures grouped, those that matter under load first
+        (how busy, how much queues and waits, what was refused or abandoned), and every field
+        behind a ``<details>``."""
         if snap is None:
             return '<p class="note">no sample yet</p>'
-        figures: list[tuple[str, object]] = []
-        if snap.pool is not None:
-            for key, value in snap.pool.model_dump().items():
-                if isinstance(value, dict):
-                    if {"p50", "p90", "p99"} <= value.keys():
-                        figures.append((f"{key} p50/p90/p99 ms", " / ".join(
-                            _ms(value[q]) for q in ("p50", "p90", "p99"))))
-                elif value is not None:
-                    figures.append((key, value))
-        if snap.tps is not None:
-            figures.append(("tasks per second", f"{snap.tps:.1f}"))
-        for key, value in snap.process.model_dump().items():
-            if value is not None:
-                figures.append((f"process {key}", value))
+        m = snap.pool
+        title = _e(snap.pool_name)
+        if m is not None:
+            state = ("terminated" if m.is_terminated else "shutting down" if m.is_shutdown
+                     else "running")
+            title += f' <span class="note">{_e(m.executor_type)}, {state}</span>'
         alarms = "".join(f"<li class=bad>{_e(a.message)}</li>" for a in snap.alarms)
-        body = "".join(f"<tr><td>{_e(k)}</td><td class=num>{_e(v)}</td></tr>" for k, v in figures)
-        return (f"<h3>{_e(snap.pool_name)}</h3>" + (f"<ul>{alarms}</ul>" if alarms else "")
-                + f"<table><tbody>{body}</tbody></table>")
+        groups = _pool_groups(snap)
+        body = "".join(
+            f"<tr><th>{_e(group)}</th><td>"
+            + " \u00b7 ".join(f'<span class="note">{_e(k)}</span> '
+                               + (f'<span class="bad">{_e(v)}</span>' if bad else _e(v))
+                               for k, v, bad in items)
+            + "</td></tr>" for group, items in groups)
+        return (f"<h3>{title}</h3>" + (f"<ul>{alarms}</ul>" if alarms else "")
+                + f'<table class="pool"><tbody>{body}</tbody></table>'
+                + _all_fields(snap))
+
+
+# one figure of a pool: label, value as text, whether it is bad news
+_Figure = tuple[str, str, bool]
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{value:.0f} %"
+
+
+def _pcts(p: Any) -> str | None:
+    return None if p is None else f"{_ms(p.p50)} / {_ms(p.p90)} / {_ms(p.p99)} ms"
+
+
+def _mb(n: int | None) -> str | None:
+    return None if n is None else f"{n / 1e6:.1f} MB"
+
+
+def _figures(*items: tuple[str, object, bool]) -> list[_Figure]:
+    return [(k, str(v), bad) for k, v, bad in items if v is not None]
+
+
+def _pool_groups(snap: PoolSnapshot) -> list[tuple[str, list[_Figure]]]:
+    """The figures of one sample, grouped, most telling first; empty groups left out."""
+    m, proc = snap.pool, snap.process
+    groups: list[tuple[str, list[_Figure]]] = []
+    if m is not None:
+        busy = (None if m.active_count is None else f"{m.active_count} of {m.max_size}"
+                if m.max_size is not None else str(m.active_count))
+        groups += [
+            ("load", _figures(("busy threads", busy, False),
+                              ("liveness", _pct(m.liveness_pct), False),
+                              ("threads", m.pool_size, False), ("core", m.core_size, False),
+                              ("largest", m.largest_pool_size, False),
+                              ("peak load", _pct(m.peak_load_pct), False))),
+            ("queue", _figures(
+                ("queued", m.queue_size, False),
+                ("capacity", "unbounded" if m.queue_capacity is None else m.queue_capacity,
+                 False),
+                ("usage", _pct(m.queue_usage_pct), False),
+                ("wait p50/p90/p99", _pcts(m.queue_wait_s), False))),
+            ("refused and abandoned", _figures(
+                ("rejected", m.rejected_count, m.rejected_count > 0),
+                ("abandoned, still running", m.abandoned_running, m.abandoned_running > 0),
+                ("abandoned in all", m.abandoned_total, False))),
+            ("tasks", _figures(
+                ("per second", None if snap.tps is None else f"{snap.tps:.1f}", False),
+                ("submitted", m.task_count, False), ("completed", m.completed_task_count, False),
+                ("failed", m.failed_task_count, False),
+                ("cancelled", m.cancelled_task_count, False),
+                ("run time p50/p90/p99", _pcts(m.run_time_s), False))),
+            ("configuration", _figures(
+                ("keep alive", None if m.keep_alive_s is None else f"{m.keep_alive_s:g} s", False),
+                ("rejection policy", m.rejection_policy, False))),
+        ]
+    elif snap.tps is not None:
+        groups.append(("tasks", _figures(("per second", f"{snap.tps:.1f}", False))))
+    groups.append(("process", _figures(
+        ("pid", proc.pid, False),
+        ("cpu", None if proc.cpu_percent is None else f"{proc.cpu_percent:.0f} %", False),
+        ("rss", _mb(proc.rss_bytes), False), ("threads", proc.num_threads, False),
+        ("open files", proc.num_fds, False),
+        ("context switches (involuntary)", proc.ctx_switches_involuntary, False),
+        ("pool threads' cpu", None if snap.worker_cpu_s is None else f"{snap.worker_cpu_s:.2f} s",
+         False))))
+    return [(name, items) for name, items in groups if items]
+
+
+def _all_fields(snap: PoolSnapshot) -> str:
+    """Every field of the sample, as ``pool.metrics()`` and psutil give them, folded away."""
+    figures: list[tuple[str, object]] = []
+    if snap.pool is not None:
+        for key, value in snap.pool.model_dump().items():
+            if isinstance(value, dict):
+                if {"p50", "p90", "p99"} <= value.keys():
+                    figures.append((f"{key} p50/p90/p99 ms", " / ".join(
+                        _ms(value[q]) for q in ("p50", "p90", "p99"))))
+            elif value is not None:
+                figures.append((key, value))
+    for key, value in snap.process.model_dump().items():
+        if value is not None:
+            figures.append((f"process {key}", value))
+    body = "".join(f"<tr><td>{_e(k)}</td><td class=num>{_e(v)}</td></tr>" for k, v in figures)
+    return (f"<details><summary>all {len(figures)} fields</summary><table><tbody>{body}"
+            "</tbody></table></details>")
 
 
 def make_app(

@@ -161,6 +161,30 @@ def test_pool_metrics_from_a_monitor(stats: FlowStats) -> None:
         pool.shutdown(wait=True)
 
 
+def test_the_pool_section_groups_the_figures_that_matter_first() -> None:
+    pool = ThreadPool(2, 4, queue_capacity=8, thread_name_prefix="web-pool")
+    monitor = PoolMonitor(pool, name="checkout")
+    try:
+        pool.submit(lambda: None).result(10)
+        monitor.sample()
+        page = Client(make_app(FlowStats(), monitor=monitor)).get("/").get_data(as_text=True)
+    finally:
+        monitor.stop()
+        pool.shutdown(wait=True)
+    section = page.split("<h3>checkout", 1)[1]
+    grouped, every_field = section.split("<details>", 1)
+    groups = re.findall(r"<tr><th>(.*?)</th>", grouped)
+    assert groups == ["load", "queue", "refused and abandoned", "tasks", "configuration",
+                      "process"]
+    load = grouped.split("<tr><th>load</th>", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="note">busy threads</span> 0 of 4' in load
+    queue = grouped.split("<tr><th>queue</th>", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="note">capacity</span> 8' in queue
+    assert "ThreadPool, running" in section.split("</h3>", 1)[0]
+    assert "core_size" not in grouped and "monotonic" not in grouped, "raw names stay folded"
+    assert "<summary>all " in every_field and "core_size" in every_field
+
+
 def test_no_runs_yet() -> None:
     stats = FlowStats()
     stats.enable()
