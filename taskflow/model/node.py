@@ -7,6 +7,12 @@ run's copy, so ``self`` inside them is that run's node and attributes set there 
 
 Wiring and options may be changed between runs (the compiled plan cached for the graph is then
 rebuilt), but not while a run of the same graph is being started from another thread.
+
+What can be known about one node is checked when it is made, never per execution: its options
+(an unknown keyword is refused with the closest option's name), the arity of ``fn`` or of the
+class's ``task`` (read once per class, when it is defined) and, in each wiring call, that what
+is wired is a node. What needs the whole graph (names, cycles, joins) is checked when a run
+compiles its plan (``taskflow.model.graph``).
 """
 
 from __future__ import annotations

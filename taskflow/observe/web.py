@@ -9,6 +9,11 @@ or Django's ``get_wsgi_application()``, or any WSGI server):
 * ``/metrics``: the statistics and the pools in the Prometheus text format;
 * ``/stats.json``: ``stats.snapshot()`` as JSON.
 
+It shows what one process recorded: ``stats`` (``taskflow.stats.STATS`` by default) records
+nothing until ``enable()`` is called, which the page says, and under a server with several worker
+processes each worker shows its own runs. A ``stats`` that is not a ``FlowStats`` (the module
+``taskflow.stats`` itself) is refused when the app is made.
+
 What it shows is safe to show by default: every name and message is escaped; node results only
 with ``show_values=True``; context entries only with ``show_context=True``. It answers only
 ``GET`` and ``HEAD`` (``405`` with an ``Allow`` header otherwise), sets a Content-Security-Policy
