@@ -113,7 +113,7 @@ class TaskScheduling:
                name: str | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced
+        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets`` and ``name`` included). The budget is enforced
         by taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
         TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
         here, before anything runs.

@@ -1,7 +1,7 @@
 """What the engine needs to know about an executor, and the only code that looks inside one.
 
 An executor may declare its capabilities itself with a ``taskflow_capabilities()`` method
-returning :class:`Capabilities` (the explicit protocol). Otherwise they are read from what is
+returning ``Capabilities`` (the explicit protocol). Otherwise they are read from what is
 known: a wrapper's public ``executor`` attribute (``MonitoredExecutor``), a pool's public
 ``max_size`` (``taskflow.ThreadPool``), ``ThreadPoolExecutor``'s worker count, and the executors
 that run tasks in other processes (``ProcessPoolExecutor`` and subclasses such as loky's, dask's
@@ -106,7 +106,7 @@ def capabilities(executor: Executor) -> Capabilities:
 def refusal(executor: Executor) -> str | None:
     """Why ``executor`` would refuse every task, said before a run submits any, or None.
 
-    Read from what executors expose, through wrappers (see :func:`unwrap`): a public
+    Read from what executors expose, through wrappers (see ``unwrap``): a public
     ``is_shutdown()`` (``taskflow.ThreadPool``), the stdlib pools' ``_shutdown`` /
     ``_shutdown_thread``, loky's ``_flags.shutdown``, dask's ``ClientExecutor._shutdown``, and
     the interpreter's own shutdown for thread pools. An executor shut down after this check

@@ -1,6 +1,6 @@
 """Bounded dynamic fan-out: ``FanOutNode`` runs ``work(ctx, item)`` for every item that
 ``items(ctx, param)`` yields, at most ``max_concurrency`` at a time, and fans in to a
-:class:`FanInResult` (stable item ids, dedupe, all / quorum / best-effort at the end).
+[`FanInResult`][taskflow.FanInResult] (stable item ids, dedupe, all / quorum / best-effort at the end).
 
 How it runs (thread executors): the engine starts the fan-out from the loop that dispatched the
 node and returns that worker to the run at once. Up to ``max_concurrency`` *item loops* run on the
@@ -176,7 +176,7 @@ class FanHost(Protocol):
 
 
 class FanOutNode(SchedulingNode[T, FanInResult]):
-    """A dynamic fork: override :meth:`items` and :meth:`work`.
+    """A dynamic fork: override [`items`][taskflow.kinds.fanout.FanOutNode.items] and [`work`][taskflow.kinds.fanout.FanOutNode.work].
 
     Args:
         param: passed to ``items``.

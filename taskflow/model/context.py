@@ -223,7 +223,7 @@ class TaskContext(MutableMapping[str, Any]):
         return run is not None and run.cancelled_for_caller()
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``NodeCancelledError`` naming the asking node if :attr:`cancelled` is True."""
+        """Raise ``NodeCancelledError`` naming the asking node if [`cancelled`][taskflow.model.context.TaskContext.cancelled] is True."""
         run = self._view()
         if run is not None and run.cancelled_for_caller():
             raise NodeCancelledError(run.caller_name(), run.cancel_reason)

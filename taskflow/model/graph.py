@@ -2,7 +2,7 @@
 
 ``compile_plan(tops)`` follows edges in both directions from the nodes given (iteratively, so a
 10,000-node chain is fine), validates everything that can be known before a run (types, names,
-cycles via ``graphlib``, join parameters) and returns a :class:`Plan`: flat tuples indexed by node
+cycles via ``graphlib``, join parameters) and returns a ``Plan``: flat tuples indexed by node
 number that the engine reads without locks. Plans are cached on the first top node and marked
 stale when any node in them is rewired or has an option changed.
 

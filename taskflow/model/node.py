@@ -332,11 +332,11 @@ class SchedulingNode(Generic[T, V]):
     _idx: int
 
     node_kind: ClassVar[NodeKind] = NodeKind.TASK
-    """How the engine runs this class's nodes (see :class:`NodeKind`)."""
+    """How the engine runs this class's nodes (see ``NodeKind``)."""
 
     draw_as: ClassVar[str | None] = None
     """How diagrams (Mermaid, DOT) draw this class's nodes: ``"task"``, ``"switch"``,
-    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from :attr:`node_kind`."""
+    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from [`node_kind`][taskflow.model.node.SchedulingNode.node_kind]."""
 
     # methods a subclass overrides, with the arguments the engine calls them with (after self):
     # an override that cannot take them is refused when a node of the class is made

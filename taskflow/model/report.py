@@ -115,7 +115,7 @@ def short(value: Any, limit: int = 200) -> str | None:
 
 
 class _NotJson(Exception):
-    """Raised inside :func:`json_value` for a value JSON cannot carry."""
+    """Raised inside [`json_value`][taskflow.model.report.json_value] for a value JSON cannot carry."""
 
 
 def json_value(value: Any) -> tuple[JsonValue, str | None]:

@@ -2,7 +2,7 @@
 
 ``WorkResult`` is a plain slotted object written by the engine (under the run's lock, result
 before state) and frozen once the run returns; ``FlowResult.report()`` gives the pydantic view
-(:mod:`taskflow.model.report`, imported on first use so that pydantic stays off the import path).
+(``taskflow.model.report``, imported on first use so that pydantic stays off the import path).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class WorkResult(Generic[V]):
 
     Attributes:
         result: the value ``task`` returned (None unless SUCCESS).
-        state: the :class:`ResultState`; written after ``result``/``exception``.
+        state: the [`ResultState`][taskflow.ResultState]; written after ``result``/``exception``.
         exception: the original exception; for a node failed fast, an ``UpstreamFailedError``
             whose ``__cause__`` is the father's exception.
         attempts: how many times ``task`` was started.
@@ -143,8 +143,8 @@ BUDGET_RAN_OUT = "budget ran out"
 
 
 def not_run_reason(wr: WorkResult[Any]) -> str | None:
-    """Why a node that ended without starting never ran: :data:`UPSTREAM_FAILED` or
-    :data:`BUDGET_RAN_OUT`; None for a node that started, succeeded, was skipped or cancelled,
+    """Why a node that ended without starting never ran: ``UPSTREAM_FAILED`` or
+    ``BUDGET_RAN_OUT``; None for a node that started, succeeded, was skipped or cancelled,
     or that its own gate (a breaker, a bulkhead, the executor) refused."""
     if wr.started_at is not None or wr.attempts:
         return None
@@ -338,7 +338,7 @@ class FlowResult(Mapping[str, Any]):
 
     @property
     def hook_errors(self) -> dict[str, HookError]:
-        """name -> :class:`HookError` of each node one of whose hooks raised (the first such
+        """name -> [`HookError`][taskflow.model.result.HookError] of each node one of whose hooks raised (the first such
         error of the node in this run).
 
         Hooks never change a node's outcome: this is where their failures show without logging
@@ -366,7 +366,7 @@ class FlowResult(Mapping[str, Any]):
 
     @property
     def status(self) -> FlowStatus:
-        """How the run ended as a whole (see :class:`FlowStatus`)."""
+        """How the run ended as a whole (see [`FlowStatus`][taskflow.FlowStatus])."""
         if self._status is None:
             run = self._run
             if run.cancel_reason is not None:
@@ -458,7 +458,7 @@ class FlowResult(Mapping[str, Any]):
         """A JSON-ready pydantic model of the run (``.model_dump_json()``).
 
         Node results are JSON values where JSON can carry them (``result``), else their
-        ``repr`` (``result_repr``); see :class:`~taskflow.model.report.NodeReport`. A hook that raised
+        ``repr`` (``result_repr``); see [`NodeReport`][taskflow.model.report.NodeReport]. A hook that raised
         is in the node's ``hook_error``.
 
         Args:

@@ -22,7 +22,7 @@ failure), so that it is not mistaken for a node that failed; likewise "not run: 
 
 Hovering a node or a bar shows its timings and error (SVG ``<title>``); clicking it jumps to its
 row. Every name, value and message comes from user data and is escaped with
-:func:`html.escape` (quotes included) wherever it lands: text, attributes or SVG.
+``html.escape`` (quotes included) wherever it lands: text, attributes or SVG.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ is respected, so it works under a prefix: werkzeug's ``DispatcherMiddleware`` be
 or Django's ``get_wsgi_application()``, or any WSGI server):
 
 * ``/``: recent and slowest runs (links to their pages), per-node statistics, pool metrics;
-* ``/runs/<flow_id>``: one kept run as the :mod:`taskflow.observe.html` page;
+* ``/runs/<flow_id>``: one kept run as the ``taskflow.observe.html`` page;
 * ``/metrics``: the statistics and the pools in the Prometheus text format;
 * ``/stats.json``: ``stats.snapshot()`` as JSON.
 
@@ -84,7 +84,7 @@ def _ms(seconds: float | None) -> str:
 
 
 class _App:
-    """The WSGI callable (see :func:`make_app`)."""
+    """The WSGI callable (see [`make_app`][taskflow.observe.web.make_app])."""
 
     def __init__(self, stats: FlowStats, monitors: Sequence[PoolMonitor], show_values: bool,
                  show_context: bool, title: str) -> None:
