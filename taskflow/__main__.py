@@ -1,4 +1,4 @@
-"""``python -m taskflow``: the command line of :mod:`taskflow.cli`."""
+"""``python -m taskflow``: the command line of ``taskflow.cli``."""
 
 from taskflow.cli import main
 

@@ -16,6 +16,7 @@ __all__ = [
     "FlowDefinitionError",
     "FlowFailedError",
     "FlowTimeoutError",
+    "InvalidArgumentError",
     "InvalidNodeError",
     "NodeCancelledError",
     "NodeTimeoutError",
@@ -37,7 +38,13 @@ class FlowDefinitionError(TaskflowError, ValueError):
 
 
 class InvalidNodeError(FlowDefinitionError, TypeError):
-    """Something given as a node is not a ``SchedulingNode`` instance (also a TypeError)."""
+    """Something given as a node is not a ``SchedulingNode`` instance, or a node option is of
+    the wrong type or unknown (also a TypeError)."""
+
+
+class InvalidArgumentError(TaskflowError, TypeError):
+    """An argument of the wrong kind given to an object that shows runs or pools (such as the
+    web app), raised when that object is built (also a TypeError)."""
 
 
 class CycleError(FlowDefinitionError):
@@ -83,6 +90,7 @@ class NodeTimeoutError(TaskflowError, TimeoutError):
     def __init__(self, node: str, timeout: float | None, *, budget: bool = False) -> None:
         self.node = node
         self.timeout = timeout
+        self.budget = budget  # the run's budget passed (not the node's own timeout)
         what = "flow budget" if budget else "node timeout"
         limit = f" of {timeout:g}s" if timeout is not None else ""
         super().__init__(f"{what}{limit} passed before node {node!r} finished")

@@ -1,8 +1,8 @@
 """The Prometheus text exposition format (version 0.0.4): samples, families and their text.
 
 One escaping rule for every exporter of taskflow: the resilience primitives
-(:mod:`taskflow.resilience`) describe their series as :class:`Sample` s, the pool monitor and
-the flow statistics build :class:`Family` s, and :func:`render_families` writes them out. A leaf:
+([`taskflow.resilience`][taskflow.resilience]) describe their series as ``Sample`` s, the pool monitor and
+the flow statistics build ``Family`` s, and ``render_families`` writes them out. A leaf:
 it imports nothing of taskflow.
 """
 

@@ -44,5 +44,5 @@ def log_nodes(on: bool = True) -> None:
 
 
 def logging_nodes() -> bool:
-    """Whether per-node ``DEBUG`` lines are on (:func:`log_nodes`)."""
+    """Whether per-node ``DEBUG`` lines are on ([`log_nodes`][taskflow.logs.log_nodes])."""
     return _node_lines

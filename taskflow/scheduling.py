@@ -9,7 +9,7 @@ from typing import Any
 
 from taskflow.engine import closing, executors, guards
 from taskflow.engine.run import Run
-from taskflow.errors import FlowDefinitionError
+from taskflow.errors import FlowDefinitionError, RejectedExecutionError
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.model.node import check_timeout
@@ -37,6 +37,10 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
             f"taskflow.ThreadPool, ProcessPoolExecutor, ...), got {type(executor).__name__}"
         )
+    refused = executors.refusal(executor)
+    if refused is not None:
+        raise RejectedExecutionError(f"{refused}; nothing was submitted: start the flow on an "
+                                     "executor that is running")
     budget = check_timeout(timeout)
     if budget is None:
         budget = math.inf
@@ -96,6 +100,8 @@ class TaskScheduling:
                 in the graph, ...).
             TypeError: nodes, executor, timeout, context, targets or name of the wrong type.
             ValueError: negative or NaN timeout.
+            RejectedExecutionError: the executor is already shut down: nothing was
+                submitted. One shut down during the run fails the nodes it refuses.
         """
         run = _prepare(nodes, executor, timeout, context, None, targets, name)
         run.begin()
@@ -107,7 +113,7 @@ class TaskScheduling:
                name: str | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as :meth:`start` (``targets`` and ``name`` included). The budget is enforced
+        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets`` and ``name`` included). The budget is enforced
         by taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
         TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
         here, before anything runs.

@@ -22,7 +22,7 @@ SECRET = "secret-token-4b1d"
 PAGE_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span", "b", "code",
     "div", "svg", "defs", "marker", "path", "a", "rect", "text", "line", "table", "thead",
-    "tbody", "tr", "th", "td", "pre", "nav", "ul", "li",
+    "tbody", "tr", "th", "td", "pre", "nav", "ul", "li", "details", "summary",
 }
 
 

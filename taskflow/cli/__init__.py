@@ -1,11 +1,11 @@
 """The ``taskflow`` command line: ``taskflow demo | graph | run`` (or ``python -m taskflow ...``).
 
-One parser, one :func:`main` and the demo's printed table here; the rest lives beside it:
+One parser, one ``main`` and the demo's printed table here; the rest lives beside it:
 
-* :mod:`taskflow.cli.demo` — the product-detail flow that ``demo`` runs, against the same calls
+* ``taskflow.cli.demo`` — the product-detail flow that ``demo`` runs, against the same calls
   made stage by stage by hand;
-* :mod:`taskflow.cli.flows` — ``graph`` and ``run`` for Conductor definitions and flow specs;
-* :mod:`taskflow.cli.terminal` — what may reach the terminal (user data escaped), the option
+* ``taskflow.cli.flows`` — ``graph`` and ``run`` for Conductor definitions and flow specs;
+* ``taskflow.cli.terminal`` — what may reach the terminal (user data escaped), the option
   parsers shared by the subcommands, and the exit codes.
 
 This package is an application, not library code: it is the one place in taskflow that configures
@@ -108,7 +108,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     Args:
         prog: The program name shown in help and errors; None works it out from ``sys.argv``
-            (see :func:`program_name`).
+            (see ``program_name``).
     """
     parser = argparse.ArgumentParser(
         prog=program_name() if prog is None else prog,
@@ -204,7 +204,7 @@ def format_table(result: FlowResult, order: Iterable[str] = ()) -> str:
     """Return the per-node table of a run: state, thread, and times relative to the run start.
 
     Node and thread names are user data: control characters in them (an ANSI escape sequence,
-    a line break) are printed as visible escapes (:func:`~taskflow.cli.flows.terminal_safe`),
+    a line break) are printed as visible escapes (``terminal_safe``),
     so every row stays one line and cannot restyle the terminal.
 
     Args:

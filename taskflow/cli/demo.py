@@ -11,10 +11,10 @@ The article's hand-written code runs the product side as one stage (``submit`` e
 for the whole product side although it needs nothing from it. As a taskflow DAG both sides run
 at once and the page is ready after the slower side, not after both.
 
-:func:`run_demo` runs the flow, then the same step functions the staged way, on one executor.
+``run_demo`` runs the flow, then the same step functions the staged way, on one executor.
 The step functions take ``(ctx, sku)`` and read their fathers' results with ``ctx.result_of``, so
 the taskflow run and the hand-written run execute exactly the same code. The CLI
-(``python -m taskflow demo``) prints what :func:`run_demo` returns.
+(``python -m taskflow demo``) prints what ``run_demo`` returns.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class DemoFailure(RuntimeError):
 class Bus(Protocol):
     """What a step reads: request entries by key and its fathers' results by node name.
 
-    A :class:`~taskflow.TaskContext` is one; :class:`StagedContext` is the hand-written stand-in.
+    A [`TaskContext`][taskflow.TaskContext] is one; ``StagedContext`` is the hand-written stand-in.
     """
 
     def __getitem__(self, key: str) -> Any: ...
@@ -164,7 +164,7 @@ STEPS: dict[str, Callable[[Bus, str], Any]] = {
 
 
 class DemoNode(FunctionNode):
-    """A step of the demo: a :class:`FunctionNode` whose ``on_fail`` hook prints one line."""
+    """A step of the demo: a [`FunctionNode`][taskflow.FunctionNode] whose ``on_fail`` hook prints one line."""
 
     def on_fail(self, support: TaskSupport) -> None:
         """Print the failure and, for a node failed fast, the father's error it carries."""
@@ -270,7 +270,7 @@ def run_demo(
     Args:
         executor: Runs both versions, one after the other.
         timeout: The global budget of each run, in seconds; None for no budget.
-        fail: Name of a node made to raise :class:`DemoFailure`; the staged run is skipped.
+        fail: Name of a node made to raise ``DemoFailure``; the staged run is skipped.
         echo: A text stream the ``on_fail`` hooks write a line to; None keeps them quiet.
         sku: The product the page is for.
 
@@ -278,7 +278,7 @@ def run_demo(
         The taskflow result and the staged run's time.
 
     Raises:
-        ValueError: ``fail`` is not one of :data:`NODE_NAMES`.
+        ValueError: ``fail`` is not one of ``NODE_NAMES``.
     """
     if fail is not None and fail not in NODE_NAMES:
         raise ValueError(f"unknown node {fail!r}; nodes are: {', '.join(NODE_NAMES)}")

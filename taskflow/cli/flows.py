@@ -16,9 +16,9 @@ asks to also import task and registry modules from FILE's folder. For a Conducto
 ``--allow-host HOST`` (repeatable) limits the hosts its HTTP tasks may reach and
 ``--max-response-bytes`` caps their responses. See ``docs/security.md``.
 
-What is printed is safe for a terminal (:mod:`taskflow.cli.terminal`).
+What is printed is safe for a terminal (``taskflow.cli.terminal``).
 
-Hooked into :mod:`taskflow.cli` with :func:`add_graph_parser` / :func:`add_run_parser`; each
+Hooked into ``taskflow.cli`` with ``add_graph_parser`` / ``add_run_parser``; each
 sets ``handler`` on the parsed arguments (``args.handler(args, out, err) -> exit status``).
 Exit status: 0 ok, 1 the flow failed, 2 a bad command line or definition.
 """

@@ -2,12 +2,12 @@
 
 Node names, error messages and values come from user data, so control characters in them (ANSI
 escape sequences, carriage returns, line breaks, bidi overrides) are written as visible escapes
-(:func:`terminal_safe`); the JSON report escapes them as JSON ``\\uXXXX`` sequences, so it
-still parses to the same values (:func:`json_terminal_safe`). ``--verbose`` logs through
-:func:`log_sink`, one escaped line per record.
+(``terminal_safe``); the JSON report escapes them as JSON ``\\uXXXX`` sequences, so it
+still parses to the same values (``json_terminal_safe``). ``--verbose`` logs through
+``log_sink``, one escaped line per record.
 
-Exit status of every subcommand: :data:`EXIT_OK` (0) the flow succeeded, :data:`EXIT_FLOW_FAILED`
-(1) it failed, :data:`EXIT_USAGE` (2) a bad command line or definition.
+Exit status of every subcommand: ``EXIT_OK`` (0) the flow succeeded, ``EXIT_FLOW_FAILED``
+(1) it failed, ``EXIT_USAGE`` (2) a bad command line or definition.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def log_sink(stream: TextIO) -> Callable[[Any], None]:
     """A loguru sink writing one escaped line per record to ``stream`` (for ``--verbose``).
 
     The message and the ``extra`` values carry node names and error messages, so they pass
-    through :func:`terminal_safe`; a traceback keeps its line breaks, nothing else.
+    through ``terminal_safe``; a traceback keeps its line breaks, nothing else.
     """
 
     def sink(message: Any) -> None:

@@ -1,7 +1,7 @@
 """``FlowSpec``: taskflow's own declarative flow format (JSON, or YAML with the ``[yaml]`` extra).
 
 A spec lists tasks by name; each names its callable as ``"package.module:function"`` and its
-fathers, with the options of :class:`~taskflow.SchedulingNode` (``join``, ``timeout``,
+fathers, with the options of [`SchedulingNode`][taskflow.SchedulingNode] (``join``, ``timeout``,
 ``retries``, ``retry_backoff``) and ``optional`` (the task's failure does not fail its sons:
 every edge out of it is ``depends_on(..., optional=True)``). A task may instead be a switch, a
 fork/join or a fan-out::
@@ -35,15 +35,15 @@ fork/join or a fan-out::
       ...
 
 Switch cases and fork branches name other tasks of the spec; they are wired by
-:class:`~taskflow.kinds.switch.SwitchNode` and :func:`~taskflow.kinds.forkjoin.fork_join`, fan-outs are
-:class:`~taskflow.kinds.fanout.FanOutNode`, so a spec runs exactly like the same graph built in code.
+[`SwitchNode`][taskflow.kinds.switch.SwitchNode] and [`fork_join`][taskflow.kinds.forkjoin.fork_join], fan-outs are
+[`FanOutNode`][taskflow.kinds.fanout.FanOutNode], so a spec runs exactly like the same graph built in code.
 
 Every error names the exact place in the document: ``tasks[2].join: ...`` (with the line when
-the document was read from a file and PyYAML is installed), as :class:`SpecError`, a
-:class:`~taskflow.FlowDefinitionError`.
+the document was read from a file and PyYAML is installed), as ``SpecError``, a
+[`FlowDefinitionError`][taskflow.FlowDefinitionError].
 
 A spec is code: building it imports every module it names. ``allow_modules=("myapp.tasks",)``
-(on :func:`load_spec` and :meth:`FlowSpec.build`) accepts only callables from those modules and
+(on [`load_spec`][taskflow.load_spec] and [`FlowSpec.build`][taskflow.FlowSpec.build]) accepts only callables from those modules and
 their submodules and refuses any other callable before anything is imported; ``None`` (the
 default) trusts the spec. ``sys.path`` is never changed unless asked: ``import_spec_dir=True``
 also looks for task modules in the spec file's folder. See ``docs/security.md``.
@@ -234,7 +234,7 @@ class ForkSpec(_Model):
 
 
 class FanOutSpec(_Model):
-    """A bounded dynamic fork (:class:`~taskflow.kinds.fanout.FanOutNode`)."""
+    """A bounded dynamic fork ([`FanOutNode`][taskflow.kinds.fanout.FanOutNode])."""
 
     items: str
     work: str
@@ -750,11 +750,11 @@ def load_spec(source: Any, *, build: bool = True, resolve: bool = True,
     Args:
         source: a dict, JSON text (a str starting with ``{``), or a path to a ``.json``,
             ``.yaml`` or ``.yml`` file (YAML needs PyYAML: ``pip install taskflow-juc[yaml]``).
-        build: return the built :class:`Flow` (True) or the :class:`FlowSpec` (False).
-        resolve: import the callables (see :meth:`FlowSpec.build`).
+        build: return the built ``Flow`` (True) or the [`FlowSpec`][taskflow.FlowSpec] (False).
+        resolve: import the callables (see [`FlowSpec.build`][taskflow.FlowSpec.build]).
         allow_modules: None trusts the spec; a sequence of module-name prefixes refuses every
             other callable, naming it and its place, before anything is imported (see
-            :meth:`FlowSpec.build`). Checked with ``build=False`` and ``resolve=False`` too.
+            [`FlowSpec.build`][taskflow.FlowSpec.build]). Checked with ``build=False`` and ``resolve=False`` too.
         import_spec_dir: when ``source`` is a file, also import task modules that are not on
             ``sys.path`` from the file's folder (put on ``sys.path`` for that import only).
             Off by default: ``sys.path`` is never changed unless asked.

@@ -2,7 +2,7 @@
 
 A run's ready nodes are drained by worker loops; each loop costs a thread wake-up, which is more
 than a fast node costs, so a flow of fast nodes should run in few loops while nodes expected to
-be slow (I/O) each get their own. :class:`Economy` counts the loops, decides how many new ones
+be slow (I/O) each get their own. ``Economy`` counts the loops, decides how many new ones
 the ready nodes are worth (``reserve``), pops the next node for a loop (``next_node``) and,
 while ready nodes are left to busy loops, watches that they make progress (``watchdog``).
 

@@ -1,9 +1,9 @@
 """Instrumentation points of the engine: who watches runs, and what they are told.
 
 A *listener* (``add_listener``) is asked once per run, when the run starts, whether it wants to
-watch it: ``listener.run_started(run)`` returns a :class:`RunObserver` (or None). The run keeps
+watch it: ``listener.run_started(run)`` returns a [`RunObserver`][taskflow.engine.events.RunObserver] (or None). The run keeps
 the observers it got and tells them what happens to it; nothing else in the engine knows who
-listens. Tracing (:mod:`taskflow.observe.otel`) and statistics (:func:`taskflow.observe.stats.enable`) are
+listens. Tracing ([`taskflow.observe.otel`][taskflow.observe.otel]) and statistics ([`taskflow.observe.stats.enable`][taskflow.observe.stats.enable]) are
 listeners.
 
 What it costs: with no listener, one test of a module-level tuple per run (``LISTENERS``, empty

@@ -1,7 +1,7 @@
 """What the engine needs to know about an executor, and the only code that looks inside one.
 
 An executor may declare its capabilities itself with a ``taskflow_capabilities()`` method
-returning :class:`Capabilities` (the explicit protocol). Otherwise they are read from what is
+returning ``Capabilities`` (the explicit protocol). Otherwise they are read from what is
 known: a wrapper's public ``executor`` attribute (``MonitoredExecutor``), a pool's public
 ``max_size`` (``taskflow.ThreadPool``), ``ThreadPoolExecutor``'s worker count, and the executors
 that run tasks in other processes (``ProcessPoolExecutor`` and subclasses such as loky's, dask's
@@ -11,6 +11,7 @@ that run tasks in other processes (``ProcessPoolExecutor`` and subclasses such a
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ __all__ = [
     "capabilities",
     "mark_abandoned",
     "pickler",
+    "refusal",
     "same_executor",
     "unwrap",
 ]
@@ -99,6 +101,48 @@ def capabilities(executor: Executor) -> Capabilities:
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
         return Capabilities(n, False)
     return Capabilities(_default_parallelism(), False)
+
+
+def refusal(executor: Executor) -> str | None:
+    """Why ``executor`` would refuse every task, said before a run submits any, or None.
+
+    Read from what executors expose, through wrappers (see ``unwrap``): a public
+    ``is_shutdown()`` (``taskflow.ThreadPool``), the stdlib pools' ``_shutdown`` /
+    ``_shutdown_thread``, loky's ``_flags.shutdown``, dask's ``ClientExecutor._shutdown``, and
+    the interpreter's own shutdown for thread pools. An executor shut down after this check
+    still fails the nodes it refuses (never a hang); a broken pool is left to do the same.
+    """
+    outer = type(executor).__name__
+    for _ in range(16):
+        why = _refusal_of(executor)
+        if why is not None:
+            name = type(executor).__name__
+            return f"executor {outer}{'' if name == outer else f' (its {name})'} {why}"
+        inner = next((i for i in (getattr(executor, "executor", None),
+                                  getattr(executor, "inner", None))
+                      if isinstance(i, Executor) and i is not executor), None)
+        if inner is None:
+            return None
+        executor = inner
+    return None
+
+
+def _refusal_of(executor: Executor) -> str | None:
+    """``refusal`` for one executor, not looking through wrappers."""
+    if getattr(executor, "_broken", False):  # a broken stdlib pool also flags itself shut down
+        return None
+    probe = getattr(executor, "is_shutdown", None)
+    if callable(probe) and probe() is True:
+        return "is shut down"
+    if getattr(executor, "_shutdown", False) is True or (
+            getattr(executor, "_shutdown_thread", False) is True) or (
+            getattr(getattr(executor, "_flags", None), "shutdown", False) is True):
+        return "is shut down"
+    if isinstance(executor, ThreadPoolExecutor):
+        thread_module = sys.modules.get("concurrent.futures.thread")
+        if getattr(thread_module, "_shutdown", False) is True:
+            return "is shut down: the interpreter is exiting"
+    return None
 
 
 def backlog(executor: Executor) -> Callable[[], int] | None:

@@ -45,7 +45,7 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   back; a running attempt's slot stays held until it returns (``permit.abandon()``) and the
   breaker counts it as failed.
 
-Per node the run keeps a :class:`Guard` in ``run.guards`` (created on first use). Its fields are
+Per node the run keeps a ``Guard`` in ``run.guards`` (created on first use). Its fields are
 guarded by the run's lock where a callback can race the node's own thread (``wait``,
 ``outcome``, ``permit`` while parked); the others are written only by the thread that runs the
 node's gates or attempt.

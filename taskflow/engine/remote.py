@@ -14,7 +14,7 @@ cloudpickle for loky and dask): a value that pickles but does not unpickle, or a
 only cloudpickle can carry (a local function, a lambda) would pass the check and then fail in
 the stdlib pool's own pickling with a bare error. A result that cannot travel fails its node with
 a ``TypeError`` naming it; an exception that cannot travel is replaced by
-:class:`~taskflow.errors.RemoteTaskError` carrying its type name, message and traceback text.
+``RemoteTaskError`` carrying its type name, message and traceback text.
 
 The coordinator thread is process-wide, started on first use, and started afresh in a forked child.
 """

@@ -2,12 +2,12 @@
 
 How a run works
 ===============
-A run (:class:`Run`) executes one compiled :class:`~taskflow.model.graph.Plan` (flat tuples indexed by
+A run (``Run``) executes one compiled ``Plan`` (flat tuples indexed by
 node number, shared read-only by every run of the graph). Its own state is flat lists indexed the
 same way: ``code`` (where each node is in its lifecycle, moved along ``LEGAL_MOVES`` by
-:meth:`Run.move`; the hot path writes the moves whose old state it has just tested, or
+``Run.move``; the hot path writes the moves whose old state it has just tested, or
 knows, directly, each marked so), the join counters (``left``, ``nsucc``, ``nskip``),
-``results`` (one :class:`WorkResult` per node) and per-run node copies made on demand.
+``results`` (one [`WorkResult`][taskflow.WorkResult] per node) and per-run node copies made on demand.
 
 Nodes whose join fired are appended to the run's ``ready`` deque. How they run depends on the
 executor (``executors.capabilities``):
@@ -95,8 +95,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 State table
 ===========
 Each node's ``code`` moves along ``states.LEGAL_MOVES`` (``states.py`` has the table and what
-each move means), applied by :meth:`Run.move`; an illegal move is a bug in taskflow: it raises
-:class:`~taskflow.engine.states.IllegalMoveError` when the debug switch is on
+each move means), applied by ``Run.move``; an illegal move is a bug in taskflow: it raises
+``IllegalMoveError`` when the debug switch is on
 (``set_strict(True)``; the test suite turns it on) and is logged otherwise.
 
 Invariants

@@ -1,4 +1,4 @@
-"""Node kinds built on the model: switches (:mod:`~taskflow.kinds.switch`), Conductor-style
-fork/join (:mod:`~taskflow.kinds.forkjoin`) and bounded dynamic fan-out
-(:mod:`~taskflow.kinds.fanout`). The names are exported from ``taskflow``.
+"""Node kinds built on the model: switches (``switch``), Conductor-style
+fork/join (``forkjoin``) and bounded dynamic fan-out
+(``fanout``). The names are exported from ``taskflow``.
 """

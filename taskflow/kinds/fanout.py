@@ -1,6 +1,6 @@
 """Bounded dynamic fan-out: ``FanOutNode`` runs ``work(ctx, item)`` for every item that
 ``items(ctx, param)`` yields, at most ``max_concurrency`` at a time, and fans in to a
-:class:`FanInResult` (stable item ids, dedupe, all / quorum / best-effort at the end).
+[`FanInResult`][taskflow.FanInResult] (stable item ids, dedupe, all / quorum / best-effort at the end).
 
 How it runs (thread executors): the engine starts the fan-out from the loop that dispatched the
 node and returns that worker to the run at once. Up to ``max_concurrency`` *item loops* run on the
@@ -37,7 +37,7 @@ from concurrent.futures import Executor, Future
 from contextvars import Context
 from functools import partial
 from time import monotonic as timer_now
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
 from taskflow.engine import events, executors, loops, remote, timer
 from taskflow.errors import (
@@ -47,7 +47,7 @@ from taskflow.errors import (
 )
 from taskflow.model.context import TaskContext, current
 from taskflow.model.joins import Join
-from taskflow.model.node import NodeKind, SchedulingNode, check_timeout
+from taskflow.model.node import NodeKind, SchedulingNode, check_node_timeout, refuse_options
 
 __all__ = ["FanHost", "FanInResult", "FanOutNode", "FanOutPolicyError", "ItemTimeoutError"]
 
@@ -176,7 +176,7 @@ class FanHost(Protocol):
 
 
 class FanOutNode(SchedulingNode[T, FanInResult]):
-    """A dynamic fork: override :meth:`items` and :meth:`work`.
+    """A dynamic fork: override [`items`][taskflow.kinds.fanout.FanOutNode.items] and [`work`][taskflow.kinds.fanout.FanOutNode.work].
 
     Args:
         param: passed to ``items``.
@@ -190,6 +190,8 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
     """
 
     node_kind: ClassVar[NodeKind] = NodeKind.FANOUT
+    _called_as: ClassVar[dict[str, str]] = {
+        "task": "(ctx, param)", "items": "(ctx, param)", "work": "(ctx, item)"}
     max_concurrency: int
     item_timeout: float | None
     policy: str | float
@@ -197,11 +199,14 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
     def __init__(self, param: T | None = None, *, name: str | None = None,
                  max_concurrency: int = 8, item_timeout: float | None = None,
                  policy: str | float = "all", timeout: float | None = None,
-                 join: Join = Join.ALL) -> None:
+                 join: Join = Join.ALL, **unknown: NoReturn) -> None:
+        if unknown:
+            refuse_options(name if name is not None else type(self).__name__, type(self),
+                           unknown, upto=FanOutNode)
         super().__init__(param, name=name, timeout=timeout, join=join)
         d = self.__dict__
         d["max_concurrency"] = _check_concurrency(max_concurrency)
-        d["item_timeout"] = check_timeout(item_timeout, f"item_timeout of node {self.name!r}")
+        d["item_timeout"] = check_node_timeout(item_timeout, self.name, "item_timeout")
         d["policy"] = _check_policy(policy)
 
     def __setattr__(self, key: str, value: Any) -> None:
@@ -214,7 +219,7 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
             if key == "max_concurrency":
                 value = _check_concurrency(value)
             elif key == "item_timeout":
-                value = check_timeout(value, f"item_timeout of node {self.name!r}")
+                value = check_node_timeout(value, self.name, "item_timeout")
             else:
                 value = _check_policy(value)
             self.__dict__[key] = value

@@ -19,8 +19,8 @@ describes::
 * The join's policy (``JoinNode(join=Join.ANY)``, ``Join.quorum(k)``, ``Join.BEST_EFFORT``) and
   per-edge ``join.depends_on(node, optional=True)`` work as for any node (docs/concepts/joins.md).
 
-``JoinNode`` reads its fathers' outcomes in the run and hands them to :meth:`JoinNode.merge` as a
-:class:`JoinOutput` (Conductor's join output, keyed by node name, plus what failed or is missing).
+``JoinNode`` reads its fathers' outcomes in the run and hands them to [`JoinNode.merge`][taskflow.JoinNode.merge] as a
+[`JoinOutput`][taskflow.JoinOutput] (Conductor's join output, keyed by node name, plus what failed or is missing).
 It never pretends: ``complete`` is True only when every joined father succeeded.
 """
 
@@ -44,7 +44,7 @@ _FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
 
 @dataclass(frozen=True)
 class JoinOutput:
-    """What a :class:`JoinNode` saw of its fathers when it ran, in their wiring order.
+    """What a [`JoinNode`][taskflow.JoinNode] saw of its fathers when it ran, in their wiring order.
 
     Attributes:
         results: name -> value of each father that ended ``SUCCESS``.
@@ -67,7 +67,7 @@ class JoinOutput:
 
 
 class JoinNode(SchedulingNode[Any, Any]):
-    """A node that collects its fathers' outcomes into a :class:`JoinOutput`.
+    """A node that collects its fathers' outcomes into a [`JoinOutput`][taskflow.JoinOutput].
 
     Its result is ``merge(ctx, output)``, which returns the output itself unless a subclass
     overrides it (to combine the values, or to raise when the output is not good enough).
@@ -77,7 +77,7 @@ class JoinNode(SchedulingNode[Any, Any]):
     Args:
         param: passed to ``merge`` through ``self.param``.
         name: unique name within a flow; defaults to the class name.
-        join: the :class:`~taskflow.Join` policy (default ``Join.ALL``).
+        join: the [`Join`][taskflow.Join] policy (default ``Join.ALL``).
         **options: ``timeout``, ``retries``, ``retry_backoff`` as for SchedulingNode.
 
     On executors that run tasks in other processes only the succeeded fathers' values travel
@@ -190,14 +190,14 @@ def fork_join(
         branches: the branches, in order; each a non-empty list of nodes (a single node is a
             one-node branch). A node may appear in only one branch.
         join: the join node (default ``JoinNode(name="join")``, policy ``Join.ALL``). Any node
-            works; a :class:`JoinNode` gets a :class:`JoinOutput`.
+            works; a [`JoinNode`][taskflow.JoinNode] gets a [`JoinOutput`][taskflow.JoinOutput].
         join_on: names or nodes of branch nodes the join waits for (default: each branch's last
             node). Branches without a ``join_on`` node do not block the join. ``[]``: the join
             waits for nothing but the fork (Conductor's behaviour without ``joinOn``).
         fork_name: the fork node's name, unique within the flow.
 
     Returns:
-        The fork node (a :class:`ForkNode`; ``.join_node`` is the join, ``.branches`` the chains).
+        The fork node (a [`ForkNode`][taskflow.ForkNode]; ``.join_node`` is the join, ``.branches`` the chains).
 
     Raises:
         TypeError: a branch is not a list of nodes, or ``join`` is not a node.

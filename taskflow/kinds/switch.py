@@ -4,7 +4,7 @@ A switch is an ordinary node whose ``task`` returns a *decision* (its result, ke
 report like any other). ``cases`` maps each decision to the node or nodes that start its branch,
 and ``default`` (optional) catches every other decision. The switch is wired at construction as
 the father of every case and default node. When the switch succeeds, the engine asks it which
-sons were chosen (:meth:`SwitchNode.choose_sons`); every other case node is ``SKIPPED`` at once,
+sons were chosen ([`SwitchNode.choose_sons`][taskflow.SwitchNode.choose_sons]); every other case node is ``SKIPPED`` at once,
 whatever its other fathers do (a rejected order is never charged). Below it, joins ignore skipped
 fathers and a node whose fathers were all skipped is skipped itself, so an unchosen branch is
 skipped down to the first node that also hears from a branch that ran (a *merge* node), which
@@ -13,7 +13,7 @@ runs as usual.
 The questions every switch must answer, answered here:
 
 * *Empty, unknown or new values*: ``default`` takes them; without a default the switch fails
-  (``EXCEPTION``, its sons fail fast) with :class:`UnknownCaseError` naming the value and the
+  (``EXCEPTION``, its sons fail fast) with [`UnknownCaseError`][taskflow.UnknownCaseError] naming the value and the
   known cases. ``None`` is a value like any other and may be a case.
 * *Several conditions true at once*: cannot happen; a decision is one hashable value and selects
   exactly one case (a case may list several nodes, which all run).
@@ -83,7 +83,7 @@ def _branch(value: object, what: str) -> Branch:
 class SwitchNode(SchedulingNode[T, Any]):
     """A node whose ``task`` returns a decision that selects which branch runs.
 
-    Subclass it and implement ``task`` (or use :meth:`SwitchNode.of` with a function)::
+    Subclass it and implement ``task`` (or use [`SwitchNode.of`][taskflow.SwitchNode.of] with a function)::
 
         class RiskSwitch(SwitchNode[None]):
             def task(self, ctx, param):
@@ -98,7 +98,7 @@ class SwitchNode(SchedulingNode[T, Any]):
         cases: decision value -> the node, or list of nodes, that start that branch. Each is wired
             as a son of the switch now. Keys must be hashable.
         default: node or list of nodes chosen for any decision without a case; None: such a
-            decision fails the switch with :class:`UnknownCaseError`.
+            decision fails the switch with [`UnknownCaseError`][taskflow.UnknownCaseError].
         **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` as for SchedulingNode.
 
     Raises:
@@ -207,7 +207,7 @@ class SwitchNode(SchedulingNode[T, Any]):
 
 
 class _FunctionSwitch(SwitchNode[Any]):
-    """The switch built by :meth:`SwitchNode.of`."""
+    """The switch built by [`SwitchNode.of`][taskflow.SwitchNode.of]."""
 
     fn: Callable[[TaskContext, Any], Any]
 

@@ -223,7 +223,7 @@ class TaskContext(MutableMapping[str, Any]):
         return run is not None and run.cancelled_for_caller()
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``NodeCancelledError`` naming the asking node if :attr:`cancelled` is True."""
+        """Raise ``NodeCancelledError`` naming the asking node if [`cancelled`][taskflow.model.context.TaskContext.cancelled] is True."""
         run = self._view()
         if run is not None and run.cancelled_for_caller():
             raise NodeCancelledError(run.caller_name(), run.cancel_reason)
@@ -239,17 +239,28 @@ class TaskContext(MutableMapping[str, Any]):
             run.cancel(reason)
 
     def result_of(self, name: str) -> Any:
-        """The value of node ``name`` if it finished with SUCCESS.
+        """The value of node ``name`` if it finished with SUCCESS (or DEGRADED).
 
-        In another process only the fathers' results are available.
+        Asked from a node of the run (its task or a hook), ``name`` must be upstream of it (a
+        father, a father's father, ...) or the node itself: any other node may or may not have
+        finished by then, so reading it is refused at once, whatever its state, with the edge
+        to add. Asked from outside the run (after ``start`` returned), any node can be read. In
+        another process only the fathers' results are available.
 
         Raises:
-            KeyError: no node of that name in the run.
-            ResultNotAvailableError: the node has not (or not successfully) finished.
+            KeyError: no node of that name in the run (the message says how to wire it in).
+            ResultNotAvailableError: the node is not upstream of the asking node, or has not
+                (or not successfully) finished.
         """
         run = self._view()
         if run is None:
             raise ResultNotAvailableError(name, "not part of a running flow")
+        cur = current
+        asking_run: RunView | None = getattr(cur, "run", None)
+        if asking_run is not None and asking_run is run:  # asked by a task or hook of the run
+            idx = getattr(cur, "idx", None)
+            if isinstance(idx, int) and idx >= 0:
+                _check_upstream(asking_run, idx, name)
         return run.value_of(name)
 
     def __repr__(self) -> str:
@@ -257,6 +268,44 @@ class TaskContext(MutableMapping[str, Any]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TaskContext, (self.snapshot(),))
+
+
+def _check_upstream(run: RunView, asker: int, name: str) -> None:
+    """Raise unless node ``name`` is node ``asker`` or one of its ancestors in ``run``.
+
+    A direct father is found with one scan of the asker's fathers; only a farther read walks
+    the ancestors (each at most once).
+    """
+    asking = run.names[asker]
+    try:
+        target = run.index_of(name)
+    except KeyError:
+        raise KeyError(
+            f"node {asking!r} asked for the result of {name!r}, but no node of flow "
+            f"{run.flow_id} is named {name!r}; wire the node that computes it upstream of "
+            f"{asking!r} (<node {asking!r}>.depends_on(<node {name!r}>), or "
+            f"<node {name!r}> >> <node {asking!r}>) so that the run includes it"
+        ) from None
+    if target == asker:
+        return
+    fathers_of = run.fathers_of
+    stack = list(fathers_of(asker))
+    if target in stack:
+        return
+    seen = set(stack)
+    while stack:
+        for f in fathers_of(stack.pop()):
+            if f == target:
+                return
+            if f not in seen:
+                seen.add(f)
+                stack.append(f)
+    raise ResultNotAvailableError(
+        name,
+        f"not upstream of node {asking!r}, so whether it has finished when {asking!r} runs is "
+        f"a race; wire it: <node {asking!r}>.depends_on(<node {name!r}>), or "
+        f"<node {name!r}> >> <node {asking!r}>",
+    )
 
 
 class TaskSupport:

@@ -2,7 +2,7 @@
 
 ``compile_plan(tops)`` follows edges in both directions from the nodes given (iteratively, so a
 10,000-node chain is fine), validates everything that can be known before a run (types, names,
-cycles via ``graphlib``, join parameters) and returns a :class:`Plan`: flat tuples indexed by node
+cycles via ``graphlib``, join parameters) and returns a ``Plan``: flat tuples indexed by node
 number that the engine reads without locks. Plans are cached on the first top node and marked
 stale when any node in them is rewired or has an option changed.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
 from taskflow.model import joins
-from taskflow.model.node import FunctionNode, NodeKind, SchedulingNode
+from taskflow.model.node import FunctionNode, NodeKind, SchedulingNode, not_a_node
 
 __all__ = ["Plan", "as_top_nodes", "compile_plan", "select_targets"]
 
@@ -151,9 +151,9 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
     if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
         raise InvalidNodeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
     if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
-        raise InvalidNodeError(
-            f"nodes must be a SchedulingNode or an iterable of them, got {type(nodes).__name__}"
-        )
+        got = (not_a_node(nodes) if callable(nodes) and not isinstance(nodes, type)
+               else type(nodes).__name__)
+        raise InvalidNodeError(f"nodes must be a SchedulingNode or an iterable of them, got {got}")
     tops = tuple(nodes)
     for i, n in enumerate(tops):
         if isinstance(n, SchedulingNode) and n.__dict__.get("_run") is not None:
@@ -162,11 +162,7 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
                 "start the definition nodes you built the graph from"
             )
         if not isinstance(n, SchedulingNode):
-            if isinstance(n, type) and issubclass(n, SchedulingNode):
-                raise InvalidNodeError(
-                    f"nodes[{i}] is the class {n.__name__}; pass an instance: {n.__name__}(...)"
-                )
-            raise InvalidNodeError(f"nodes[{i}] is {n!r} ({type(n).__name__}), not a SchedulingNode")
+            raise InvalidNodeError(f"nodes[{i}] is {not_a_node(n)}")
     return tops
 
 

@@ -13,7 +13,7 @@ Fathers that are ``SKIPPED`` (an unchosen switch branch) are ignored; a node who
 skipped is skipped itself. Optional edges (``depends_on(x, optional=True)``) are waited for under
 ``ALL`` but their failure is tolerated. ``DEGRADED`` fathers count as successes.
 
-:func:`decide` is the whole rule as one pure function of a son's counts; the engine calls it each
+``decide`` is the whole rule as one pure function of a son's counts; the engine calls it each
 time a father of a waiting son becomes terminal.
 """
 

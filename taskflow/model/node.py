@@ -7,18 +7,25 @@ run's copy, so ``self`` inside them is that run's node and attributes set there 
 
 Wiring and options may be changed between runs (the compiled plan cached for the graph is then
 rebuilt), but not while a run of the same graph is being started from another thread.
+
+What can be known about one node is checked when it is made, never per execution: its options
+(an unknown keyword is refused with the closest option's name), the arity of ``fn`` or of the
+class's ``task`` (read once per class, when it is defined) and, in each wiring call, that what
+is wired is a node. What needs the whole graph (names, cycles, joins) is checked when a run
+compiles its plan (``taskflow.model.graph``).
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
 import inspect
 import math
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, overload
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, Union, overload
 
-from taskflow.errors import InvalidNodeError
+from taskflow.errors import FlowDefinitionError, InvalidNodeError
 from taskflow.model.joins import Join
 from taskflow.model.result import ResultState, WorkResult
 
@@ -26,6 +33,7 @@ if TYPE_CHECKING:
     import weakref
 
     from taskflow.model.context import RunView, TaskContext, TaskSupport
+    from taskflow.resilience import Bulkhead, CircuitBreaker, Hedge, RateLimit
 
 __all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
 
@@ -92,79 +100,211 @@ def check_timeout(value: object, what: str = "timeout") -> float | None:
 
     ``inf``, and anything at or above ``threading.TIMEOUT_MAX`` (about 292 years: ``sys.maxsize``,
     ``1e10``, ``10**400``), means no limit and is returned as ``inf``.
+
+    Raises:
+        InvalidNodeError: not a number (also a ``TypeError``).
+        FlowDefinitionError: negative or NaN (also a ``ValueError``).
     """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds or None, got {type(value).__name__}")
+        raise InvalidNodeError(
+            f"{what} must be a number of seconds or None, got {type(value).__name__}")
     if isinstance(value, float) and math.isnan(value):
-        raise ValueError(f"{what} must not be NaN")
+        raise FlowDefinitionError(f"{what} must not be NaN")
     if value < 0:
-        raise ValueError(f"{what} must be non-negative, got {value!r}")
+        raise FlowDefinitionError(f"{what} must be non-negative, got {value!r}")
     if value >= threading.TIMEOUT_MAX:
         return math.inf
     return float(value)
 
 
-def _check_retries(retries: object, backoff: object) -> tuple[int, float]:
+def check_node_timeout(value: object, node: str, what: str = "timeout") -> float | None:
+    """A node's own time limit: None (no limit) or a number of seconds > 0.
+
+    Zero is refused like a negative number: it would time the node out before its first
+    attempt.
+    """
+    checked = check_timeout(value, f"{what} of node {node!r}")
+    if checked == 0.0:
+        raise FlowDefinitionError(
+            f"{what} of node {node!r} must be > 0 seconds (None: no limit), got {value!r}")
+    return checked
+
+
+def _check_retries(retries: object, backoff: object, node: str) -> tuple[int, float]:
     if isinstance(retries, bool) or not isinstance(retries, int):
-        raise TypeError(f"retries must be an int, got {type(retries).__name__}")
+        raise InvalidNodeError(
+            f"retries of node {node!r} must be an int, got {type(retries).__name__}")
     if retries < 0:
-        raise ValueError(f"retries must be non-negative, got {retries}")
-    checked = check_timeout(backoff, "retry_backoff")
+        raise FlowDefinitionError(f"retries of node {node!r} must be >= 0, got {retries}")
+    checked = check_timeout(backoff, f"retry_backoff of node {node!r}")
     if checked is None or math.isinf(checked):
-        raise ValueError(f"retry_backoff must be a finite number of seconds, got {backoff!r}")
+        raise FlowDefinitionError(
+            f"retry_backoff of node {node!r} must be a finite number of seconds, got {backoff!r}")
     return retries, checked
+
+
+def refuse_options(node: str, cls: type[Any], unknown: dict[str, Any],
+                   upto: type[Any] | None = None) -> NoReturn:
+    """Raise ``InvalidNodeError`` for keyword options no ``__init__`` of ``cls`` takes, with
+    the closest known option for each (the known ones: the parameters of the ``__init__`` of
+    every class in its MRO, down to ``upto`` when given)."""
+    known: set[str] = set()
+    mro = cls.__mro__
+    if upto is not None:
+        mro = mro[: mro.index(upto) + 1]
+    for klass in mro:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # pragma: no cover - a C-level __init__
+            continue
+        known.update(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+                     and p.name != "self")
+    hints = []
+    guessed = True
+    for option in sorted(unknown):
+        close = difflib.get_close_matches(option, sorted(known), n=1, cutoff=0.6)
+        hints.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        guessed = guessed and bool(close)
+    public = next(k for k in mro if not k.__name__.startswith("_"))
+    message = (f"node {node!r}: unknown option{'s' if len(hints) > 1 else ''} "
+               f"{', '.join(hints)} for {public.__name__}")
+    if not guessed:
+        message += f"; its options are {', '.join(sorted(known))}"
+    raise InvalidNodeError(message)
+
+
+def arity_problem(fn: object, called_as: str, nargs: int) -> str | None:
+    """Why ``fn`` cannot be called with ``nargs`` positional arguments (``called_as`` names
+    them for the message), or None when it can or its signature cannot be read.
+
+    A plain function is read from its code object (about a microsecond); anything else
+    through ``inspect.signature``.
+    """
+    code = getattr(fn, "__code__", None)
+    if (inspect.isfunction(fn) and code is not None and not hasattr(fn, "__wrapped__")
+            and "__signature__" not in fn.__dict__):
+        npos = code.co_argcount
+        required = npos - len(fn.__defaults__ or ())
+        kw_required = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
+        if required <= nargs and (npos >= nargs or code.co_flags & inspect.CO_VARARGS) \
+                and kw_required == 0:
+            return None
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*([None] * nargs))
+    except TypeError as exc:
+        label = getattr(fn, "__qualname__", None) or repr(fn)
+        return f"{label}{signature} cannot be called as {called_as}: {exc}"
+    return None
+
+
+def _arity_of_methods(cls: type[Any]) -> str | None:
+    """The first method of ``cls`` (its own or inherited) in ``_called_as`` that cannot take
+    the arguments the engine passes, described; None when all can."""
+    for method, called_as in cls._called_as.items():
+        for klass in cls.__mro__:
+            if method in klass.__dict__:
+                fn = klass.__dict__[method]
+                break
+        else:  # pragma: no cover - SchedulingNode defines every method it names
+            continue
+        if not inspect.isfunction(fn):  # a staticmethod, a callable object: left to the call
+            continue
+        nargs = called_as.count(",") + 2  # self and the arguments
+        problem = arity_problem(fn, f"{method}(self, {called_as[1:]}", nargs)
+        if problem is not None:
+            return problem
+    return None
 
 
 NodeArg = Union["SchedulingNode[Any, Any]", Iterable["SchedulingNode[Any, Any]"]]
 
 
-def _flatten(nodes: tuple[Any, ...]) -> list[SchedulingNode[Any, Any]]:
-    """``f(a, b)`` and ``f([a, b])`` both give ``[a, b]``; anything else is a TypeError."""
+def not_a_node(value: object) -> str:
+    """What ``value``, given where a node was expected, is, and what to pass instead."""
+    if isinstance(value, type) and issubclass(value, SchedulingNode):
+        return f"the class {value.__name__}; pass an instance: {value.__name__}(...)"
+    if isinstance(value, str):
+        return (f"the string {value!r}; wiring takes the node object, not its name "
+                "(names are not looked up)")
+    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
+        fname = getattr(value, "__name__", "fn")
+        return f"the function {fname}; wrap it in a node: FunctionNode({fname})"
+    return f"{type(value).__name__} {_short_repr(value)}, not a SchedulingNode"
+
+
+def _short_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a user __repr__ must not hide the real error
+        return "(unprintable)"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _flatten(nodes: tuple[Any, ...], lead: str) -> list[SchedulingNode[Any, Any]]:
+    """``f(a, b)`` and ``f([a, b])`` both give ``[a, b]``; anything else is an
+    ``InvalidNodeError`` whose message starts with ``lead`` (which names the wiring call)."""
     if len(nodes) == 1 and not isinstance(nodes[0], SchedulingNode):
         items = nodes[0]
-        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            raise InvalidNodeError(f"expected SchedulingNode instances, got {type(items).__name__}")
+        if isinstance(items, (str, bytes, type)) or not isinstance(items, Iterable):
+            raise InvalidNodeError(f"{lead} {not_a_node(items)}")
         nodes = tuple(items)
+        where = f"{lead} a list whose item {{}} is"
+    else:
+        where = f"{lead}, as argument {{}}," if len(nodes) > 1 else lead
     out = []
     for i, n in enumerate(nodes):
         if not isinstance(n, SchedulingNode):
-            raise InvalidNodeError(
-                f"expected SchedulingNode instances, got {type(n).__name__} at position {i}"
-            )
+            raise InvalidNodeError(f"{where.format(i)} {not_a_node(n)}")
         out.append(n)
     return out
 
 
 class SchedulingNode(Generic[T, V]):
-    """A unit of work in a flow. Subclass it and implement :meth:`task`.
+    """A unit of work in a flow. Subclass it and implement [`task`][taskflow.SchedulingNode.task].
+
+    Every option is checked here, when the node is defined: a bad one raises
+    ``FlowDefinitionError`` (a ``ValueError``; ``InvalidNodeError``, also a ``TypeError``, for
+    a value of the wrong type or an unknown option) naming the node, and a misspelt option
+    is refused with the closest option's name. A subclass whose ``task`` cannot be called as
+    ``task(ctx, param)`` is refused when its first node is made.
 
     Args:
         param: the value passed to ``task`` as ``param``.
         name: unique name within a flow; defaults to the class name.
-        timeout: seconds from the node's first start that cover all its attempts; when it passes
-            the node is ``TIMEOUT`` at once and its sons fail fast. Its thread keeps running (a
-            Python thread cannot be interrupted): the late result is dropped. None: no limit.
-        retries: extra attempts after a failure.
-        retry_backoff: seconds before the first retry, doubled for each further one. Retries stop
-            when the next back-off would not fit the budget.
-        join: the :class:`~taskflow.Join` policy deciding when the node runs.
-
-    Resilience options (keyword-only; see the resilience guide; all checked here, a bad one
-    raises ``FlowDefinitionError`` naming the node):
-        bulkhead: a :class:`~taskflow.Bulkhead` capping concurrent attempts across runs.
-        breaker: a :class:`~taskflow.CircuitBreaker`; while open the node fails at once.
-        rate_limit: a :class:`~taskflow.RateLimit` token bucket shared across runs.
+        timeout: seconds (> 0) from the node's first start that cover all its attempts; when
+            it passes the node is ``TIMEOUT`` at once and its sons fail fast. Its thread keeps
+            running (a Python thread cannot be interrupted): the late result is dropped.
+            None: no limit.
+        retries: extra attempts after a failure (>= 0).
+        retry_backoff: seconds before the first retry, doubled for each further one. Retries
+            stop when the next back-off would not fit the budget.
+        join: the [`Join`][taskflow.Join] policy deciding when the node runs.
+        bulkhead: a [`Bulkhead`][taskflow.Bulkhead] capping concurrent attempts across runs.
+        breaker: a [`CircuitBreaker`][taskflow.CircuitBreaker]; while open the node fails at
+            once.
+        rate_limit: a [`RateLimit`][taskflow.RateLimit] token bucket shared across runs.
         fallback: a value, or ``fallback(ctx, error)``: the node ends ``DEGRADED`` with it
             instead of ``EXCEPTION``/``TIMEOUT``.
-        hedge: a :class:`~taskflow.Hedge`: duplicate attempts when the first is slow; needs
+        hedge: a [`Hedge`][taskflow.Hedge]: duplicate attempts when the first is slow; needs
             ``idempotent=True``.
         idempotent: the task may run more than once for one operation (``ctx.operation_id``).
         share_key: ``share_key(ctx, param)`` -> a hashable key; concurrent runs with the same
-            key share one attempt. ``cache_ttl``/``cache_size``: keep successes that long.
+            key share one attempt.
+        cache_ttl: with ``share_key``, keep successes this many seconds (None: not kept).
+        cache_size: with ``cache_ttl``, at most this many kept successes.
         priority: higher first when more nodes are ready than workers are free.
         min_budget: seconds of budget the node needs to start; less: ``TIMEOUT`` at once.
+        **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
+            closest option.
     """
 
     # set in __init__ (through __dict__, so that construction does not invalidate plans)
@@ -174,13 +314,13 @@ class SchedulingNode(Generic[T, V]):
     retries: int
     retry_backoff: float
     join: Join
-    bulkhead: Any
-    breaker: Any
-    rate_limit: Any
+    bulkhead: Bulkhead | None
+    breaker: CircuitBreaker | None
+    rate_limit: RateLimit | None
     fallback: Any
-    hedge: Any
+    hedge: Hedge | None
     idempotent: bool
-    share_key: Any
+    share_key: Callable[[TaskContext, Any], Hashable] | None
     cache_ttl: float | None
     cache_size: int
     priority: float
@@ -192,11 +332,16 @@ class SchedulingNode(Generic[T, V]):
     _idx: int
 
     node_kind: ClassVar[NodeKind] = NodeKind.TASK
-    """How the engine runs this class's nodes (see :class:`NodeKind`)."""
+    """How the engine runs this class's nodes (see ``NodeKind``)."""
 
     draw_as: ClassVar[str | None] = None
     """How diagrams (Mermaid, DOT) draw this class's nodes: ``"task"``, ``"switch"``,
-    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from :attr:`node_kind`."""
+    ``"fanout"``, ``"fork"`` or ``"join"``; None derives it from [`node_kind`][taskflow.model.node.SchedulingNode.node_kind]."""
+
+    # methods a subclass overrides, with the arguments the engine calls them with (after self):
+    # an override that cannot take them is refused when a node of the class is made
+    _called_as: ClassVar[dict[str, str]] = {"task": "(ctx, param)"}
+    _arity_problem: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -205,6 +350,7 @@ class SchedulingNode(Generic[T, V]):
             cls.node_kind = NodeKind.SWITCH
         elif cls.__dict__.get("_fans_out"):
             cls.node_kind = NodeKind.FANOUT
+        cls._arity_problem = _arity_of_methods(cls)
 
     def __init__(
         self,
@@ -215,17 +361,18 @@ class SchedulingNode(Generic[T, V]):
         retries: int = 0,
         retry_backoff: float = 0.0,
         join: Join = Join.ALL,
-        bulkhead: Any = None,
-        breaker: Any = None,
-        rate_limit: Any = None,
+        bulkhead: Bulkhead | None = None,
+        breaker: CircuitBreaker | None = None,
+        rate_limit: RateLimit | None = None,
         fallback: Any = NO_FALLBACK,
-        hedge: Any = None,
+        hedge: Hedge | None = None,
         idempotent: bool = False,
-        share_key: Callable[[TaskContext, Any], Any] | None = None,
+        share_key: Callable[[TaskContext, Any], Hashable] | None = None,
         cache_ttl: float | None = None,
         cache_size: int = 1024,
         priority: float = 0,
         min_budget: float | None = None,
+        **unknown: NoReturn,
     ) -> None:
         d = self.__dict__
         d["_plans"] = []  # compiled plans that include this node; invalidated on change
@@ -236,12 +383,18 @@ class SchedulingNode(Generic[T, V]):
         d["_optional"] = set()  # ids of fathers whose failure is tolerated
         if name is not None:
             _check_name(name)
+        label = name if name is not None else type(self).__name__
+        if unknown:
+            refuse_options(label, type(self), unknown)
+        problem = type(self)._arity_problem
+        if problem is not None:
+            raise InvalidNodeError(f"node {label!r}: {problem}")
         if not isinstance(join, Join):
-            raise TypeError(f"join must be a taskflow.Join policy, got {join!r}")
+            raise InvalidNodeError(f"node {label!r}: join must be a taskflow.Join policy, got {join!r}")
         d["param"] = param
-        d["name"] = name if name is not None else type(self).__name__
-        d["timeout"] = check_timeout(timeout, f"timeout of node {d['name']!r}")
-        d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff)
+        d["name"] = label
+        d["timeout"] = check_node_timeout(timeout, label)
+        d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff, label)
         d["join"] = join
         _set_policy(self, {
             "bulkhead": bulkhead, "breaker": breaker, "rate_limit": rate_limit,
@@ -278,19 +431,21 @@ class SchedulingNode(Generic[T, V]):
 
     def set_son_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
         """Add edges self -> each node (also recorded on the sons). Returns self."""
-        for son in _flatten(nodes):
+        for son in _flatten(nodes, f"node {self.name!r}: set_son_handler got"):
             _link(self, son)
         return self
 
     def set_father_handler(self, *nodes: Any) -> SchedulingNode[T, V]:
         """Add edges each node -> self (also recorded on the fathers). Returns self."""
-        for father in _flatten(nodes):
+        for father in _flatten(nodes, f"node {self.name!r}: set_father_handler got"):
             _link(father, self)
         return self
 
     def depends_on(self, node: SchedulingNode[Any, Any], optional: bool = False) -> SchedulingNode[T, V]:
         """Add the edge node -> self; ``optional=True`` tolerates that father's failure."""
-        (father,) = _flatten((node,))
+        if not isinstance(node, SchedulingNode):
+            raise InvalidNodeError(f"node {self.name!r}: depends_on got {not_a_node(node)}")
+        father = node
         _link(father, self)
         opt = self._optional
         if optional and id(father) not in opt:
@@ -327,14 +482,14 @@ class SchedulingNode(Generic[T, V]):
         if isinstance(other, SchedulingNode):
             _link(self, other)
             return other
-        sons = _flatten((other,))
+        sons = _flatten((other,), f"cannot wire node {self.name!r} >>")
         for son in sons:
             _link(self, son)
         return other
 
     def __rrshift__(self, other: Any) -> SchedulingNode[Any, Any]:
         """``[a, b] >> c`` adds a -> c and b -> c and returns c."""
-        for father in _flatten((other,)):
+        for father in _flatten((other,), f"cannot wire ... >> node {self.name!r}: the left side is"):
             _link(father, self)
         return self
 
@@ -379,13 +534,14 @@ class SchedulingNode(Generic[T, V]):
             if key == "name":
                 _check_name(value)
             if key == "join" and not isinstance(value, Join):
-                raise TypeError(f"join must be a taskflow.Join policy, got {value!r}")
+                raise InvalidNodeError(
+                    f"node {self.name!r}: join must be a taskflow.Join policy, got {value!r}")
             if key == "timeout":
-                value = check_timeout(value, f"timeout of node {self.name!r}")
+                value = check_node_timeout(value, self.name)
             elif key == "retries":
-                value = _check_retries(value, d.get("retry_backoff", 0.0))[0]
+                value = _check_retries(value, d.get("retry_backoff", 0.0), self.name)[0]
             elif key == "retry_backoff":
-                value = _check_retries(d.get("retries", 0), value)[1]
+                value = _check_retries(d.get("retries", 0), value, self.name)[1]
             d[key] = value
             self._touch()
             return
@@ -461,7 +617,7 @@ def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None
 
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"node name must be a non-empty str, got {name!r}")
+        raise InvalidNodeError(f"node name must be a non-empty str, got {name!r}")
 _DEFAULT_RESULT: WorkResult[Any] = WorkResult()
 
 
@@ -469,8 +625,6 @@ def _link(father: SchedulingNode[Any, Any], son: SchedulingNode[Any, Any]) -> No
     fd, sd = father.__dict__, son.__dict__
     if "_sons" not in fd or "_fathers" not in sd:
         bad = father if "_sons" not in fd else son
-        from taskflow.errors import FlowDefinitionError
-
         raise FlowDefinitionError(
             f"{type(bad).__name__}.__init__ did not call super().__init__(); "
             "SchedulingNode subclasses must initialise their base"
@@ -491,12 +645,30 @@ def _link(father: SchedulingNode[Any, Any], son: SchedulingNode[Any, Any]) -> No
 class FunctionNode(SchedulingNode[Any, Any]):
     """A node that calls ``fn(ctx, param)``: replaces an ``executor.submit`` without a class.
 
+    ``fn`` is checked when the node is made: it must be a plain (not ``async``) callable that
+    can be called with two positional arguments.
+
     Args:
         fn: a callable taking ``(ctx, param)``.
         param: passed as ``param``.
         name: defaults to ``fn.__name__``.
-        **options: ``timeout``, ``retries``, ``retry_backoff``, ``join`` and the resilience
-            options (``bulkhead``, ``fallback``, ...) as for SchedulingNode.
+        timeout: as for [`SchedulingNode`][taskflow.SchedulingNode], like every option below.
+        retries: extra attempts after a failure.
+        retry_backoff: seconds before the first retry, doubled for each further one.
+        join: the [`Join`][taskflow.Join] policy deciding when the node runs.
+        bulkhead: a [`Bulkhead`][taskflow.Bulkhead] capping concurrent attempts across runs.
+        breaker: a [`CircuitBreaker`][taskflow.CircuitBreaker].
+        rate_limit: a [`RateLimit`][taskflow.RateLimit] token bucket.
+        fallback: a value, or ``fallback(ctx, error)``, standing in when the node fails.
+        hedge: a [`Hedge`][taskflow.Hedge] (needs ``idempotent=True``).
+        idempotent: the task may run more than once for one operation.
+        share_key: ``share_key(ctx, param)`` -> a hashable key shared across runs.
+        cache_ttl: with ``share_key``, keep successes this many seconds.
+        cache_size: with ``cache_ttl``, at most this many kept successes.
+        priority: higher first when more nodes are ready than workers are free.
+        min_budget: seconds of budget the node needs to start.
+        **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
+            closest option.
     """
 
     def __init__(
@@ -504,18 +676,42 @@ class FunctionNode(SchedulingNode[Any, Any]):
         fn: Callable[[TaskContext, Any], Any],
         param: Any = None,
         name: str | None = None,
-        **options: Any,
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_backoff: float = 0.0,
+        join: Join = Join.ALL,
+        bulkhead: Bulkhead | None = None,
+        breaker: CircuitBreaker | None = None,
+        rate_limit: RateLimit | None = None,
+        fallback: Any = NO_FALLBACK,
+        hedge: Hedge | None = None,
+        idempotent: bool = False,
+        share_key: Callable[[TaskContext, Any], Hashable] | None = None,
+        cache_ttl: float | None = None,
+        cache_size: int = 1024,
+        priority: float = 0,
+        min_budget: float | None = None,
+        **unknown: NoReturn,
     ) -> None:
         if not callable(fn):
-            raise TypeError(f"FunctionNode needs a callable, got {type(fn).__name__}")
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError(
-                f"FunctionNode {getattr(fn, '__name__', fn)!r} is a coroutine function; "
-                "nodes run on executor threads: pass a plain function"
-            )
+            raise InvalidNodeError(f"FunctionNode needs a callable, got {not_a_node(fn)}")
         if name is None:
             name = getattr(fn, "__name__", None) or type(fn).__name__
-        super().__init__(param, name=name, **options)
+        if inspect.iscoroutinefunction(fn):
+            raise InvalidNodeError(
+                f"node {name!r}: {getattr(fn, '__name__', fn)!r} is a coroutine function; "
+                "nodes run on executor threads: pass a plain function"
+            )
+        problem = arity_problem(fn, "fn(ctx, param)", 2)
+        if problem is not None:
+            raise InvalidNodeError(f"node {name!r}: {problem}")
+        super().__init__(
+            param, name=name, timeout=timeout, retries=retries, retry_backoff=retry_backoff,
+            join=join, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
+            fallback=fallback, hedge=hedge, idempotent=idempotent, share_key=share_key,
+            cache_ttl=cache_ttl, cache_size=cache_size, priority=priority,
+            min_budget=min_budget, **unknown)
         self.__dict__["fn"] = fn
 
     fn: Callable[[TaskContext, Any], Any]

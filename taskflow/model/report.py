@@ -61,6 +61,11 @@ class NodeReport(BaseModel):
     error_type: str | None
     error: str | None
     cause: str | None
+    not_run: str | None = None
+    """Why the node never started, when it ended without running: ``"upstream failed"`` (a
+    father it needed failed, so it failed fast; its ``state`` is still ``EXCEPTION`` or
+    ``TIMEOUT`` after its father's kind of failure) or ``"budget ran out"``; None for a node
+    that ran (or whose own gate, such as a breaker, refused it: its error says why)."""
     hook_error: HookErrorReport | None = None
     hedges: int = 0
     """Duplicate attempts started (``hedge``)."""
@@ -92,6 +97,9 @@ class FlowReport(BaseModel):
     context_repr: dict[str, str] | None = None
     degraded: list[str] = []
     """Nodes that ended DEGRADED (a fallback's value stood in)."""
+    summary: str | None = None
+    """What failed and why, in one line (see ``FlowResult.summary``); None when nothing failed
+    or degraded."""
 
 
 def short(value: Any, limit: int = 200) -> str | None:
@@ -107,7 +115,7 @@ def short(value: Any, limit: int = 200) -> str | None:
 
 
 class _NotJson(Exception):
-    """Raised inside :func:`json_value` for a value JSON cannot carry."""
+    """Raised inside [`json_value`][taskflow.model.report.json_value] for a value JSON cannot carry."""
 
 
 def json_value(value: Any) -> tuple[JsonValue, str | None]:

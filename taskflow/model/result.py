@@ -2,21 +2,24 @@
 
 ``WorkResult`` is a plain slotted object written by the engine (under the run's lock, result
 before state) and frozen once the run returns; ``FlowResult.report()`` gives the pydantic view
-(:mod:`taskflow.model.report`, imported on first use so that pydantic stays off the import path).
+(``taskflow.model.report``, imported on first use so that pydantic stays off the import path).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
+
+from taskflow.errors import NodeTimeoutError, UpstreamFailedError
 
 if TYPE_CHECKING:
     from taskflow.model.report import FlowReport
 
-__all__ = ["FlowResult", "FlowStatus", "HookError", "ResultState", "RunRecord", "WorkResult"]
+__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "FlowResult", "FlowStatus", "HookError",
+           "ResultState", "RunRecord", "WorkResult", "failure_summary", "not_run_reason"]
 
 V = TypeVar("V")
 
@@ -64,7 +67,7 @@ class WorkResult(Generic[V]):
 
     Attributes:
         result: the value ``task`` returned (None unless SUCCESS).
-        state: the :class:`ResultState`; written after ``result``/``exception``.
+        state: the [`ResultState`][taskflow.ResultState]; written after ``result``/``exception``.
         exception: the original exception; for a node failed fast, an ``UpstreamFailedError``
             whose ``__cause__`` is the father's exception.
         attempts: how many times ``task`` was started.
@@ -131,6 +134,97 @@ class WorkResult(Generic[V]):
 
 _FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
 _SUCCEEDED = (ResultState.SUCCESS, ResultState.DEGRADED)
+
+
+UPSTREAM_FAILED = "upstream failed"
+"""``not_run_reason`` of a node failed fast because a father it needed failed."""
+BUDGET_RAN_OUT = "budget ran out"
+"""``not_run_reason`` of a node the run's budget ended before it started."""
+
+
+def not_run_reason(wr: WorkResult[Any]) -> str | None:
+    """Why a node that ended without starting never ran: ``UPSTREAM_FAILED`` or
+    ``BUDGET_RAN_OUT``; None for a node that started, succeeded, was skipped or cancelled,
+    or that its own gate (a breaker, a bulkhead, the executor) refused."""
+    if wr.started_at is not None or wr.attempts:
+        return None
+    state = wr.state
+    if state is not ResultState.EXCEPTION and state is not ResultState.TIMEOUT:
+        return None
+    exc = wr.exception
+    if isinstance(exc, UpstreamFailedError):
+        return UPSTREAM_FAILED
+    if state is ResultState.TIMEOUT and isinstance(exc, NodeTimeoutError) and exc.budget:
+        return BUDGET_RAN_OUT
+    return None
+
+
+def failure_summary(names: Sequence[str], results: Sequence[WorkResult[Any]], status: str,
+                    cancel_reason: str | None = None, limit: int = 3) -> str | None:
+    """What failed and why, in one line: the nodes that failed themselves (earliest first,
+    with their error), then how many never ran because of them, then the degraded ones.
+
+    None when no node failed or degraded and the run was not cancelled.
+    """
+    own: list[tuple[float, str, WorkResult[Any]]] = []
+    upstream: list[str] = []
+    late: list[str] = []
+    degraded: list[str] = []
+    for name, wr in zip(names, results, strict=True):
+        state = wr.state
+        if state is ResultState.DEGRADED:
+            degraded.append(name)
+        elif state is ResultState.EXCEPTION or state is ResultState.TIMEOUT:
+            why = not_run_reason(wr)
+            if why == UPSTREAM_FAILED:
+                upstream.append(name)
+            elif why == BUDGET_RAN_OUT:
+                late.append(name)
+            else:
+                own.append((wr.finished_at or math.inf, name, wr))
+    if not (own or upstream or late or degraded or cancel_reason):
+        return None
+    own.sort(key=lambda t: (t[0], t[1]))
+    parts = [_failed_line(name, wr) for _, name, wr in own[:limit]]
+    if len(own) > limit:
+        parts.append(f"{len(own) - limit} more node(s) failed")
+    if cancel_reason:
+        parts.append(f"cancelled: {_clip(cancel_reason, 200)}")
+    if late:
+        parts.append(f"{_count(late)} not run: {BUDGET_RAN_OUT} ({_names(late, limit)})")
+    if upstream:
+        parts.append(f"{_count(upstream)} not run: {UPSTREAM_FAILED} ({_names(upstream, limit)})")
+    if degraded:
+        parts.append(f"{_count(degraded)} degraded to a fallback ({_names(degraded, limit)})")
+    return f"{status}: " + "; ".join(parts)
+
+
+def _failed_line(name: str, wr: WorkResult[Any]) -> str:
+    exc = wr.exception
+    if wr.state is ResultState.TIMEOUT:
+        what = "timed out"
+        if exc is not None:
+            what += f" ({_clip(str(exc), 200)})"
+    elif exc is None:
+        what = "failed"
+    else:
+        what = f"raised {type(exc).__name__}: {_clip(str(exc), 200)}"
+    return f"{name!r} {what}"
+
+
+def _count(names: list[str]) -> str:
+    return f"{len(names)} node{'' if len(names) == 1 else 's'}"
+
+
+def _names(names: list[str], limit: int) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f", +{len(names) - limit} more" if len(names) > limit else "")
+
+
+def _clip(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
 
 
 class RunRecord(Protocol):
@@ -244,7 +338,7 @@ class FlowResult(Mapping[str, Any]):
 
     @property
     def hook_errors(self) -> dict[str, HookError]:
-        """name -> :class:`HookError` of each node one of whose hooks raised (the first such
+        """name -> [`HookError`][taskflow.model.result.HookError] of each node one of whose hooks raised (the first such
         error of the node in this run).
 
         Hooks never change a node's outcome: this is where their failures show without logging
@@ -272,7 +366,7 @@ class FlowResult(Mapping[str, Any]):
 
     @property
     def status(self) -> FlowStatus:
-        """How the run ended as a whole (see :class:`FlowStatus`)."""
+        """How the run ended as a whole (see [`FlowStatus`][taskflow.FlowStatus])."""
         if self._status is None:
             run = self._run
             if run.cancel_reason is not None:
@@ -303,6 +397,19 @@ class FlowResult(Mapping[str, Any]):
         """name -> ResultState of every node."""
         names = self._run.names
         return {names[i]: wr.state for i, wr in enumerate(self._run.results)}
+
+    @property
+    def summary(self) -> str | None:
+        """What failed and why, in one line, for a log line or the top of a page: the nodes
+        that failed themselves with their errors (earliest first), then how many never ran
+        ("not run: upstream failed", "not run: budget ran out"), then the degraded ones,
+        prefixed by the run's status. None when nothing failed or degraded.
+
+        ``FAILED: 'stock' raised ConnectionError: refused; 2 nodes not run: upstream failed
+        ('page', 'audit')``
+        """
+        run = self._run
+        return failure_summary(run.names, run.results, self.status.name, run.cancel_reason)
 
     def raise_for_failure(self) -> None:
         """Raise if the run is not ``ok``; return None otherwise.
@@ -351,7 +458,7 @@ class FlowResult(Mapping[str, Any]):
         """A JSON-ready pydantic model of the run (``.model_dump_json()``).
 
         Node results are JSON values where JSON can carry them (``result``), else their
-        ``repr`` (``result_repr``); see :class:`~taskflow.model.report.NodeReport`. A hook that raised
+        ``repr`` (``result_repr``); see [`NodeReport`][taskflow.model.report.NodeReport]. A hook that raised
         is in the node's ``hook_error``.
 
         Args:
@@ -394,6 +501,7 @@ class FlowResult(Mapping[str, Any]):
                     error_type=type(exc).__name__ if exc is not None else None,
                     error=str(exc) if exc is not None else None,
                     cause=f"{type(cause).__name__}: {cause}" if cause is not None else None,
+                    not_run=not_run_reason(wr),
                     hook_error=None if hook is None else HookErrorReport(
                         hook=hook.hook, type=type(hook.exception).__name__,
                         message=str(hook.exception)),
@@ -424,6 +532,7 @@ class FlowResult(Mapping[str, Any]):
             context=context,
             context_repr=context_repr,
             degraded=list(self.degraded),
+            summary=self.summary,
         )
 
     def to_mermaid(self) -> str:

@@ -4,19 +4,25 @@ The page needs nothing but a browser: no scripts, no fonts, no style sheets or i
 elsewhere (a Content-Security-Policy meta tag forbids them, so it opens offline and a string that
 escaped into markup still could not run). It shows
 
-* a header: flow id, status, elapsed time, budget, counts by state;
+* a header: flow id, status, elapsed time, budget, counts by state, and (when something failed
+  or degraded) one line saying what failed and why, above a short table of the nodes that
+  failed themselves with their errors, so both are seen without scrolling;
 * the graph as inline SVG, nodes coloured by state, laid out in layers: a node's layer is the
   longest path from a root to it, and within a layer nodes are ordered by the mean position of
   their fathers (one barycentre pass, enough for the DAGs a request fans out to);
 * the Gantt chart as inline SVG: per node a pale bar for the queue wait and a bar for the run,
   the run's critical path outlined;
-* a table of every node: state, attempts, times, thread, error (and the error of a hook that
-  raised) and (unless ``show_values=False``) result;
+* a table of every node: state, error (and the error of a hook that raised), attempts, times,
+  thread, fathers and (unless ``show_values=False``) result;
 * the run's context, only with ``show_context=True``.
+
+A node that never ran because a father it needed failed is shown as "not run: upstream failed"
+(pale, dashed) rather than by its state (``EXCEPTION`` or ``TIMEOUT``, its father's kind of
+failure), so that it is not mistaken for a node that failed; likewise "not run: budget ran out".
 
 Hovering a node or a bar shows its timings and error (SVG ``<title>``); clicking it jumps to its
 row. Every name, value and message comes from user data and is escaped with
-:func:`html.escape` (quotes included) wherever it lands: text, attributes or SVG.
+``html.escape`` (quotes included) wherever it lands: text, attributes or SVG.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import html
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from taskflow.model.result import failure_summary, not_run_reason
 
 if TYPE_CHECKING:
     from taskflow.model.result import FlowResult, WorkResult
@@ -40,6 +48,7 @@ _COLOURS = {
     "CANCELLED": ("#fff9c4", "#f9a825", "#1b1b1b"),
     "SKIPPED": ("#eeeeee", "#9e9e9e", "#757575"),
     "DEFAULT": ("#ffffff", "#9e9e9e", "#1b1b1b"),
+    "NOT_RUN": ("#f7f2f2", "#b39c9c", "#616161"),
 }
 _VALUE_LIMIT = 500  # characters of a result or context value shown
 _MESSAGE_LIMIT = 2000  # characters of an error message shown
@@ -67,6 +76,9 @@ th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums;
 tr:target{background:#fffbe6}
 pre{margin:0;white-space:pre-wrap;word-break:break-word;max-width:48em;font-size:12px}
 .note{color:#777;font-size:12px}
+.summary{border-left:4px solid #c62828;background:#fdf3f3;padding:6px 10px;margin:8px 0;
+max-width:80em}
+.summary.degraded{border-color:#0277bd;background:#f1f8fd}
 """
 
 _SEP = " \u00b7 "
@@ -111,15 +123,23 @@ def _error_text(exc: BaseException | None) -> str | None:
 
 
 class _Row:
-    """One node of the run, read once through the public API."""
+    """One node of the run, read once through the public API.
 
-    __slots__ = ("critical", "error", "fathers", "index", "name", "state", "wr")
+    ``state`` is the node's ``ResultState`` name; ``label`` what the page calls it (the state,
+    or "not run: ..." for a node that never started because of its fathers or the budget) and
+    ``look`` the key of its colours.
+    """
+
+    __slots__ = ("critical", "error", "fathers", "index", "label", "look", "name", "state", "wr")
 
     def __init__(self, index: int, name: str, wr: WorkResult[Any], fathers: list[str]) -> None:
         self.index = index
         self.name = name
         self.wr = wr
         self.state = wr.state.name
+        why = not_run_reason(wr)
+        self.label = self.state if why is None else f"not run: {why}"
+        self.look = self.state if why is None else "NOT_RUN"
         self.fathers = fathers
         self.error = _error_text(wr.exception)
         self.critical = False
@@ -149,7 +169,8 @@ def _origin(result: FlowResult, rows: list[_Row]) -> float:
 
 def _tooltip(row: _Row, t0: float, show_values: bool) -> str:
     wr = row.wr
-    lines = [f"{row.name} \u2014 {row.state}"]
+    lines = [f"{row.name} \u2014 {row.label}"
+             + (f" ({row.state})" if row.label != row.state else "")]
 
     def rel(t: float | None) -> str:
         return "-" if t is None else f"{(t - t0) * 1000:.1f} ms"
@@ -248,9 +269,13 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
                        f'marker-end="url(#arrow)"/>')
     for r in rows:
         x, y = at[r.name]
-        fill, stroke, colour = _COLOURS.get(r.state, _COLOURS["DEFAULT"])
-        dash = ' stroke-dasharray="4 3"' if r.state == "SKIPPED" else ""
+        fill, stroke, colour = _COLOURS.get(r.look, _COLOURS["DEFAULT"])
+        dash = ' stroke-dasharray="4 3"' if r.look in ("SKIPPED", "NOT_RUN") else ""
         label = _fit(r.name, _BOX_W - 12)
+        # "not run: ..." in a slightly smaller font, so that it fits the box whole
+        small, room = "", float(_BOX_W - 12)
+        if r.look == "NOT_RUN":
+            small, room = ' style="font-size:11px"', (_BOX_W - 12) * 12 / 11
         out.append(
             f'<a href="#node-{r.index}"><title>{_e(_tooltip(r, t0, show_values))}</title>'
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{_BOX_W}" height="{_BOX_H}" rx="6" '
@@ -258,7 +283,7 @@ def _graph_svg(rows: list[_Row], t0: float, show_values: bool) -> str:
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 16:.1f}" text-anchor="middle" '
             f'fill="{colour}" font-weight="600">{_e(label)}</text>'
             f'<text x="{x + _BOX_W / 2:.1f}" y="{y + 31:.1f}" text-anchor="middle" '
-            f'fill="{colour}">{_e(_fit(_box_detail(r), _BOX_W - 12))}</text></a>'
+            f'fill="{colour}"{small}>{_e(_fit(_box_detail(r), room))}</text></a>'
         )
     out.append("</svg>")
     return "".join(out)
@@ -268,6 +293,8 @@ def _box_detail(row: _Row) -> str:
     """A graph box's second line: the state and duration, or the state and the node's marks
     (fallback, hedged N, shared: the duration is in its tooltip and row)."""
     marks = row.wr.marks
+    if row.look == "NOT_RUN":
+        return row.label
     return f"{row.state}{_SEP}{', '.join(marks) if marks else _ms(row.wr.duration)}"
 
 
@@ -310,7 +337,7 @@ def _gantt_svg(rows: list[_Row], t0: float, end: float, show_values: bool) -> st
     for k, r in enumerate(order):
         y = _AXIS_H + k * (_BAR_H + _BAR_GAP)
         wr = r.wr
-        fill, stroke, _ = _COLOURS.get(r.state, _COLOURS["DEFAULT"])
+        fill, stroke, _ = _COLOURS.get(r.look, _COLOURS["DEFAULT"])
         parts = [f'<a href="#node-{r.index}"><title>{_e(_tooltip(r, t0, show_values))}</title>',
                  (f'<text x="{_LABEL_W - 8}" y="{y + _BAR_H - 5}" text-anchor="end">'
                  f'{_e(_fit(r.name, _LABEL_W - 16))}</text>')]
@@ -343,9 +370,16 @@ def _gantt_svg(rows: list[_Row], t0: float, end: float, show_values: bool) -> st
 # -- the page ------------------------------------------------------------------------------------
 
 
+def _chip(row: _Row) -> str:
+    fill, stroke, _ = _COLOURS.get(row.look, _COLOURS["DEFAULT"])
+    dash = ";border-style:dashed" if row.look == "NOT_RUN" else ""
+    return (f'<span class="chip" style="background:{fill};border-color:{stroke}{dash}">'
+            f"{_e(row.label)}</span>")
+
+
 def _table(rows: list[_Row], t0: float, show_values: bool) -> str:
-    head = ["node", "state", "attempts", "queue wait", "start", "duration", "thread", "fathers",
-            "error"]
+    head = ["node", "state", "error", "attempts", "queue wait", "start", "duration", "thread",
+            "fathers"]
     if show_values:
         head.append("result")
     out = ["<table><thead><tr>", *(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
@@ -354,20 +388,18 @@ def _table(rows: list[_Row], t0: float, show_values: bool) -> str:
         wait = (wr.started_at - wr.queued_at
                 if wr.started_at is not None and wr.queued_at is not None else None)
         start = None if wr.started_at is None else wr.started_at - t0
-        fill, stroke, _ = _COLOURS.get(r.state, _COLOURS["DEFAULT"])
         cells = [
             (f"<td>{_e(r.name)}{' <span class=note>(critical path)</span>' if r.critical else ''}"
             "</td>"),
-            (f'<td><span class="chip" style="background:{fill};border-color:{stroke}">'
-            f"{_e(r.state)}</span>"
+            (f"<td>{_chip(r)}"
             f"{''.join(f' <span class=note>{_e(m)}</span>' for m in wr.marks)}</td>"),
+            f"<td><pre>{_e(r.error) if r.error else '-'}</pre></td>",
             f'<td class="num">{wr.attempts}</td>',
             f'<td class="num">{_ms(wait)}</td>',
             f'<td class="num">{_ms(start)}</td>',
             f'<td class="num">{_ms(wr.duration)}</td>',
             f"<td>{_e(wr.thread or '-')}</td>",
             f"<td>{_e(', '.join(r.fathers) or '-')}</td>",
-            f"<td><pre>{_e(r.error) if r.error else '-'}</pre></td>",
         ]
         if show_values:
             value = _repr(wr.result) if r.state in ("SUCCESS", "DEGRADED") else "-"
@@ -375,6 +407,28 @@ def _table(rows: list[_Row], t0: float, show_values: bool) -> str:
         out.append(f'<tr id="node-{r.index}">{"".join(cells)}</tr>')
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _failures(result: FlowResult, rows: list[_Row], status: str) -> list[str]:
+    """The "what failed and why" line and the table of the nodes that failed themselves (or
+    degraded): what a reader needs first, placed above the charts."""
+    line = failure_summary([r.name for r in rows], [r.wr for r in rows], status,
+                           getattr(result, "cancelled", None))
+    if line is None:
+        return []
+    own = [r for r in rows if r.look != "NOT_RUN"
+           and r.state in ("EXCEPTION", "TIMEOUT", "DEGRADED")]
+    own.sort(key=lambda r: (r.wr.finished_at if r.wr.finished_at is not None else math.inf,
+                            r.index))
+    kind = "summary degraded" if own and all(r.state == "DEGRADED" for r in own) else "summary"
+    out = [f'<p class="{kind}"><b>What failed and why:</b> {_e(line)}</p>']
+    if own:
+        body = "".join(
+            f'<tr><td><a href="#node-{r.index}">{_e(r.name)}</a></td><td>{_chip(r)}</td>'
+            f"<td><pre>{_e(r.error) if r.error else '-'}</pre></td></tr>" for r in own)
+        out.append("<table><thead><tr><th>failed node</th><th>state</th><th>error</th></tr>"
+                   f"</thead><tbody>{body}</tbody></table>")
+    return out
 
 
 def _context_section(context: Mapping[str, Any] | None) -> str:
@@ -443,13 +497,14 @@ def render_html(
     else:
         heading = f"{flow} \u2014 run {result.flow_id}" if flow else f"run {result.flow_id}"
     status = _status(result)
-    counts: dict[str, int] = {}
+    counts: dict[tuple[str, str], int] = {}
     for r in rows:
-        counts[r.state] = counts.get(r.state, 0) + 1
+        counts[(r.label, r.look)] = counts.get((r.label, r.look), 0) + 1
     chips = "".join(
-        f'<span class="chip" style="background:{_COLOURS.get(s, _COLOURS["DEFAULT"])[0]};'
-        f'border-color:{_COLOURS.get(s, _COLOURS["DEFAULT"])[1]}">{_e(s)} {n}</span>'
-        for s, n in sorted(counts.items())
+        f'<span class="chip" style="background:{_COLOURS.get(look, _COLOURS["DEFAULT"])[0]};'
+        f'border-color:{_COLOURS.get(look, _COLOURS["DEFAULT"])[1]}'
+        f'{";border-style:dashed" if look == "NOT_RUN" else ""}">{_e(label)} {n}</span>'
+        for (label, look), n in sorted(counts.items())
     )
     timeout = getattr(result, "timeout", None)
     meta = [f"<b>{_e(status)}</b>", f"elapsed <b>{_ms(result.elapsed)}</b>"]
@@ -467,6 +522,7 @@ def render_html(
         f"<h1>{_e(heading)}</h1>",
         f'<p class="meta">{_SEP.join(meta)}</p>',
         f"<p>{chips}</p>",
+        *_failures(result, rows, status),
     ]
     if len(rows) <= max_nodes:
         parts += [

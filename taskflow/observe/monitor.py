@@ -1,14 +1,14 @@
 """``PoolMonitor``: periodic snapshots of a pool and the process, alarms, Prometheus export.
 
 ``PoolMonitor`` runs one daemon thread that, every ``interval`` seconds, takes a snapshot: the
-pool's ``metrics()`` (a :class:`~taskflow.pools.threadpool.ThreadPool` or a
-:class:`~taskflow.pools.monitored.MonitoredExecutor`; any other executor gives ``None`` pool
+pool's ``metrics()`` (a [`ThreadPool`][taskflow.pools.threadpool.ThreadPool] or a
+[`MonitoredExecutor`][taskflow.pools.monitored.MonitoredExecutor]; any other executor gives ``None`` pool
 figures) and psutil figures of the process read inside one ``Process.oneshot()``. It keeps a
 bounded history, evaluates the alarm thresholds (defaults from dynamic-tp: liveness >= 70 %,
 queue usage >= 70 %, any new rejection, abandoned tasks present; plus queue wait dominating run
 time, which says the pool is too small), silences each alarm for a period after it fired, logs
 alarms with loguru and hands them to ``on_alarm``. Scrapes (``to_prometheus``,
-:class:`~taskflow.observe.prometheus.PoolCollector`) take their own snapshot at scrape time.
+``PoolCollector``) take their own snapshot at scrape time.
 
 Sampling reads the pool's counters under its lock for a few microseconds; nothing is added to
 the task path. After ``os.fork`` (``gunicorn --preload``) the child's monitors read the child's
@@ -49,13 +49,13 @@ class PoolMonitor:
     """Watch a pool and the process in the background; raise alarms on thresholds.
 
     Args:
-        executor: A :class:`~taskflow.pools.threadpool.ThreadPool`, a
-            :class:`~taskflow.pools.threadpool.MonitoredExecutor`, or any executor (then only the process
+        executor: A [`ThreadPool`][taskflow.pools.threadpool.ThreadPool], a
+            ``MonitoredExecutor``, or any executor (then only the process
             figures are known).
         interval: Seconds between samples taken by the background thread.
-        thresholds: A :class:`Thresholds`, or a mapping of the thresholds to change (the others
+        thresholds: A [`Thresholds`][taskflow.Thresholds], or a mapping of the thresholds to change (the others
             keep their defaults), or ``None`` for the defaults.
-        on_alarm: Called with each :class:`Alarm` that fires, in the thread that took the sample
+        on_alarm: Called with each [`Alarm`][taskflow.Alarm] that fires, in the thread that took the sample
             (the monitor's thread, or the caller of ``sample()``), never under a lock. An
             exception it raises is logged and ignored.
         history_size: Samples kept by ``history()``.
@@ -68,7 +68,7 @@ class PoolMonitor:
             state). ``None`` (the default): every ``Bulkhead``, ``RateLimit`` and
             ``CircuitBreaker`` alive in the process when the sample is taken (each registers
             itself when made; a second live object of the same kind and name is not
-            registered, see :mod:`taskflow.resilience.export`). ``()``: none.
+            registered, see ``taskflow.resilience.export``). ``()``: none.
 
     Raises:
         ValueError: ``interval <= 0``, ``history_size < 1``, an unknown or invalid threshold,
@@ -351,7 +351,7 @@ class PoolMonitor:
         The snapshot is taken at call time (``sample(record=False)``), so a scrape is never
         ``interval`` seconds old. Serve it with the content type
         ``text/plain; version=0.0.4; charset=utf-8``. Applications that already have a
-        ``prometheus_client`` registry register a :class:`~taskflow.observe.prometheus.PoolCollector`
+        ``prometheus_client`` registry register a ``PoolCollector``
         instead.
         """
         return render_prometheus([self.sample(record=False)])

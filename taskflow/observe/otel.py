@@ -108,7 +108,7 @@ def _error_attrs(error: BaseException | None) -> dict[str, Any]:
 
 
 class _Tracing:
-    """The listener: a :class:`_RunTrace` per run."""
+    """The listener: a [`_RunTrace`][taskflow.observe.otel._RunTrace] per run."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer

@@ -1,13 +1,13 @@
 """Prometheus export of pool snapshots: their metric families, and a ``prometheus_client`` collector.
 
 Both are built from one table of metric families, so the ``/metrics`` text a
-:class:`~taskflow.observe.monitor.PoolMonitor` renders and what :class:`PoolCollector` hands to a
+[`PoolMonitor`][taskflow.observe.monitor.PoolMonitor] renders and what ``PoolCollector`` hands to a
 ``prometheus_client`` registry carry the same names, types and labels. Counters (``*_total``)
 never decrease within a process: the pool counts are cumulative, and the worker CPU counter
 keeps the CPU of threads that have retired. A forked child (``gunicorn --preload``) starts its
 counts from zero, like any new process; its ``pid`` differs.
 
-``prometheus_client`` is needed only for :class:`PoolCollector` (``pip install
+``prometheus_client`` is needed only for ``PoolCollector`` (``pip install
 'taskflow-juc[prometheus]'``); it is imported when a collector is made.
 """
 

@@ -1,10 +1,10 @@
-"""What a :class:`~taskflow.observe.monitor.PoolMonitor` records: snapshots, alarms and their
+"""What a [`PoolMonitor`][taskflow.observe.monitor.PoolMonitor] records: snapshots, alarms and their
 thresholds.
 
 Frozen pydantic models, built once per sample (never on the task path): a
-:class:`PoolSnapshot` holds the pool's :class:`~taskflow.metrics.PoolMetrics`, the
-:class:`ProcessMetrics` psutil read in the same sample, the resilience primitives' metrics and
-the :class:`Alarm` s that sample fired under the monitor's :class:`Thresholds`.
+[`PoolSnapshot`][taskflow.PoolSnapshot] holds the pool's [`PoolMetrics`][taskflow.metrics.PoolMetrics], the
+[`ProcessMetrics`][taskflow.ProcessMetrics] psutil read in the same sample, the resilience primitives' metrics and
+the [`Alarm`][taskflow.Alarm] s that sample fired under the monitor's [`Thresholds`][taskflow.Thresholds].
 """
 
 from __future__ import annotations

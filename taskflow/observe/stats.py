@@ -10,7 +10,7 @@ it is off by default, see below):
   from which ``snapshot()`` reports p50/p90/p99;
 * cumulative histograms of durations per state, for Prometheus
   (``taskflow_node_duration_seconds{flow,node,state}``);
-* how often the node was on its run's critical path (:func:`critical_path`).
+* how often the node was on its run's critical path ([`critical_path`][taskflow.observe.stats.critical_path]).
 
 Memory is bounded: a window is a fixed-size ring, and at most ``max_series`` (flow, node) pairs
 are kept (results of later ones are only counted, in ``dropped_results``). Recording is
@@ -23,12 +23,12 @@ run and before ``start`` returns; for a flow of no-op nodes that is 10-25% of th
 flow of real backend calls (milliseconds each) nothing measurable. ``benchmarks/overhead.py
 --stats`` shows the per-node figure.
 
-A :class:`RunLog` (``stats.runs``) keeps the most recent and the slowest runs themselves, for
-the web view (:mod:`taskflow.observe.web`). Kept runs hold their nodes, results and exceptions (with
+A [`RunLog`][taskflow.observe.stats.RunLog] (``stats.runs``) keeps the most recent and the slowest runs themselves, for
+the web view (``taskflow.observe.web``). Kept runs hold their nodes, results and exceptions (with
 tracebacks) alive, so keep its sizes small.
 
 The module also holds a process-wide instance: ``taskflow.observe.stats.record_run(result)``,
-``taskflow.observe.stats.snapshot()``, ``taskflow.observe.stats.to_prometheus()`` use :data:`STATS`.
+``taskflow.observe.stats.snapshot()``, ``taskflow.observe.stats.to_prometheus()`` use [`STATS`][taskflow.observe.stats.STATS].
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def critical_path(result: FlowResult) -> list[str]:
 
 
 def _walk_back(run: RunRecord, end: int) -> list[int]:
-    """The critical path ending at node ``end``, as node indices (see :func:`critical_path`)."""
+    """The critical path ending at node ``end``, as node indices (see [`critical_path`][taskflow.observe.stats.critical_path])."""
     results = run.results
     path = [end]
     seen = {end}
@@ -219,7 +219,7 @@ class FlowStatsModel(BaseModel):
 
 
 class StatsSnapshot(BaseModel):
-    """What a :class:`FlowStats` knows at one moment (``FlowStats.snapshot()``)."""
+    """What a [`FlowStats`][taskflow.observe.stats.FlowStats] knows at one moment (``FlowStats.snapshot()``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -232,7 +232,7 @@ class StatsSnapshot(BaseModel):
 
 
 class KeptRun:
-    """A run kept by a :class:`RunLog`: the result and what lists show about it."""
+    """A run kept by a [`RunLog`][taskflow.observe.stats.RunLog]: the result and what lists show about it."""
 
     __slots__ = ("elapsed", "finished_at", "flow", "flow_id", "result", "status")
 
@@ -316,7 +316,7 @@ class FlowStats:
         max_series: At most this many (flow, node) pairs are tracked; bounded memory when node
             names are made per request.
         runs: Where whole runs are kept for the web view; ``None`` keeps none. Default: a
-            :class:`RunLog` with its default sizes.
+            [`RunLog`][taskflow.observe.stats.RunLog] with its default sizes.
     """
 
     def __init__(
@@ -349,7 +349,7 @@ class FlowStats:
 
         Args:
             result: The run (read through its public API only).
-            flow: The flow's name (default: :func:`flow_name_of`).
+            flow: The flow's name (default: [`flow_name_of`][taskflow.observe.stats.flow_name_of]).
 
         Cost: one pass over the nodes, one walk of the critical path and one short lock; see
         ``benchmarks/stats_overhead.py``. Safe to call from any thread.
@@ -427,7 +427,7 @@ class FlowStats:
 
     def enable(self) -> None:
         """Record every run started from now on, at its end, under its flow name (the engine
-        calls :meth:`record_run` before ``start`` returns). Idempotent."""
+        calls [`record_run`][taskflow.observe.stats.FlowStats.record_run] before ``start`` returns). Idempotent."""
         events.add_listener(self._feed)
 
     def disable(self) -> None:
@@ -436,7 +436,7 @@ class FlowStats:
 
     @property
     def enabled(self) -> bool:
-        """Whether runs are recorded as they end (:meth:`enable`)."""
+        """Whether runs are recorded as they end ([`enable`][taskflow.observe.stats.FlowStats.enable])."""
         return self._feed in events.LISTENERS
 
     def _add_new(self, series: _FlowSeries, names: set[str], figures: list[_Figure],
@@ -614,7 +614,7 @@ def _add(ns: _NodeSeries, fig: _Figure) -> None:
 
 
 class _Feed(events.RunObserver):
-    """What :meth:`FlowStats.enable` registers: watches every run, told only of its end."""
+    """What [`FlowStats.enable`][taskflow.observe.stats.FlowStats.enable] registers: watches every run, told only of its end."""
 
     per_node = False
 
@@ -636,7 +636,7 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 class PrometheusCollector:
-    """A ``prometheus_client`` collector of a :class:`FlowStats` (extra ``[prometheus]``).
+    """A ``prometheus_client`` collector of a [`FlowStats`][taskflow.observe.stats.FlowStats] (extra ``[prometheus]``).
 
     ``prometheus_client.REGISTRY.register(PrometheusCollector(stats))``; each scrape reads the
     statistics anew. prometheus_client is imported on the first ``collect``.
@@ -675,25 +675,25 @@ STATS = FlowStats()
 
 
 def enable() -> None:
-    """Record every run in the process-wide :data:`STATS` as it ends (``STATS.enable()``)."""
+    """Record every run in the process-wide [`STATS`][taskflow.observe.stats.STATS] as it ends (``STATS.enable()``)."""
     STATS.enable()
 
 
 def disable() -> None:
-    """Stop recording runs in :data:`STATS` (``STATS.disable()``)."""
+    """Stop recording runs in [`STATS`][taskflow.observe.stats.STATS] (``STATS.disable()``)."""
     STATS.disable()
 
 
 def record_run(result: FlowResult, *, flow: str | None = None) -> None:
-    """Record ``result`` in the process-wide :data:`STATS`."""
+    """Record ``result`` in the process-wide [`STATS`][taskflow.observe.stats.STATS]."""
     STATS.record_run(result, flow=flow)
 
 
 def snapshot() -> StatsSnapshot:
-    """A snapshot of the process-wide :data:`STATS`."""
+    """A snapshot of the process-wide [`STATS`][taskflow.observe.stats.STATS]."""
     return STATS.snapshot()
 
 
 def to_prometheus(*, prefix: str = "taskflow") -> str:
-    """The process-wide :data:`STATS` in the Prometheus text format."""
+    """The process-wide [`STATS`][taskflow.observe.stats.STATS] in the Prometheus text format."""
     return STATS.to_prometheus(prefix=prefix)

@@ -62,7 +62,7 @@ def _mermaid_text(text: str) -> str:
 
 
 def _gantt_task(text: str) -> str:
-    """A gantt task name: :func:`_mermaid_text`, and never a gantt keyword at the line's start."""
+    """A gantt task name: ``_mermaid_text``, and never a gantt keyword at the line's start."""
     escaped = _mermaid_text(text)
     if _GANTT_KEYWORD.match(escaped):
         escaped = f"#{ord(escaped[0])};{escaped[1:]}"
@@ -277,7 +277,7 @@ def to_dot(nodes: Any, *, result: FlowResult | None = None, title: str | None = 
            direction: str = "TB") -> str:
     """A Graphviz DOT ``digraph`` of the graph connected to ``nodes``.
 
-    Same drawing rules as :func:`definition_to_mermaid`: optional edges dashed, case edges
+    Same drawing rules as ``definition_to_mermaid``: optional edges dashed, case edges
     labelled, and with ``result=`` the nodes filled by their state in that run.
 
     Args:

@@ -15,8 +15,8 @@ pool runs no-op tasks faster than the bare one although the counting itself cost
 interpreter's own pool and worker loop behave as the copy assumes; elsewhere a stdlib pool's
 tasks run inside a timing wrapper on its own workers, with the same counts.
 
-The snapshots it returns (``metrics()``) are :class:`~taskflow.metrics.PoolMetrics`;
-:class:`~taskflow.observe.monitor.PoolMonitor` samples them in the background. After
+The snapshots it returns (``metrics()``) are [`PoolMetrics`][taskflow.metrics.PoolMetrics];
+[`PoolMonitor`][taskflow.observe.monitor.PoolMonitor] samples them in the background. After
 ``os.fork`` (``gunicorn --preload``) a ``MonitoredExecutor``'s counts start over in the child.
 """
 
@@ -445,7 +445,7 @@ class MonitoredExecutor(Executor):
 
     Args:
         executor: The executor to wrap (stdlib thread or process pools, loky, dask's
-            ``ClientExecutor``, a :class:`~taskflow.pools.threadpool.ThreadPool`, ...). ``submit`` and
+            ``ClientExecutor``, a [`ThreadPool`][taskflow.pools.threadpool.ThreadPool], ...). ``submit`` and
             ``shutdown`` are passed through; the wrapper is itself an Executor, so flows run
             on it.
         name: The pool's name in metrics; defaults to the inner type's name and a number.

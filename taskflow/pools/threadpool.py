@@ -1,13 +1,13 @@
 """A JUC-style thread pool, and pool metrics for any executor.
 
-``ThreadPool`` is a :class:`concurrent.futures.Executor` with the semantics of
+``ThreadPool`` is a ``concurrent.futures.Executor`` with the semantics of
 ``java.util.concurrent.ThreadPoolExecutor``. ``submit`` decides, in this order:
 
 1. fewer than ``core_size`` threads: start a new thread for this task, even if others are idle;
 2. otherwise offer the task to the queue (``queue_capacity=None``: unbounded; ``0``: a direct
    hand-off, accepted only when an idle thread is waiting, like a ``SynchronousQueue``);
 3. queue full: start a thread above core, up to ``max_size``;
-4. otherwise apply the :class:`RejectionPolicy`.
+4. otherwise apply the [`RejectionPolicy`][taskflow.RejectionPolicy].
 
 Threads above core (and every thread once ``max_size`` was lowered below the pool size) exit
 after ``keep_alive`` seconds without work. ``set_core_size``/``set_max_size`` resize at run time.
@@ -41,8 +41,8 @@ Fork (``os.fork``, ``gunicorn --preload``, ``multiprocessing`` with the fork sta
 child gets every pool back empty, with its configuration, no threads and fresh counters, and
 starts threads on demand; tasks queued or running in the parent stay the parent's.
 
-The pool's metrics models are in :mod:`taskflow.metrics`; ``MonitoredExecutor`` (counts for any
-executor) is in :mod:`taskflow.pools.monitored`.
+The pool's metrics models are in ``taskflow.metrics``; ``MonitoredExecutor`` (counts for any
+executor) is in ``taskflow.pools.monitored``.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class RejectionPolicy(str, Enum):
     """
 
     ABORT = "abort"
-    """Raise :class:`~taskflow.errors.RejectedExecutionError` (JUC's default)."""
+    """Raise [`RejectedExecutionError`][taskflow.errors.RejectedExecutionError] (JUC's default)."""
     CALLER_RUNS = "caller_runs"
     """Run the task in the submitting thread before ``submit`` returns."""
     DISCARD = "discard"
@@ -157,7 +157,7 @@ class ThreadPool(Executor):
             as in JUC), ``0`` for a direct hand-off to an idle thread, or a bound.
         keep_alive: Seconds a thread above core waits for work before it exits.
         rejection: What to do with a task when the pool is saturated (a
-            :class:`RejectionPolicy` or its value, e.g. ``"caller_runs"``).
+            [`RejectionPolicy`][taskflow.RejectionPolicy] or its value, e.g. ``"caller_runs"``).
         thread_name_prefix: Threads are named ``f"{prefix}-{n}_{i}"``.
         name: The pool's name in metrics; defaults to ``f"{prefix}-{n}"``.
 

@@ -6,7 +6,7 @@ objects so every family appears once with one series per object (label ``bulkhea
 
 Every ``Bulkhead``, ``RateLimit`` and ``CircuitBreaker`` also enters a process-wide weak
 registry when it is made (``register``; ``registered()`` lists the live ones). A
-:class:`~taskflow.observe.monitor.PoolMonitor` built without ``resilience=`` exports the registered
+[`PoolMonitor`][taskflow.observe.monitor.PoolMonitor] built without ``resilience=`` exports the registered
 objects with its pool: in ``latest()``/``history()`` and in its Prometheus output. A name is
 registered once per kind: while the first object of that name lives, a second one of the same
 kind and name is not registered (its series would clash with the first's); hand it to a monitor

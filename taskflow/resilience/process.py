@@ -26,5 +26,5 @@ class _Forkable(Protocol):
 
 def track(obj: _Forkable) -> None:
     """Have ``obj._after_fork()`` called in the child of every later fork (the library's one
-    at-fork registry, :mod:`taskflow._fork`, runs it while the child has one thread)."""
+    at-fork registry, ``taskflow._fork``, runs it while the child has one thread)."""
     _fork.register(obj, after_in_child="_after_fork")

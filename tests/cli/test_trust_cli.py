@@ -316,7 +316,7 @@ def test_host_limits_on_a_flow_spec_are_refused(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: s\ntasks:\n  - name: a\n    callable: json:dumps\n", encoding="utf-8")
+    spec.write_text("name: s\ntasks:\n  - name: a\n    callable: operator:add\n", encoding="utf-8")
     status, _, err = _run(["run", str(spec), "--allow-host", "127.0.0.1"], capsys, monkeypatch)
     assert status == 2 and "--allow-host and --max-response-bytes are for Conductor" in err
 

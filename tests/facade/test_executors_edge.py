@@ -1,26 +1,38 @@
 """Executor edge cases (docs/concepts/failures.md).
 
-A rejected submission or a shut-down executor becomes that node's EXCEPTION, never a hang; no
+An executor already shut down is refused before anything is submitted; a rejected submission,
+or an executor shut down during the run, becomes that node's EXCEPTION, never a hang; no
 worker ever waits for another node, so any DAG completes on a 1-worker pool; only the public
 ``Executor.submit``/``Future`` API is used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
-from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
+from concurrent.futures import (
+    BrokenExecutor,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+)
 
 import pytest
 from conftest import EPS, LONG, MEDIUM, SHORT
 
 from taskflow import (
     FunctionNode,
+    MonitoredExecutor,
     RejectedExecutionError,
     ResultState,
+    TaskContext,
     TaskScheduling,
+    ThreadPool,
     UpstreamFailedError,
+    run_async,
 )
 
 
@@ -46,28 +58,73 @@ def chain_step(ctx, previous):
 # --- X1: already shut down -------------------------------------------------------------------
 
 
-def test_shut_down_executor_makes_every_node_fail_promptly(make_executor):
-    pool = make_executor(2)
+def _shut_thread_pool():
+    pool = ThreadPoolExecutor(1)
     pool.shutdown()
+    return pool
+
+
+def _shut_taskflow_pool():
+    pool = ThreadPool(1)
+    pool.shutdown()
+    return pool
+
+
+def _shut_monitored_pool():
+    pool = MonitoredExecutor(ThreadPoolExecutor(1))
+    pool.shutdown()
+    return pool
+
+
+def _inner_shut_under_a_monitor():
+    inner = ThreadPoolExecutor(1)
+    inner.shutdown()
+    return MonitoredExecutor(inner)
+
+
+def _shut_process_pool():
+    pool = ProcessPoolExecutor(1)
+    pool.shutdown()
+    return pool
+
+
+@pytest.mark.parametrize("make", [_shut_thread_pool, _shut_taskflow_pool, _shut_monitored_pool,
+                                  _inner_shut_under_a_monitor, _shut_process_pool],
+                         ids=["ThreadPoolExecutor", "ThreadPool", "MonitoredExecutor",
+                              "inner-shut-down", "ProcessPoolExecutor"])
+@pytest.mark.parametrize("call", ["start", "submit", "run_async"])
+def test_shut_down_executor_is_refused_before_anything_runs(make, call):
+    pool = make()
     ran = []
     a = FunctionNode(lambda c, p: ran.append("a"), name="a")
-    b = FunctionNode(lambda c, p: ran.append("b"), name="b")
     son = FunctionNode(lambda c, p: ran.append("son"), name="son")
-    [a, b] >> son
+    a >> son
 
-    result, elapsed = run_timed([a, b], executor=pool, timeout=SPARE)
+    with pytest.raises(RejectedExecutionError) as info:
+        if call == "start":
+            TaskScheduling.start(a, executor=pool, timeout=SPARE)
+        elif call == "submit":
+            TaskScheduling.submit(a, executor=pool, timeout=SPARE)
+        else:
+            asyncio.run(run_async(a, executor=pool, timeout=SPARE))
 
-    assert elapsed < EPS
+    assert "is shut down" in str(info.value) and type(pool).__name__ in str(info.value)
+    if make is _inner_shut_under_a_monitor:
+        assert "(its ThreadPoolExecutor)" in str(info.value)
+    assert "nothing was submitted" in str(info.value)
+    assert isinstance(info.value, RuntimeError)
     assert ran == []
-    assert states(result) == {n: ResultState.EXCEPTION for n in ("a", "b", "son")}
-    for root in ("a", "b"):
-        exc = result[root].work_result.exception
-        assert isinstance(exc, RuntimeError), exc
-        assert "shutdown" in str(exc) + str(exc.__cause__ or "")
-    assert isinstance(result["son"].work_result.exception, UpstreamFailedError)
-    assert not result.ok
-    with pytest.raises(RuntimeError):
-        result.raise_for_failure()
+
+
+def test_a_context_refused_with_a_shut_down_executor_stays_free_for_the_next_run(make_executor):
+    ctx = TaskContext()
+    a = FunctionNode(lambda c, p: "a", name="a")
+    with pytest.raises(RejectedExecutionError):
+        TaskScheduling.start(a, executor=_shut_thread_pool(), context=ctx)
+
+    result = TaskScheduling.start(a, executor=make_executor(1), timeout=LONG, context=ctx)
+
+    assert result.outputs == {"a": "a"}
 
 
 # --- X2: shut down mid-flow ---------------------------------------------------------------------

@@ -196,3 +196,60 @@ def test_any_text_in_names_errors_and_results_stays_text(
     shown = [s.replace("\r\n", "\n").replace("\r", "\n") for s in (*names, message, repr(value))]
     text_page = page.replace("\r\n", "\n").replace("\r", "\n")
     assert_safe_page(text_page, shown=[s for s in shown if "\x00" not in s])
+
+
+def _failed_chain(pool: ThreadPoolExecutor):
+    def boom(ctx: TaskContext, param: object) -> None:
+        raise ConnectionError("inventory refused")
+
+    root = FunctionNode(lambda ctx, p: 1, name="root")
+    stock = FunctionNode(boom, name="stock")
+    page = FunctionNode(lambda ctx, p: 2, name="page")
+    audit = FunctionNode(lambda ctx, p: 3, name="audit")
+    root >> stock >> page >> audit
+    return TaskScheduling.start(root, executor=pool, timeout=30)
+
+
+def _table_row(page: str, name: str) -> str:
+    return next(r for r in re.findall(r'<tr id="node-\d+">.*?</tr>', page, flags=re.DOTALL)
+                if f"<td>{name}" in r)
+
+
+def test_a_node_failed_fast_is_shown_as_not_run_beside_the_node_that_failed(
+        pool: ThreadPoolExecutor) -> None:
+    result = _failed_chain(pool)
+    assert result.result_of("page").state is ResultState.EXCEPTION  # the state is unchanged
+    page = result.to_html()
+
+    assert ">not run: upstream failed</span>" in _table_row(page, "page")
+    assert ">EXCEPTION</span>" not in _table_row(page, "page")
+    assert ">EXCEPTION</span>" in _table_row(page, "stock")
+    assert ">EXCEPTION 1</span>" in page and ">not run: upstream failed 2</span>" in page
+    graph = page.split('aria-label="graph of the run">', 1)[1].split("</svg>", 1)[0]
+    assert graph.count(">not run: upstream failed</text>") == 2
+
+
+def test_what_failed_and_why_comes_first_with_the_error(pool: ThreadPoolExecutor) -> None:
+    page = _failed_chain(pool).to_html()
+    top = page.split("<h2>Graph</h2>", 1)[0]
+
+    assert "What failed and why:" in top
+    assert ("FAILED: &#x27;stock&#x27; raised ConnectionError: inventory refused; 2 nodes not "
+            "run: upstream failed (&#x27;page&#x27;, &#x27;audit&#x27;)") in top
+    failures = top.split("<th>failed node</th>", 1)[1]
+    assert '<a href="#node-1">stock</a>' in failures and "inventory refused" in failures
+    assert "page</a>" not in failures, "only the node that failed itself is listed"
+
+
+def test_the_error_column_comes_right_after_the_state(pool: ThreadPoolExecutor) -> None:
+    page = _failed_chain(pool).to_html()
+    nodes = page.split("<h2>Nodes</h2>", 1)[1]
+    heads = re.findall(r"<th>(.*?)</th>", nodes.split("</thead>", 1)[0])
+    assert heads[:3] == ["node", "state", "error"]
+
+
+def test_a_run_that_succeeded_has_no_failure_line(pool: ThreadPoolExecutor) -> None:
+    result = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="a"), executor=pool,
+                                  timeout=30)
+    page = result.to_html()
+    assert "What failed and why" not in page and "failed node" not in page

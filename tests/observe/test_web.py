@@ -161,11 +161,78 @@ def test_pool_metrics_from_a_monitor(stats: FlowStats) -> None:
         pool.shutdown(wait=True)
 
 
+def test_the_pool_section_groups_the_figures_that_matter_first() -> None:
+    pool = ThreadPool(2, 4, queue_capacity=8, thread_name_prefix="web-pool")
+    monitor = PoolMonitor(pool, name="checkout")
+    try:
+        pool.submit(lambda: None).result(10)
+        monitor.sample()
+        page = Client(make_app(FlowStats(), monitor=monitor)).get("/").get_data(as_text=True)
+    finally:
+        monitor.stop()
+        pool.shutdown(wait=True)
+    section = page.split("<h3>checkout", 1)[1]
+    grouped, every_field = section.split("<details>", 1)
+    groups = re.findall(r"<tr><th>(.*?)</th>", grouped)
+    assert groups == ["load", "queue", "refused and abandoned", "tasks", "configuration",
+                      "process"]
+    load = grouped.split("<tr><th>load</th>", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="note">busy threads</span> 0 of 4' in load
+    queue = grouped.split("<tr><th>queue</th>", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="note">capacity</span> 8' in queue
+    assert "ThreadPool, running" in section.split("</h3>", 1)[0]
+    assert "core_size" not in grouped and "monotonic" not in grouped, "raw names stay folded"
+    assert "<summary>all " in every_field and "core_size" in every_field
+
+
 def test_no_runs_yet() -> None:
-    page = Client(make_app(FlowStats())).get("/").get_data(as_text=True)
-    assert "none yet" in page and "no runs recorded" in page
+    stats = FlowStats()
+    stats.enable()
+    try:
+        page = Client(make_app(stats)).get("/").get_data(as_text=True)
+    finally:
+        stats.disable()
+    assert page.count("none yet: no run has ended since recording started") == 3
+    assert "Recording is off" not in page
     page = Client(make_app(FlowStats(runs=None))).get("/").get_data(as_text=True)
     assert "Recent runs" not in page
+
+
+def test_the_page_says_when_recording_is_off_and_how_to_turn_it_on() -> None:
+    page = Client(make_app()).get("/").get_data(as_text=True)
+    assert "Recording is off" in page and "<code>taskflow.stats.enable()</code>" in page
+    assert "none: recording is off" in page
+
+    page = Client(make_app(FlowStats())).get("/").get_data(as_text=True)
+    assert "Recording is off" in page and "<code>enable()</code> on the <code>FlowStats" in page
+
+
+def test_the_page_says_it_shows_this_process_only() -> None:
+    page = Client(make_app(FlowStats())).get("/").get_data(as_text=True)
+    assert f"Runs of this process only (pid {os.getpid()})" in page and "gunicorn" in page
+
+
+def test_the_stats_module_is_refused_when_the_app_is_made() -> None:
+    import taskflow
+    from taskflow import stats as stats_module
+    from taskflow.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError) as info:
+        make_app(stats=stats_module)
+    assert isinstance(info.value, TypeError)
+    assert "the module taskflow.stats" in str(info.value)
+    assert "stats=taskflow.stats.STATS" in str(info.value)
+    assert make_app(stats=taskflow.stats.STATS) is not None
+
+
+@pytest.mark.parametrize("bad", [3, "stats", object()], ids=["int", "str", "object"])
+def test_a_wrong_stats_or_monitor_is_refused_when_the_app_is_made(bad: object) -> None:
+    from taskflow.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="stats must be a"):
+        make_app(stats=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="monitor must be a"):
+        make_app(monitor=bad)  # type: ignore[arg-type]
 
 
 def test_mounted_under_a_prefix_in_flask(stats: FlowStats) -> None:

@@ -3,7 +3,7 @@
 Netflix/Orkes Conductor describes a workflow as JSON: a ``tasks`` list run one after another,
 with operators for parallelism, branching and loops, and system tasks (HTTP, JavaScript, jq...).
 ``load`` compiles such a definition into taskflow nodes (one per task, named by
-``taskReferenceName``) and returns a :class:`Workflow`, so a team can run and test a Conductor
+``taskReferenceName``) and returns a [`Workflow`][taskflow.declare.conductor.Workflow], so a team can run and test a Conductor
 workflow in a unit test or a service, on any ``concurrent.futures`` executor, with the task
 workers replaced by plain Python callables from a *registry* (task ``name`` -> ``fn(input:
 dict) -> dict``).
@@ -12,28 +12,28 @@ The package, one concept per module:
 
 ``loader``
     ``load``: checks a definition by Conductor's rules and compiles it, each task through the
-    compile function its type maps to (:data:`SUPPORTED_TYPES`).
+    compile function its type maps to ([`SUPPORTED_TYPES`][taskflow.declare.conductor.SUPPORTED_TYPES]).
 ``compiling``
     the compile context every task type's compile function is handed.
 ``expressions``
     ``${workflow.input.x}``, ``${ref.output.a[0]}``, ``${workflow.variables.x}``,
     ``${CPEWF_TASK_ID}``... parsed at load, resolved when a task starts.
 ``state``
-    a run's task records and variables, kept in its :class:`~taskflow.TaskContext`.
+    a run's task records and variables, kept in its [`TaskContext`][taskflow.TaskContext].
 ``boundaries``
     what a definition may make the process do: hosts, response sizes, script time and memory.
 ``tasks``
     the node each task type becomes and the function that compiles it (``flow``,
     ``javascript``, ``jq``, ``http``, ``control``, ``nested``).
 ``workflow``
-    :class:`Workflow` (start, run, status, output, drawings) and :class:`WorkflowRun`.
+    [`Workflow`][taskflow.declare.conductor.Workflow] (start, run, status, output, drawings) and [`WorkflowRun`][taskflow.declare.conductor.WorkflowRun].
 
 How the task types run in-process:
 
 ``SIMPLE``
     One node calling ``registry[name](input)``; its output is the dict the callable returns
     (``None`` counts as ``{}``; any other value as ``{"result": value}``, as Conductor's Python
-    workers do). Raise :class:`TaskFailedError` to fail with partial output.
+    workers do). Raise [`TaskFailedError`][taskflow.declare.conductor.TaskFailedError] to fail with partial output.
 ``FORK_JOIN`` + ``JOIN``
     Each ``forkTasks`` branch runs in parallel; the JOIN waits for its ``joinOn`` tasks only
     and outputs ``{ref: output}`` of those whose output is not empty, as Conductor does.
@@ -46,7 +46,7 @@ How the task types run in-process:
     Tasks named in the input at run time, run from the registry.
 ``INLINE``, ``LAMBDA``, ``JSON_JQ_TRANSFORM``, ``HTTP``
     JavaScript in a fresh V8 isolate, jq in a worker process, HTTP with urllib, each within
-    :class:`~taskflow.declare.conductor.boundaries.Limits`.
+    [`Limits`][taskflow.declare.conductor.boundaries.Limits].
 ``DO_WHILE``, ``SUB_WORKFLOW``
     Nested runs on the same executor, within the run's budget.
 ``SET_VARIABLE``, ``TERMINATE``, ``WAIT``, ``EVENT``, ``NOOP``
@@ -57,8 +57,8 @@ How the task types run in-process:
 
 A required task that fails fails the workflow at once: the rest of the run is cancelled, so no
 other branch starts anything afterwards (the run's FlowResult is then ``CANCELLED``;
-:meth:`Workflow.status` says ``FAILED``). Fields taskflow does not implement are reported (a
-loguru warning and :attr:`Workflow.warnings`), never silently ignored; task types that need a
+``Workflow.status`` says ``FAILED``). Fields taskflow does not implement are reported (a
+loguru warning and ``Workflow.warnings``), never silently ignored; task types that need a
 Conductor server (HUMAN, a WAIT for a signal, EVENT without a sink...) are refused at load, all
 of them named with their type and position.
 """

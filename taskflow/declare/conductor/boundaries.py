@@ -1,7 +1,7 @@
 """What a Conductor definition may make this process do (its trust boundaries).
 
 A definition is data that may come from a UI or another team's repository, yet HTTP tasks,
-JavaScript, jq and sub-workflows run in the application's process. :class:`Limits` holds the
+JavaScript, jq and sub-workflows run in the application's process. [`Limits`][taskflow.declare.conductor.boundaries.Limits] holds the
 boundaries ``load`` was given; every system task reads them from its node, so a definition can
 never widen them:
 

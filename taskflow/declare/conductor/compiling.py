@@ -1,13 +1,13 @@
 """The compile context every Conductor task type's compile function is handed.
 
 A compile function (one per task type, beside the task class it builds, in
-``taskflow.declare.conductor.tasks``) takes a :class:`CompileContext` and the :class:`Site` of
-its task, and returns the task's :data:`Step`: its entry node, its exit edges and how many tasks
+``taskflow.declare.conductor.tasks``) takes a ``CompileContext`` and the ``Site`` of
+its task, and returns the task's ``Step``: its entry node, its exit edges and how many tasks
 of the list it used (a fork and its join are one step of two tasks). The loader owns the table
 of compile functions and hands it to the context, which dispatches every task through it.
 
 The context holds what the compile functions share: the definition's name and version, the
-``load`` call's :class:`Library` (registry, limits, task definitions, sub-workflow
+``load`` call's ``Library`` (registry, limits, task definitions, sub-workflow
 definitions), the graph being compiled, every task's position, the error and warning helpers,
 and the callables that compile a nested workflow (``compile_workflow``) or a task a dynamic fork
 forks at run time (``compile_forked``). This module imports no task module: the task modules
@@ -108,7 +108,7 @@ class Library:
     def compile_candidates(self, compile_workflow: Callable[[Any, tuple[str, ...]], Workflow]
                            ) -> None:
         """Compile every definition of ``workflows`` not compiled (nor being compiled) yet
-        into :attr:`candidates`, or into :attr:`refused` with the reason it does not load."""
+        into ``candidates``, or into ``refused`` with the reason it does not load."""
         for data in self.workflows:
             key = candidate_key(data)
             if key in self.compiling or key in self.candidates or key in self.refused:
@@ -123,7 +123,7 @@ class Library:
 
 
 def candidate_key(data: Any) -> tuple[str, Any]:
-    """A definition's (name, version) as a key of :attr:`Library.candidates` (a version that
+    """A definition's (name, version) as a key of ``Library.candidates`` (a version that
     is not a number or a string is keyed by its text)."""
     if not isinstance(data, Mapping):
         return "workflow", None

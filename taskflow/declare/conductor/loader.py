@@ -4,12 +4,12 @@ The ``tasks`` list is a sequence: each step's nodes depend on the previous step'
 (a fork and its join are one step; a switch's exits are its cases' exits). Loop bodies and
 sub-workflows are compiled into graphs of their own, run by their task as nested runs.
 
-Each task is compiled by the function :data:`COMPILERS` maps its ``type`` to, which lives
+Each task is compiled by the function ``COMPILERS`` maps its ``type`` to, which lives
 beside the task class it builds and is handed the
-:class:`~taskflow.declare.conductor.compiling.CompileContext`.
+``CompileContext``.
 
 Everything is checked before anything runs, following Conductor's rules, and raises
-:class:`~taskflow.FlowDefinitionError` naming the task and where it is. Task types that need a
+[`FlowDefinitionError`][taskflow.FlowDefinitionError] naming the task and where it is. Task types that need a
 Conductor server are all named at once, each with its type and position.
 """
 
@@ -339,7 +339,7 @@ def load(definition: Any, registry: Mapping[str, TaskFn] | None, *,
          max_loop_iterations: int = 1000,
          max_workflow_depth: int = 32,
          event_sink: EventSink | None = None) -> Workflow:
-    """Compile a Conductor workflow definition into a runnable :class:`Workflow`.
+    """Compile a Conductor workflow definition into a runnable [`Workflow`][taskflow.declare.conductor.Workflow].
 
     Args:
         definition: the workflow definition: a dict (or a bare ``tasks`` list), JSON text (a str

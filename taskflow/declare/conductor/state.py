@@ -1,6 +1,6 @@
-"""A Conductor run's state in its :class:`~taskflow.TaskContext`: task records, variables.
+"""A Conductor run's state in its [`TaskContext`][taskflow.TaskContext]: task records, variables.
 
-Everything a task reads about other tasks lives in the run's context, under :data:`RUNS_KEY`, as
+Everything a task reads about other tasks lives in the run's context, under ``RUNS_KEY``, as
 plain dicts: ``{run key: {"tasks": {ref: {"input", "output", "taskId", "status"}},
 "variables": {...}, "meta": {...}}}``. The run key is the flow id, or the key a nested run
 (a DO_WHILE iteration, a SUB_WORKFLOW) was given, so a context reused by later runs never shows
@@ -8,7 +8,7 @@ them stale records.
 
 Copy on write: a record already in the context is never mutated, because a snapshot of the
 context taken for a task on another process may be being pickled meanwhile. Every write goes
-through :func:`_update`, under one lock.
+through ``_update``, under one lock.
 """
 
 from __future__ import annotations
@@ -154,6 +154,6 @@ def workflow_object(ctx: TaskContext, name: str, version: Any) -> dict[str, Any]
 
 
 def fingerprint(value: Any) -> str:
-    """A short digest of a workflow input (equal inputs, equal digests), for :data:`CHAIN_KEY`."""
+    """A short digest of a workflow input (equal inputs, equal digests), for ``CHAIN_KEY``."""
     text = json.dumps(value, sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()

@@ -1,4 +1,4 @@
-"""A loaded Conductor workflow (:class:`Workflow`) and one run of it (:class:`WorkflowRun`)."""
+"""A loaded Conductor workflow ([`Workflow`][taskflow.declare.conductor.workflow.Workflow]) and one run of it ([`WorkflowRun`][taskflow.declare.conductor.workflow.WorkflowRun])."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Workflow:
         version: its ``version`` (None if absent).
         nodes: every node of the top-level graph, in definition order (usable with
             ``TaskScheduling.start``; put the workflow input in the context under
-            :data:`~taskflow.declare.conductor.INPUT_KEY`).
+            [`INPUT_KEY`][taskflow.declare.conductor.INPUT_KEY]).
         warnings: the fields found in the definition that taskflow does not implement.
         timeout: the definition's ``timeoutSeconds`` as a budget (None: no limit).
         alert_after: ``timeoutSeconds`` under ``timeoutPolicy: ALERT_ONLY`` (a run longer than
@@ -129,13 +129,13 @@ class Workflow:
                 (none if it has none), ``math.inf`` means no budget. ``start`` returns by then;
                 unfinished tasks become TIMEOUT.
             context: the run's TaskContext (a new one if None); the input is stored in it under
-                :data:`~taskflow.declare.conductor.INPUT_KEY`.
+                [`INPUT_KEY`][taskflow.declare.conductor.INPUT_KEY].
             correlation_id: ``${workflow.correlationId}``.
 
         Returns:
             The FlowResult: node name (task reference name) -> node; ``outputs[ref]`` is a
             task's output. A required task's failure or a TERMINATE cancels the rest of the
-            run, so its ``status`` is then ``CANCELLED``: :meth:`status` gives Conductor's.
+            run, so its ``status`` is then ``CANCELLED``: [`status`][taskflow.declare.conductor.workflow.Workflow.status] gives Conductor's.
 
         Raises:
             FlowDefinitionError: the workflow was loaded without a registry.
@@ -181,7 +181,7 @@ class Workflow:
     def run(self, input: Mapping[str, Any] | None = None, *, executor: Executor,
             timeout: float | None = None, context: TaskContext | None = None,
             correlation_id: str | None = None) -> WorkflowRun:
-        """:meth:`start`, described as Conductor would (status, output, variables)."""
+        """[`start`][taskflow.declare.conductor.workflow.Workflow.start], described as Conductor would (status, output, variables)."""
         result = self.start(input, executor=executor, timeout=timeout, context=context,
                             correlation_id=correlation_id)
         record = self._record(result)
@@ -208,7 +208,7 @@ class Workflow:
     def output(self, result: FlowResult, input: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The workflow's output for a run: a TERMINATE's ``workflowOutput``; else its
         ``outputParameters`` resolved against the run (``input`` is the workflow input the run
-        was started with; by default the one :meth:`start` recorded); or without them, as in
+        was started with; by default the one [`start`][taskflow.declare.conductor.workflow.Workflow.start] recorded); or without them, as in
         Conductor, the output of the last task that ran."""
         record = self._record(result)
         meta = record.get("meta") or {}

@@ -1,7 +1,7 @@
 """What every node compiled from a Conductor task shares: its input, output, retries, failure.
 
 Inputs are resolved by the node's ``on_begin`` hook and outputs recorded by ``on_success`` /
-``on_fail`` in the run's context (:mod:`taskflow.declare.conductor.state`). On executors that run tasks
+``on_fail`` in the run's context (``taskflow.declare.conductor.state``). On executors that run tasks
 in other processes those hooks run in the caller's process, before the context snapshot that
 travels with the task is taken, so expressions may read any earlier task, not only the fathers.
 
@@ -71,7 +71,7 @@ def as_output(value: Any) -> dict[str, Any]:
 
 
 def failure_output(exc: BaseException | None) -> dict[str, Any]:
-    """The output a failed task leaves (its :class:`TaskFailedError` output, else ``{}``)."""
+    """The output a failed task leaves (its [`TaskFailedError`][taskflow.declare.conductor.tasks.base.TaskFailedError] output, else ``{}``)."""
     if isinstance(exc, TaskFailedError):
         return dict(exc.output)
     return {}
@@ -84,7 +84,7 @@ _STATUS = {ResultState.EXCEPTION: "FAILED", ResultState.TIMEOUT: "TIMED_OUT",
 class TaskMixin:
     """Input, output and failure handling of a node compiled from a Conductor task.
 
-    Subclasses implement :meth:`execute`; ``task`` resolves the input and applies the task
+    Subclasses implement ``execute``; ``task`` resolves the input and applies the task
     definition's FIXED/LINEAR_BACKOFF retries (EXPONENTIAL_BACKOFF is the engine's own).
     """
 

@@ -10,7 +10,7 @@ by default) unless ``headers`` names them, in any letter case. The output is Con
 an empty one (a 204, say) is ``None``, Conductor's ``null``. A status outside 2xx fails the task
 with that output, as in Conductor.
 
-Boundaries (:class:`~taskflow.declare.conductor.boundaries.Limits`): the host is checked against
+Boundaries ([`Limits`][taskflow.declare.conductor.boundaries.Limits]): the host is checked against
 ``allow_hosts`` before any connection and again for every redirect; a body longer than
 ``max_response_bytes`` fails the task; the timeouts never exceed the run's remaining budget.
 """

@@ -5,7 +5,7 @@ Here each evaluation gets a fresh V8 isolate from ``mini-racer`` (extra ``[condu
 script sees ``$`` (the input, as JSON data) and nothing of the host: no files, no network, no
 Python objects, no state left by another evaluation. It runs at most ``js_time_limit`` seconds
 (capped by the run's remaining budget) and ``js_memory_limit`` bytes of heap; past either it is
-stopped and the task fails with :class:`ScriptError`.
+stopped and the task fails with [`ScriptError`][taskflow.declare.conductor.tasks.javascript.ScriptError].
 
 The script's completion value is the result (``$.a + 1``, or the value of the last statement);
 LAMBDA wraps its ``scriptExpression`` in a function, as Conductor does, so it may ``return``.
