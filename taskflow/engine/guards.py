@@ -455,7 +455,8 @@ _GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
 
 def _go(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
     """Every gate let the attempt through: check its breaker permit again, then hand the slot
-    and the permit to a new :class:`Attempt` (the reservation and the ticket are used up)."""
+    and the permit to a new :class:`Attempt` (the reservation, the ticket and the token's timer
+    are used up)."""
     bp = g.bpermit
     if bp is not None:
         try:
@@ -467,7 +468,7 @@ def _go(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
         alive = _alive(run, i)
         if alive:
             g.current = a = Attempt(g.permit, bp, now)
-            g.permit = g.bpermit = g.reservation = g.ticket = None
+            g.permit = g.bpermit = g.reservation = g.ticket = g.token_timer = None
             g.wait = 0
     if not alive:
         if bp is not None:

@@ -92,7 +92,7 @@ def budget_note(wr: Any) -> str:
     return " ".join(getattr(wr.exception, "__notes__", ()))
 
 
-def test_min_budget_refusing_after_a_slot_wait_gives_back_the_slot_the_trial_and_the_token() -> None:
+def test_min_budget_refusing_after_a_slot_wait_gives_back_slot_trial_and_token() -> None:
     bulkhead = Bulkhead("one-slot", max_concurrent=1)
     breaker = half_open("after-slot")
     limit = RateLimit("after-slot", per_second=1000, burst=1)
@@ -139,6 +139,41 @@ def test_min_budget_refusing_after_a_token_wait_gives_back_the_token_and_the_tri
     assert "min_budget" in budget_note(wr)
     assert limit.metrics().cancelled == 1
     assert trial_is_free(breaker)
+
+
+def test_a_leader_refused_by_min_budget_after_a_wait_hands_the_lead_to_a_waiting_run() -> None:
+    bulkhead = Bulkhead("lead", max_concurrent=1)
+    hog = Hog()
+    budget = 4 * MEDIUM
+    calls: list[str] = []
+
+    def backend(ctx: TaskContext, param: Any) -> str:
+        calls.append(ctx["run"])
+        return str(ctx["run"])
+
+    node = FunctionNode(backend, name="stock", bulkhead=bulkhead, min_budget=budget / 2,
+                        share_key=lambda ctx, p: "sku")
+    flight = node._policy.flight
+    with ThreadPoolExecutor(3, thread_name_prefix="lead") as pool:
+        held = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
+                                     executor=pool, timeout=LONG)
+        assert hog.entered.wait(LONG)
+        t0 = time.monotonic()
+        hurried = TaskScheduling.submit(node, executor=pool, timeout=budget,
+                                        context=TaskContext(run="hurried"))
+        wait_until(lambda: bulkhead.metrics().waiting == 1)  # it leads, and waits for the slot
+        patient = TaskScheduling.submit(node, executor=pool, timeout=LONG,
+                                        context=TaskContext(run="patient"))
+        wait_until(lambda: flight.metrics().waiting == 1)  # it waits for the leader's call
+        wait_until(lambda: time.monotonic() > t0 + 0.6 * budget)
+        hog.release.set()
+        refused, served = hurried.result(LONG), patient.result(LONG)
+        held.result(LONG)
+    assert refused.result_of("stock").state is ResultState.TIMEOUT
+    assert "min_budget" in budget_note(refused.result_of("stock"))
+    # the hurried run's budget was its own: the patient run led the call itself
+    assert served.ok and served.outputs == {"stock": "patient"} and calls == ["patient"]
+    assert not served.result_of("stock").shared
 
 
 def test_a_run_closing_while_its_node_passes_the_gates_orphans_nothing(errors: list[str]) -> None:
