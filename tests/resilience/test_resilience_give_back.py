@@ -5,15 +5,15 @@ a hedge that needs the breaker's leave like any other call."""
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from conftest import LONG, MEDIUM, SHORT
-from resilience_helpers import FakeClock
+from resilience_helpers import FakeClock, logged_errors
 
 from taskflow import (
     Bulkhead,
@@ -37,21 +37,6 @@ def wait_until(cond: Any, timeout: float = LONG) -> None:
             raise AssertionError("condition not reached")
         time.sleep(0.001)
 
-
-@pytest.fixture
-def errors() -> Iterator[list[str]]:
-    """taskflow's ERROR log lines (an illegal state move is one, when it does not raise)."""
-    from loguru import logger
-
-    lines: list[str] = []
-    logger.enable("taskflow")
-    sink = logger.add(lambda m: lines.append(m.record["message"]), level="ERROR",
-                      format="{message}")
-    try:
-        yield lines
-    finally:
-        logger.remove(sink)
-        logger.disable("taskflow")
 
 
 class Hog:
@@ -176,7 +161,7 @@ def test_a_leader_refused_by_min_budget_after_a_wait_hands_the_lead_to_a_waiting
     assert not served.result_of("stock").shared
 
 
-def test_a_run_closing_while_its_node_passes_the_gates_orphans_nothing(errors: list[str]) -> None:
+def test_a_run_closing_while_its_node_passes_the_gates_orphans_nothing() -> None:
     bulkhead = Bulkhead("closing", max_concurrent=1)
     breaker = half_open("closing")
     hog = Hog()
@@ -193,7 +178,8 @@ def test_a_run_closing_while_its_node_passes_the_gates_orphans_nothing(errors: l
     node = FunctionNode(lambda c, p: calls.append("call") or "stock", name="stock",
                         bulkhead=bulkhead, breaker=breaker, share_key=key)
     flight = node._policy.flight
-    with ThreadPoolExecutor(1, thread_name_prefix="hog") as other, ThreadPoolExecutor(
+    with logged_errors() as errors, ThreadPoolExecutor(
+            1, thread_name_prefix="hog") as other, ThreadPoolExecutor(
             1, thread_name_prefix="admit") as pool:
         held = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
                                      executor=other, timeout=LONG)
@@ -216,8 +202,7 @@ def test_a_run_closing_while_its_node_passes_the_gates_orphans_nothing(errors: l
 
 
 @pytest.mark.timeout(120)
-def test_runs_closed_at_random_moments_leave_no_slot_trial_or_shared_call_behind(
-        errors: list[str]) -> None:
+def test_runs_closed_at_random_moments_leave_no_slot_trial_or_shared_call_behind() -> None:
     bulkhead = Bulkhead("random-close", max_concurrent=2, max_waiting=64)
     clock = FakeClock()
     breaker = CircuitBreaker("random-close", window=4, min_calls=2, failure_ratio=0.5,
@@ -255,12 +240,11 @@ def test_runs_closed_at_random_moments_leave_no_slot_trial_or_shared_call_behind
             if mine.random() < 0.2:
                 clock.advance(1.0)  # an open breaker lets a trial through
 
-    import sys
-
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # switch threads often: admissions and closes interleave
     try:
-        with ThreadPoolExecutor(4, thread_name_prefix="random-close") as pool:
+        with logged_errors() as errors, ThreadPoolExecutor(
+                4, thread_name_prefix="random-close") as pool:
             callers = [threading.Thread(target=caller, args=(k, pool), name=f"caller-{k}")
                        for k in range(8)]
             for t in callers:

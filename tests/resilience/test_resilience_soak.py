@@ -29,12 +29,12 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from conftest import EPS, LONG, SCALE
+from resilience_helpers import logged_errors
 
 from taskflow import (
     Bulkhead,
@@ -51,21 +51,6 @@ from taskflow.resilience import BreakerState, SingleFlight
 
 FAILED = (ResultState.EXCEPTION, ResultState.TIMEOUT)
 
-
-@pytest.fixture
-def errors() -> Iterator[list[str]]:
-    """taskflow's ERROR log lines (an illegal state move is one, when it does not raise)."""
-    from loguru import logger
-
-    lines: list[str] = []
-    logger.enable("taskflow")
-    sink = logger.add(lambda m: lines.append(m.record["message"]), level="ERROR",
-                      format="{message}")
-    try:
-        yield lines
-    finally:
-        logger.remove(sink)
-        logger.disable("taskflow")
 
 
 def _graph(seed: int) -> tuple[tuple[FunctionNode, ...], Bulkhead, RateLimit]:
@@ -335,8 +320,7 @@ def _page(backend: Phased, bulkhead: Bulkhead, limit: RateLimit, hooks: HookCoun
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_backend_going_slow_down_and_back_leaks_nothing_with_every_option_at_once(
-        errors: list[str]) -> None:
+def test_a_backend_going_slow_down_and_back_leaks_nothing_with_every_option_at_once() -> None:
     breaker = MovesBreaker("soak-inventory", failure_ratio=0.5, window=10, min_calls=5,
                            open_for=0.1, half_open_calls=1)
     backend = Phased(breaker)
@@ -399,7 +383,8 @@ def test_a_backend_going_slow_down_and_back_leaks_nothing_with_every_option_at_o
     sampler = threading.Thread(target=sample, name="soak-sampler")
     sampler.start()
     try:
-        with ThreadPoolExecutor(8, thread_name_prefix="soak-phased") as pool:
+        with logged_errors() as errors, ThreadPoolExecutor(
+                8, thread_name_prefix="soak-phased") as pool:
             callers = [threading.Thread(target=caller, args=(k, pool), name=f"soak-caller-{k}")
                        for k in range(12)]
             for t in callers:
