@@ -22,7 +22,7 @@ Fields (all under ``lock``)
   entry, armed while ready nodes are left to busy loops.
 ``loop_node``: the node each loop runs (by token); ``abandoned``: loops stuck in a node that
   timed out (no longer counted in ``loops``).
-``ranks``: each node's dispatch rank (``guards.rank``) or None (FIFO); set by the run's ``begin``.
+``ranks``: each node's dispatch rank (``ranking.rank``) or None (FIFO); set by the run's ``begin``.
 ``closed``: the run closed; no watchdog is armed any more.
 ``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
   ``next_node``).
@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from taskflow.engine import guards, timer
+from taskflow.engine import ranking, timer
 from taskflow.engine.states import QUEUED, RUNNING
 
 __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"]
@@ -116,6 +116,22 @@ class Economy:
             self.nslow += 1
             self.slowq[i] = 1
         self.ready.append(i)
+
+    def take(self, pick: Callable[[int], bool]) -> list[int]:
+        """Remove from ``ready`` the QUEUED nodes ``pick`` wants (a batch's call takes them
+        along) and return them, in queue order; the caller moves them on."""
+        ready, code, slowq = self.ready, self.code, self.slowq
+        taken = [i for i in ready if code[i] == QUEUED and pick(i)]
+        if taken:
+            gone = set(taken)
+            kept = [i for i in ready if i not in gone]
+            ready.clear()
+            ready.extend(kept)
+            for i in taken:
+                if slowq[i]:
+                    slowq[i] = 0
+                    self.nslow -= 1
+        return taken
 
     def clear_ready(self) -> None:
         """Empty ``ready``."""
@@ -230,7 +246,7 @@ class Economy:
                 return -1
         ranks = self.ranks
         while ready:
-            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
+            i = ready.popleft() if ranks is None else ranking.pop_best(ready, ranks)
             if self.slowq[i]:
                 self.slowq[i] = 0
                 self.nslow -= 1
