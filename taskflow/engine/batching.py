@@ -1,20 +1,24 @@
 """Batched nodes at run time: taking seats in a ``Batch``'s calls, running them, answering.
 
-A node with ``batch=`` makes no attempt of its own. Its gate (``gate``, the last of
-``guards.admit``'s, on the thread about to start its attempt, outside the run's lock) does:
+A node with ``batch=`` makes no attempt of its own. It takes a *seat* in a *call* of its batch:
 
-1. its key (``batch.key_of``; an error there is its outcome);
-2. under the run's lock: every node of the same batch still QUEUED in the run's ready queue
-   (``economy.take``) is taken along — QUEUED -> PARKED, it never runs — unless its outcome is
-   decided already or ``min_budget`` would refuse it; each waits for an answer
-   (``Guard.wait == WAIT_BATCH``);
-3. outside it: each attempt is stamped (``begin_attempt``: the node's own timeout starts), the
-   others' keys are read, and all of them take seats (``Batch.join``) in calls of the run
-   (``across_runs=False``) or of every run;
-4. under the lock, each seat is handed to its node's Guard (``Guard.seat``) if the node is still
+1. popped: a loop pops a batched node from the run's ready queue (``Economy.next_node``) and,
+   in the same critical section, every ready node of the same batch that may join it
+   (``joinable``: no outcome decided yet, ``min_budget`` lets it start) goes along, QUEUED ->
+   PARKED, kept in ``economy.gathered``. No other loop can take one of them for a call of its
+   own: the nodes of a batch that are ready together make one call (or several of
+   ``max_size`` keys). If the popped node ends before its gate (``Run.fail``), or takes no
+   seat (``min_budget``, its key failed), they are ready again (``regather``).
+2. its gate (``gate``, the first of ``guards.admit``'s, on the thread about to start its
+   attempt, outside the run's lock): its key (``batch.key_of``; an error is its outcome);
+   under the lock it takes the nodes it was popped with (each waits for an answer,
+   ``Guard.wait == WAIT_BATCH``); outside it each attempt is stamped (``begin_attempt``: a
+   node's own timeout starts), their keys are read, and all take seats (``Batch.join``) in
+   calls of the run (``across_runs=False``) or of every run;
+3. under the lock each seat is handed to its node's Guard (``Guard.seat``) if the node is still
    alive, else it leaves; the node itself parks (PARKED) unless it holds the duty to run its
    call now;
-5. the duty: a call that ``join`` closed (full, or ``window == 0``) belongs to the joiner. It runs
+4. the duty: a call that ``join`` closed (full, or ``window == 0``) belongs to the joiner. It runs
    the call holding its own seat at once, on its own worker (``Batch.execute``), and ends DONE
    with its answer; any other call it closed is handed off (``_hand_off``). A call still open
    gets a timer entry at the end of its window (``_window_passed``, on the timer thread), which
@@ -49,19 +53,20 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
 from taskflow.engine import events, timer
-from taskflow.engine.states import ADMIT_DONE, ADMIT_PARKED, INLINE, PARKED, QUEUED
+from taskflow.engine.states import ADMIT_DONE, ADMIT_GO, ADMIT_PARKED, INLINE, PARKED, QUEUED
 from taskflow.errors import NodeCancelledError, RejectedExecutionError
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import ResultState, WorkResult
 
-__all__ = ["WAIT_BATCH", "BatchedRun", "ItemHost", "Seated", "gate", "release", "seat_items"]
+__all__ = ["WAIT_BATCH", "BatchedRun", "ItemHost", "Seated", "gate", "joinable", "release",
+           "seat_items"]
 
 # what a node parked for its batch waits for (``Guard.wait``; guards.py uses 1 to 3)
 WAIT_BATCH = 4
@@ -78,11 +83,13 @@ class Seated(Protocol):
     seat: Any
 
 
-class TakingEconomy(Protocol):
+class GatheringEconomy(Protocol):
     """What batching needs of the run's loop economy (``economy.Economy``), under the lock."""
 
-    def take(self, pick: Callable[[int], bool]) -> list[int]:
-        """Remove the QUEUED ready nodes ``pick`` wants; return them."""
+    gathered: dict[int, list[int]]
+
+    def regather(self, i: int) -> None:
+        """The nodes node ``i`` was popped with are ready again."""
 
     def enqueue(self, i: int) -> None:
         """Append QUEUED node ``i`` to the ready nodes."""
@@ -116,7 +123,7 @@ class BatchedRun(Protocol):
         """Node -> its Guard (``Seated``)."""
 
     @property
-    def economy(self) -> TakingEconomy:
+    def economy(self) -> GatheringEconomy:
         """The run's loop economy."""
 
     def move(self, i: int, new: int) -> None:
@@ -180,33 +187,45 @@ class _Party:
             run.post(run.dispatch, k)
 
 
-def gate(run: BatchedRun, i: int, g: Seated, pol: Any,
+def joinable(policy: Sequence[Any], guards: Any, deadline: float, j: int) -> bool:
+    """Under the run's lock (``Economy.next_node``): whether ready batched node ``j`` may take
+    a seat now: no outcome decided for it yet, and ``min_budget`` lets it start."""
+    g = guards.get(j)
+    if g is not None and g.outcome is not None:
+        return False
+    pol = policy[j]
+    return pol.min_budget is None or deadline - _monotonic() >= pol.min_budget
+
+
+def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
          guard_of: Callable[[Any, int], Seated]) -> int:
     """Node ``i`` (RUNNING, on its own thread, outside the lock) takes a seat in a call of
-    ``pol.batch`` with the nodes of that batch ready in its run (see the module): PARKED, or
-    DONE with ``g.outcome`` set. ``guard_of(run, j)`` makes node ``j``'s Guard."""
+    ``pol.batch`` with the nodes of that batch it was popped with (see the module): PARKED,
+    or DONE with ``g.outcome`` set; GO (and the nodes it took go back to the ready queue)
+    when ``min_budget`` refuses it: the next gate says so. ``guard_of(run, j)`` makes node
+    ``j``'s Guard."""
     batch = pol.batch
-    node = run.plan.nodes[i]
+    if pol.min_budget is not None and run.deadline - now < pol.min_budget:
+        _let_go(run, i)
+        return ADMIT_GO
     try:
-        key = batch.key_of(run.ctx, node.param, owner=f"node {run.names[i]!r}")
+        key = batch.key_of(run.ctx, run.plan.nodes[i].param, owner=f"node {run.names[i]!r}")
     except Exception as exc:  # noqa: BLE001 - the key function's error is the node's
+        _let_go(run, i)
         g.outcome = (None, exc)
         return ADMIT_DONE
-    now = _monotonic()
     with run.lock:
         if not _alive(run, i):
             g.outcome = (None, NodeCancelledError(run.names[i], "it ended while joining a batch"))
             return ADMIT_DONE
         g.wait = WAIT_BATCH
-        others = run.economy.take(partial(_joins, run, batch, now))
+        others = run.economy.gathered.pop(i, [])
         for j in others:
-            run.move(j, PARKED)  # QUEUED -> PARKED: taken into this node's call
             guard_of(run, j).wait = WAIT_BATCH
     tname = threading.current_thread().name
-    entries = [(key, i)]
     for j in [i, *others]:
         run.begin_attempt(j, run.results[j], tname, run.plan.nodes[j])
-    entries += _keys_of(run, batch, others)
+    entries = [(key, i), *_keys_of(run, batch, others)]
     seats, closed, opened = batch.join(
         None if batch.across_runs else run.flow_id,
         [(k, _deadline(run, j), j) for k, j in entries], _Party(run))
@@ -241,16 +260,15 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any,
     return ADMIT_DONE
 
 
-def _joins(run: BatchedRun, batch: Any, now: float, j: int) -> bool:
-    """Under the lock: whether ready node ``j`` goes along in a call of ``batch``: it uses the
-    batch, has no outcome decided yet, and ``min_budget`` lets it start."""
-    pol = run.plan.policy[j]
-    if pol is None or pol.batch is not batch:
-        return False
-    g = run.guards.get(j)
-    if g is not None and g.outcome is not None:
-        return False
-    return pol.min_budget is None or run.deadline - now >= pol.min_budget
+def _let_go(run: BatchedRun, i: int) -> None:
+    """Node ``i`` takes no seat: the nodes it was popped with are ready again."""
+    k = 0
+    with run.lock:
+        if i in run.economy.gathered:
+            run.economy.regather(i)
+            k = run.economy.reserve()
+    if k:
+        run.post(run.dispatch, k)
 
 
 def _keys_of(run: BatchedRun, batch: Any, others: list[int]) -> list[tuple[Hashable, int]]:

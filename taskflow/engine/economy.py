@@ -23,6 +23,11 @@ Fields (all under ``lock``)
 ``loop_node``: the node each loop runs (by token); ``abandoned``: loops stuck in a node that
   timed out (no longer counted in ``loops``).
 ``ranks``: each node's dispatch rank (``ranking.rank``) or None (FIFO); set by the run's ``begin``.
+``batch_of``: each node's ``Batch`` (None: none), or None when the plan has no batched node;
+  ``joinable(i)``: whether ready node ``i`` may take a seat now (``batching.joinable``); both set
+  by the run's ``begin``. ``gathered[i]``: the ready nodes of its batch that node ``i`` took
+  along when it was popped (PARKED since), until its batch gate takes them (``batching.gate``)
+  or it ends first (``regather``: they are ready again).
 ``closed``: the run closed; no watchdog is armed any more.
 ``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
   ``next_node``).
@@ -35,6 +40,8 @@ Invariants
 * While nodes are ready and fewer loops are on their way than ready nodes, a watchdog is armed
   (unless the run closed): a ready node never waits for a loop that does not come.
 * ``nslow`` equals the number of ``ready`` entries whose ``slowq`` flag is set.
+* A batched node is popped together with every ready node of its batch that may join it (one
+  critical section: no other loop can take one of them and make a call of its own).
 """
 
 from __future__ import annotations
@@ -42,11 +49,11 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskflow.engine import ranking, timer
-from taskflow.engine.states import QUEUED, RUNNING
+from taskflow.engine.states import PARKED, QUEUED, RUNNING
 
 __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"]
 
@@ -105,6 +112,9 @@ class Economy:
         self.loop_node: dict[int, int] = {}
         self.abandoned: set[int] = set()
         self.ranks: list[tuple[float, float]] | None = None
+        self.batch_of: Sequence[Any] | None = None
+        self.joinable: Callable[[int], bool] | None = None
+        self.gathered: dict[int, list[int]] = {}
         self.closed = False
 
     # -- arrivals ---------------------------------------------------------------------------------
@@ -116,22 +126,6 @@ class Economy:
             self.nslow += 1
             self.slowq[i] = 1
         self.ready.append(i)
-
-    def take(self, pick: Callable[[int], bool]) -> list[int]:
-        """Remove from ``ready`` the QUEUED nodes ``pick`` wants (a batch's call takes them
-        along) and return them, in queue order; the caller moves them on."""
-        ready, code, slowq = self.ready, self.code, self.slowq
-        taken = [i for i in ready if code[i] == QUEUED and pick(i)]
-        if taken:
-            gone = set(taken)
-            kept = [i for i in ready if i not in gone]
-            ready.clear()
-            ready.extend(kept)
-            for i in taken:
-                if slowq[i]:
-                    slowq[i] = 0
-                    self.nslow -= 1
-        return taken
 
     def clear_ready(self) -> None:
         """Empty ``ready``."""
@@ -253,9 +247,43 @@ class Economy:
             if code[i] == QUEUED:
                 code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
                 self.loop_node[token] = i
+                if self.batch_of is not None and self.batch_of[i] is not None:
+                    self._gather(i)
                 return i
         self.loop_exits(token)
         return -1
+
+    def _gather(self, i: int) -> None:
+        """Batched node ``i`` was just popped: the ready nodes of its batch that may join it go
+        along (QUEUED -> PARKED), kept in ``gathered[i]`` for its batch gate."""
+        joinable, batch_of, code = self.joinable, self.batch_of, self.code
+        assert joinable is not None and batch_of is not None
+        if not joinable(i):
+            return
+        b = batch_of[i]
+        taken = [j for j in self.ready if code[j] == QUEUED and batch_of[j] is b and joinable(j)]
+        if not taken:
+            return
+        gone = set(taken)
+        kept = [j for j in self.ready if j not in gone]
+        self.ready.clear()
+        self.ready.extend(kept)
+        slowq = self.slowq
+        for j in taken:
+            if slowq[j]:
+                slowq[j] = 0
+                self.nslow -= 1
+            code[j] = PARKED  # QUEUED -> PARKED: taken along into node i's batch call
+        self.gathered[i] = taken
+
+    def regather(self, i: int) -> None:
+        """Node ``i`` ended (or will not take a seat) before its batch gate took the nodes it
+        took along: those still PARKED are ready again (the caller reserves loops)."""
+        code = self.code
+        for j in self.gathered.pop(i, ()):
+            if code[j] == PARKED:
+                code[j] = QUEUED  # PARKED -> QUEUED: it waited for nothing yet
+                self.enqueue(j)
 
     def first_node(self, token: int) -> int:
         """A reserved loop started: its first node (``next_node``), or -1."""

@@ -8,7 +8,10 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   the attempt through the gates, in this order, and answers at once:
 
   1. an outcome already decided (``DONE``): a failed father for a node with a fallback
-     (``doom``), a shared call that resolved, a cached value;
+     (``doom``), a shared call that resolved, a cached value, a batch call's answer;
+  1b. ``batch`` (``batching.gate``, first: it takes the nodes its node was popped with): a
+     seat in a call of the batch -> ``PARKED`` until the answer, or ``DONE`` with it (a
+     batched node never goes on to an attempt of its own);
   2. ``min_budget``: too little budget left -> ``DONE`` with a TIMEOUT error;
   3. ``share_key`` (single flight): the first run of a key leads; another waits for the
      leader's outcome (``PARKED``) or takes a cached value (``DONE``);
@@ -17,8 +20,6 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
      a token later -> ``PARKED`` until then (a timer entry);
   6. ``bulkhead.acquire(on_grant, deadline)``: a slot -> go on; a ticket -> ``PARKED``; full ->
      ``DONE`` with ``BulkheadFullError``;
-  6b. ``batch`` (``batching.gate``): a seat in a call of the batch -> ``PARKED`` until the
-     answer, or ``DONE`` with it (a batched node never goes on to an attempt of its own);
   7. ``GO``: the breaker permit is checked again (``breaker.renew``: a node that waited may
      hold a permit from before the breaker moved; open now -> ``DONE``), then the attempt
      starts (with ``hedge``, a race whose timer may start duplicates).
@@ -202,7 +203,7 @@ class Guard:
         self.retry: Any = None  # a retry-budget token for its next attempt (``retrying``)
 
 
-class ReadyCounter(batching.TakingEconomy, Protocol):
+class ReadyCounter(batching.GatheringEconomy, Protocol):
     """What the gates need of the run's loop economy (``economy.Economy``): a node that comes
     back from PARKED is queued and counted, and loops are reserved for it; a batched node
     takes the ready nodes of its batch along."""
@@ -461,13 +462,14 @@ def _bulkhead_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> i
 
 
 def _batch_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
-    """``batch``: a seat in a call of the batch -> PARKED until answered, or DONE."""
-    return GO if pol.batch is None else batching.gate(run, i, g, pol, _guard)
+    """``batch``: a seat in a call of the batch -> PARKED until answered, or DONE (first: it
+    takes along the nodes its node was popped with, whatever the other gates say)."""
+    return GO if pol.batch is None else batching.gate(run, i, g, pol, now, _guard)
 
 
 # the gates in the order an attempt passes them (see the module)
 _GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
-    _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate, _batch_gate)
+    _batch_gate, _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
 
 
 def _go(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:

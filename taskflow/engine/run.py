@@ -145,6 +145,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import (
+    batching,
     closing,
     deadlines,
     events,
@@ -437,6 +438,9 @@ class Run:
         eco = self.economy
         if plan.any_policy:
             self.ranks = eco.ranks = ranking.rank(plan)
+            if plan.batches is not None:
+                eco.batch_of = plan.batches
+                eco.joinable = partial(batching.joinable, plan.policy, self.guards, self.deadline)
         code = self.code
         with self.lock:
             for i in plan.roots:
@@ -910,6 +914,8 @@ class Run:
         wr.finished_at = now
         wr.state = state
         self.move(i, TERMINAL)
+        if self.economy.gathered:  # a batched node ended before its gate took its batch along
+            self.economy.regather(i)
 
     def mark_settled(self, i: int) -> bool:
         """Under lock: move node ``i`` to SETTLED (its hook returned, its sons were updated) and

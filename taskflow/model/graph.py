@@ -42,6 +42,7 @@ class Plan:
         "any_policy",
         "any_timeout",
         "backoff",
+        "batches",
         "est",
         "fanout",
         "fathers",
@@ -115,6 +116,9 @@ class Plan:
         # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
         self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
         self.any_policy = any(p is not None for p in self.policy)
+        # each node's batch (``batch=``), or None when no node of the plan is batched
+        batches = tuple(None if p is None else p.batch for p in self.policy)
+        self.batches = batches if any(b is not None for b in batches) else None
 
     def _read_kinds(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """Which hooks each node's class overrides, and what kind of node it is."""
