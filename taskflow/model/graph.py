@@ -90,6 +90,11 @@ class Plan:
         # and read by the engine to decide whether a ready node deserves a worker loop of its own
         self.est = [-1.0] * len(nodes)
         self._mark_plain()
+        # each node's batch (``batch=``; a fan-out's answers its items, not itself), or None
+        # when no node of the plan is batched
+        batches = tuple(None if p is None or fo else p.batch
+                        for p, fo in zip(self.policy, self.fanout, strict=True))
+        self.batches = batches if any(b is not None for b in batches) else None
 
     def _wire(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """The edges as indices: fathers, sons (pruned ones left out), optional fathers, roots
@@ -116,9 +121,6 @@ class Plan:
         # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
         self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
         self.any_policy = any(p is not None for p in self.policy)
-        # each node's batch (``batch=``), or None when no node of the plan is batched
-        batches = tuple(None if p is None else p.batch for p in self.policy)
-        self.batches = batches if any(b is not None for b in batches) else None
 
     def _read_kinds(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """Which hooks each node's class overrides, and what kind of node it is."""
