@@ -129,20 +129,26 @@ def carousel_bench(rounds: int, pages_per_round: int, callers: int) -> None:
           f"p99 {batched[2] / plain[2]:.3f}x")
 
 
+class Outage:
+    """A stock backend that fails every call after 1 ms, counted."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self, ctx: Any, param: Any) -> None:
+        with self.lock:
+            self.calls += 1
+        time.sleep(0.001)
+        raise ConnectionError("stock backend down")
+
+
 def outage_bench(runs: int) -> None:
     budget = RetryBudget("outage-bench", ratio=0.2, min_per_second=10)
     counts = {}
     for name, options in (("retries=3", {}), ("retries=3 + budget", {"retry_budget": budget})):
-        calls = [0]
-        lock = threading.Lock()
-
-        def down(ctx: Any, param: Any) -> None:
-            with lock:
-                calls[0] += 1
-            time.sleep(0.001)
-            raise ConnectionError("stock backend down")
-
-        node = FunctionNode(down, name="stock", retries=3, **options)
+        backend = Outage()
+        node = FunctionNode(backend, name="stock", retries=3, **options)
         with ThreadPoolExecutor(8, thread_name_prefix="bench-outage") as pool:
             t0 = time.monotonic()
             futures = [TaskScheduling.submit(node, executor=pool, timeout=BUDGET)
@@ -150,9 +156,9 @@ def outage_bench(runs: int) -> None:
             for f in futures:
                 f.result()
             elapsed = time.monotonic() - t0
-        counts[name] = calls[0]
-        print(f"  {name:20} backend calls {calls[0]:5d} ({calls[0] / runs:.2f} per run, "
-              f"{elapsed:.2f} s)")
+        counts[name] = backend.calls
+        print(f"  {name:20} backend calls {backend.calls:5d} ({backend.calls / runs:.2f} per "
+              f"run, {elapsed:.2f} s)")
     m = budget.metrics()
     print(f"  budget: {m.attempts} first attempts, {m.retries} retries made, {m.refused} "
           f"refused; calls with/without: "

@@ -230,7 +230,7 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
         None if batch.across_runs else run.flow_id,
         [(k, _deadline(run, j), j) for k, j in entries], _Party(run))
     own = seats[0]
-    mine = own.call if own.call in closed else None
+    mine = own.call if any(own.call is c for c in closed) else None
     gone = []
     with run.lock:
         for seat in seats:
@@ -336,7 +336,10 @@ def _hand_off(batch: Any, call: Any) -> None:
     none, it fails unseen."""
     seen: set[int] = set()
     for seat in list(call.seats):  # closed: no seat is added any more
-        run = seat.party.run
+        party = seat.party  # None once the seat left
+        if party is None:
+            continue
+        run = party.run
         if id(run) in seen:
             continue
         seen.add(id(run))

@@ -106,25 +106,24 @@ class BatchKeys(list[Any]):
 
 
 class Seat:
-    """One node's (or one fan-out item's) place in a call. ``tag`` is the engine's."""
+    """One node's (or one fan-out item's) place in a call. ``tag`` is the engine's; ``label``
+    names the call. Once answered or left, a seat drops its call and its party (a seat kept
+    in a finished run's bookkeeping holds no other run)."""
 
-    __slots__ = ("call", "deadline", "key", "party", "state", "tag")
+    __slots__ = ("call", "deadline", "key", "label", "party", "state", "tag")
 
     def __init__(self, call: BatchCall, key: Hashable, deadline: float,
                  party: Callable[[list[Answer]], Any], tag: Any) -> None:
-        self.call = call
+        self.call: BatchCall | None = call
         self.key = key
         self.deadline = deadline
-        self.party = party
+        self.party: Callable[[list[Answer]], Any] | None = party
         self.tag = tag
+        self.label = call.label
         self.state = _WAITING  # guarded by the batch's lock
 
-    @property
-    def label(self) -> str:
-        return self.call.label
-
     def __repr__(self) -> str:
-        return f"<Seat {self.key!r} of {self.call.label}>"
+        return f"<Seat {self.key!r} of {self.label}>"
 
 
 class BatchCall:
@@ -286,6 +285,8 @@ class Batch:
             self._waiting -= 1
             self._left += 1
             call = seat.call
+            assert call is not None
+            seat.call = seat.party = None
             if call.state is OPEN or call.state is CLOSED:
                 n = call.keys[seat.key] - 1
                 if n:
@@ -355,17 +356,20 @@ class Batch:
             if not mapping:
                 self._failed += 1
             waiting = [s for s in call.seats if s.state == _WAITING]
+            call.seats = []
             for s in waiting:
                 s.state = _ANSWERED
             self._waiting -= len(waiting)
         for s in waiting:
             value, err = self._answer(s.key, answer, error, mapping)
+            party, s.party, s.call = s.party, None, None
             if s is own:
                 mine = (value, err)
                 continue
-            entry = parties.get(id(s.party))
+            assert party is not None
+            entry = parties.get(id(party))
             if entry is None:
-                entry = parties[id(s.party)] = (s.party, [])
+                entry = parties[id(party)] = (party, [])
             entry[1].append((s, value, err))
         deliveries: list[Callback] = [(party, (answers,)) for party, answers in parties.values()]
         run_callbacks(deliveries)
