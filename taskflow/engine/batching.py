@@ -219,7 +219,9 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
             g.outcome = (None, NodeCancelledError(run.names[i], "it ended while joining a batch"))
             return ADMIT_DONE
         g.wait = WAIT_BATCH
-        others = run.economy.gathered.pop(i, [])
+        # those taken along and still waiting (one may have been cancelled meanwhile)
+        others = [j for j in run.economy.gathered.pop(i, ())
+                  if run.code[j] == PARKED and _alive(run, j)]
         for j in others:
             guard_of(run, j).wait = WAIT_BATCH
     tname = threading.current_thread().name
