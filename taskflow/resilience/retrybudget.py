@@ -2,12 +2,14 @@
 
 A per-node ``retries=3`` multiplies the load on a backend that is down by four. A budget
 (Finagle's ``RetryBudget``) caps the retries of everyone who shares it instead: each first
-attempt *deposits*, each retry *withdraws*, and over the last ``window`` seconds
+attempt *deposits*, each retry *withdraws*, and a retry is granted only if, counting it, over
+the last ``window`` seconds
 
     retries <= ratio * first attempts + min_per_second * window
 
 (``min_per_second * window`` is a reserve, so a node that calls rarely can still retry). A
-retry past the budget is not made: the node ends with its last error.
+retry past the budget is not made: the node ends with its last error. Over a longer time the
+retries so stay about ``ratio`` x the first attempts plus ``min_per_second`` a second.
 
 How the engine uses it (all calls are non-blocking)::
 
