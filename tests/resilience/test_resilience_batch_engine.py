@@ -180,6 +180,40 @@ def test_a_key_function_that_fails_fails_its_node_only() -> None:
     assert result.outputs["price-a"] == "v-a"
 
 
+def test_a_first_node_whose_key_fails_lets_the_others_go_on_without_it() -> None:
+    backend = Backend()
+
+    def key(ctx: Any, p: Any) -> Any:
+        if p == "bad":
+            raise LookupError("no sku in param")
+        return p
+
+    batch = Batch("prices-leader", backend, key=key)
+    root = FunctionNode(lambda ctx, p: None, name="page")
+    # popped first (highest priority), it takes the others along, then its own key fails
+    bad = FunctionNode(unused, param="bad", name="bad", batch=batch, priority=10)
+    root >> [bad, *[FunctionNode(unused, param=s, name=s, batch=batch) for s in "abc"]]
+    with ThreadPoolExecutor(1, thread_name_prefix="batch-leader") as pool:
+        result = TaskScheduling.start(root, executor=pool, timeout=LONG)
+    assert isinstance(result["bad"].work_result.exception, LookupError)
+    assert [sorted(call) for call in backend.calls] == [["a", "b", "c"]]
+    assert {result.outputs[s] for s in "abc"} == {"v-a", "v-b", "v-c"}
+
+
+def test_min_budget_refuses_a_batched_node_before_it_takes_a_seat() -> None:
+    backend = Backend()
+    batch = Batch("prices-min-budget", backend)
+    root = FunctionNode(lambda ctx, p: None, name="page")
+    greedy = FunctionNode(unused, param="greedy", name="greedy", batch=batch, priority=10,
+                          min_budget=LONG * 2)
+    root >> [greedy, *[FunctionNode(unused, param=s, name=s, batch=batch) for s in "ab"]]
+    with ThreadPoolExecutor(1, thread_name_prefix="batch-min") as pool:
+        result = TaskScheduling.start(root, executor=pool, timeout=LONG)
+    wr = result["greedy"].work_result
+    assert wr.state is ResultState.TIMEOUT and wr.batch is None
+    assert [sorted(call) for call in backend.calls] == [["a", "b"]]
+
+
 # -- waiting holds no worker ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("window", [0.0, SHORT])
