@@ -214,16 +214,10 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
         _let_go(run, i)
         g.outcome = (None, exc)
         return ADMIT_DONE
-    with run.lock:
-        if not _alive(run, i):
-            g.outcome = (None, NodeCancelledError(run.names[i], "it ended while joining a batch"))
-            return ADMIT_DONE
-        g.wait = WAIT_BATCH
-        # those taken along and still waiting (one may have been cancelled meanwhile)
-        others = [j for j in run.economy.gathered.pop(i, ())
-                  if run.code[j] == PARKED and _alive(run, j)]
-        for j in others:
-            guard_of(run, j).wait = WAIT_BATCH
+    others = _take_along(run, i, g, guard_of)
+    if others is None:
+        g.outcome = (None, NodeCancelledError(run.names[i], "it ended while joining a batch"))
+        return ADMIT_DONE
     tname = threading.current_thread().name
     for j in [i, *others]:
         run.begin_attempt(j, run.results[j], tname, run.plan.nodes[j])
@@ -233,19 +227,7 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
         [(k, _deadline(run, j), j) for k, j in entries], _Party(run))
     own = seats[0]
     mine = own.call if any(own.call is c for c in closed) else None
-    gone = []
-    with run.lock:
-        for seat in seats:
-            j = seat.tag
-            if _alive(run, j):
-                run.guards[j].seat = seat
-            else:
-                gone.append(seat)
-        parked = mine is None and g.wait == WAIT_BATCH and _alive(run, i)
-        if parked:
-            run.move(i, PARKED)
-    for seat in gone:
-        batch.leave(seat)
+    parked = _hand_over(run, i, g, batch, seats, mine is None)
     for call in closed:
         if call is not mine:
             _hand_off(batch, call)
@@ -260,6 +242,42 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
             g.outcome = (None, NodeCancelledError(run.names[i], "its run ended"))
         g.wait = 0
     return ADMIT_DONE
+
+
+def _take_along(run: BatchedRun, i: int, g: Seated,
+                guard_of: Callable[[Any, int], Seated]) -> list[int] | None:
+    """Under the lock: node ``i`` and the nodes it was popped with that still wait now wait
+    for an answer; those nodes (None: ``i`` itself ended)."""
+    with run.lock:
+        if not _alive(run, i):
+            return None
+        g.wait = WAIT_BATCH
+        # those taken along and still waiting (one may have been cancelled meanwhile)
+        others = [j for j in run.economy.gathered.pop(i, ())
+                  if run.code[j] == PARKED and _alive(run, j)]
+        for j in others:
+            guard_of(run, j).wait = WAIT_BATCH
+    return others
+
+
+def _hand_over(run: BatchedRun, i: int, g: Seated, batch: Any, seats: list[Any],
+               may_park: bool) -> bool:
+    """Each seat goes to its node's Guard if the node is still alive, else it leaves; node
+    ``i`` parks (True) if ``may_park`` (it does not run its call) and no answer came yet."""
+    gone = []
+    with run.lock:
+        for seat in seats:
+            j = seat.tag
+            if _alive(run, j):
+                run.guards[j].seat = seat
+            else:
+                gone.append(seat)
+        parked = may_park and g.wait == WAIT_BATCH and _alive(run, i)
+        if parked:
+            run.move(i, PARKED)
+    for seat in gone:
+        batch.leave(seat)
+    return parked
 
 
 def _let_go(run: BatchedRun, i: int) -> None:
