@@ -359,6 +359,17 @@ class RemoteRunView:
     def cancel(self, reason: str | None) -> None:
         logger.warning("ctx.cancel() in another process has no effect (flow {})", self.flow_id)
 
+    def attempt_deadline(self) -> float:
+        """The run's deadline as the task was sent (the node's own timeout is the caller's to
+        enforce)."""
+        return self.deadline
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """The caller's process cannot reach this attempt: nothing is registered."""
+
+    def note_clamp(self, seconds: float) -> None:
+        """Clamped calls in another process are not reported."""
+
 
 def _round_trip(value: Any, cloud: bool) -> None:
     """Raise if ``value`` does not survive the way back to the caller's process: pickle, or,

@@ -91,6 +91,11 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
+  their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
+  every path that abandons attempts tests it first (``attempts.py``).
+``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
+  ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
 State table
 ===========
@@ -144,6 +149,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import (
+    attempts,
     closing,
     deadlines,
     events,
@@ -180,7 +186,7 @@ from taskflow.errors import (
 )
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
-from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
+from taskflow.model.result import AttemptNotes, FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
 
@@ -317,6 +323,11 @@ class Run:
         self.t0 = _monotonic()
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
+        self.watch: attempts.Watch | None = None
+        self.outer: tuple[Any, Any] | None = None
+        if inline:
+            d = current.__dict__
+            self.outer = (d.get("run"), d.get("idx"))
         self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
@@ -378,6 +389,25 @@ class Run:
 
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
+
+    def attempt_deadline(self) -> float | None:
+        cur = current
+        if getattr(cur, "run", None) is not self or getattr(cur, "hooking", None) is self:
+            return None  # not an attempt of this run (a hook is none)
+        return attempts.deadline_of(self, cur.idx, getattr(cur, "item", None))
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        cur = current
+        if getattr(cur, "run", None) is self and getattr(cur, "hooking", None) is not self:
+            attempts.register(self, cur.idx, fn)
+
+    def note_clamp(self, seconds: float) -> None:
+        cur = current
+        if getattr(cur, "run", None) is self and getattr(cur, "hooking", None) is not self:
+            attempts.note_clamp(self, cur.idx, seconds)
+
+    def attempt_notes(self) -> dict[int, AttemptNotes]:
+        return attempts.notes(self)
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -784,6 +814,8 @@ class Run:
             return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
+        if self.watch is not None:  # other attempts of it still running: a hedge, fan-out items
+            attempts.abandon(self, (i,), spare=current.__dict__)
         if told:
             self.tell_outcome(i, ok, has_hook, loud)
             with self.lock:
@@ -935,6 +967,7 @@ if TYPE_CHECKING:
     _closing: type[closing.ClosingRun] = Run
     _settling: type[settling.SettlingRun] = Run
     _timed: type[deadlines.TimedRun] = Run
+    _watched: type[attempts.WatchedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

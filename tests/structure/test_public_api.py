@@ -10,6 +10,7 @@ import taskflow
 
 PUBLIC = [
     "Alarm",
+    "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
     "CircuitBreaker",
@@ -62,8 +63,10 @@ PUBLIC = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "budget_from_headers",
     "conductor",
     "fork_join",
+    "http",
     "load_spec",
     "run_async",
 ]
@@ -97,10 +100,12 @@ NAMESPACES = {
     ],
     "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
     "taskflow.observe.web": ["make_app"],
+    "taskflow.http": ["httpx_client", "session"],
 }
 # ``taskflow.conductor`` and friends are these modules, loaded on first access
 REACHED_AS = {"conductor": "taskflow.declare.conductor", "stats": "taskflow.observe.stats",
-              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web"}
+              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web",
+              "http": "taskflow.http"}
 
 
 @pytest.mark.parametrize("module", sorted(NAMESPACES))
