@@ -9,6 +9,10 @@ all skipped is skipped. All that settles without running is handled in the same 
 with an explicit work list, and appended to ``hooks``: outside the lock ``after_settle`` logs
 those nodes, runs their on_fail hooks, then settles their sons and marks them SETTLED.
 
+A father cancelled because nobody needs it any more has its running attempt abandoned
+(``attempts.abandon``, under the lock: it only hands that attempt's ``ctx.on_cancel`` callbacks
+to a coordinator thread).
+
 Invariants: everything here but ``after_settle`` runs under the run's lock and never calls user
 code or ``submit`` (what must happen outside it is ``post``-ed to the owner); a son's join is
 decided once (only WAITING sons move); a node's on_fail hook runs before its sons move.

@@ -16,7 +16,8 @@ An item id seen twice is counted in ``duplicates`` and run once. Dedupe keeps no
 own: a new item is put in flight (``inflight``) in the same critical section that checks its id,
 so an id already in ``succeeded``, ``failed`` or ``inflight`` is a duplicate, and beyond the
 FanInResult it hands over a fan-out holds only its items in flight, whatever the item count. ``item_timeout`` fails a slow
-item (its thread is abandoned, its late result dropped) and a new item loop takes its place. When
+item (its thread is abandoned, its late result dropped, its ``ctx.on_cancel`` callbacks handed
+to a coordinator thread) and a new item loop takes its place. When
 the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
 ``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
 is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
