@@ -65,8 +65,8 @@ from taskflow.errors import traceback_text
 from taskflow.model.context import current
 from taskflow.model.result import AttemptNotes, ResultState
 
-__all__ = ["MAX_CLAMPS", "Mark", "Watch", "WatchedRun", "abandon", "deadline_of", "note_clamp",
-           "notes", "register", "watch_of"]
+__all__ = ["MAX_CLAMPS", "Asking", "Mark", "Watch", "WatchedRun", "abandon", "deadline_of",
+           "note_clamp", "register", "watch_of"]
 
 # clamped calls kept per node for the report (all are counted)
 MAX_CLAMPS = 16
@@ -119,6 +119,37 @@ class Watch:
         self.counts: dict[int, list[int]] = {}
         self.clamps: dict[int, list[tuple[int, float]]] = {}
         self.clamped: dict[int, int] = {}
+
+    def notes(self) -> dict[int, AttemptNotes]:
+        """Node -> what its attempts registered, ran and were clamped to (nodes with any)."""
+        out: dict[int, AttemptNotes] = {}
+        with self.lock:
+            for i in sorted(set(self.counts) | set(self.clamps)):
+                registered, ran, raised = self.counts.get(i, (0, 0, 0))
+                out[i] = AttemptNotes(tuple(self.clamps.get(i, ())), self.clamped.get(i, 0),
+                                      registered, ran, raised)
+        return out
+
+
+class Asking:
+    """The attempt of node ``i`` (fan-out ``item``, or None) running on the asking thread, as
+    the context sees it (``model.context.AttemptView``; made per question, by ``Run.asking``)."""
+
+    __slots__ = ("i", "item", "run")
+
+    def __init__(self, run: WatchedRun, i: int, item: Any) -> None:
+        self.run = run
+        self.i = i
+        self.item = item
+
+    def deadline(self) -> float:
+        return deadline_of(self.run, self.i, self.item)
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        register(self.run, self.i, fn)
+
+    def note_clamp(self, seconds: float) -> None:
+        note_clamp(self.run, self.i, seconds)
 
 
 def watch_of(run: WatchedRun) -> Watch:
@@ -269,15 +300,3 @@ def note_clamp(run: WatchedRun, i: int, seconds: float) -> None:
         watch.clamped[i] = watch.clamped.get(i, 0) + 1
 
 
-def notes(run: WatchedRun) -> dict[int, AttemptNotes]:
-    """Node -> what its attempts registered, ran and were clamped to (only nodes with any)."""
-    watch = run.watch
-    if watch is None:
-        return {}
-    out: dict[int, AttemptNotes] = {}
-    with watch.lock:
-        for i in sorted(set(watch.counts) | set(watch.clamps)):
-            registered, ran, raised = watch.counts.get(i, (0, 0, 0))
-            out[i] = AttemptNotes(tuple(watch.clamps.get(i, ())), watch.clamped.get(i, 0),
-                                  registered, ran, raised)
-    return out

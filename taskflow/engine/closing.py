@@ -319,16 +319,10 @@ class FinishedRun:
     def cancel(self, reason: str | None) -> None:
         """The run is over: nothing to cancel."""
 
-    def attempt_deadline(self) -> float | None:
+    def asking(self) -> None:
         """Nobody asking through a finished run's record is one of its attempts (an attempt
         it abandoned still sees the run itself)."""
         return None
-
-    def on_cancel(self, fn: Callable[[], object]) -> None:
-        """Not an attempt: nothing to abandon."""
-
-    def note_clamp(self, seconds: float) -> None:
-        """Not an attempt: nothing to note."""
 
 
 def value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,

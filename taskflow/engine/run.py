@@ -162,7 +162,7 @@ from taskflow.engine import (
 )
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
-from taskflow.engine.economy import Economy
+from taskflow.engine.economy import Economy, learn_duration
 from taskflow.engine.states import (
     BACKOFF,
     INLINE,
@@ -186,7 +186,7 @@ from taskflow.errors import (
 )
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
-from taskflow.model.result import AttemptNotes, FlowResult, HookError, ResultState, WorkResult
+from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
 
@@ -390,24 +390,11 @@ class Run:
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
 
-    def attempt_deadline(self) -> float | None:
+    def asking(self) -> attempts.Asking | None:
         cur = current
         if getattr(cur, "run", None) is not self or getattr(cur, "hooking", None) is self:
             return None  # not an attempt of this run (a hook is none)
-        return attempts.deadline_of(self, cur.idx, getattr(cur, "item", None))
-
-    def on_cancel(self, fn: Callable[[], object]) -> None:
-        cur = current
-        if getattr(cur, "run", None) is self and getattr(cur, "hooking", None) is not self:
-            attempts.register(self, cur.idx, fn)
-
-    def note_clamp(self, seconds: float) -> None:
-        cur = current
-        if getattr(cur, "run", None) is self and getattr(cur, "hooking", None) is not self:
-            attempts.note_clamp(self, cur.idx, seconds)
-
-    def attempt_notes(self) -> dict[int, AttemptNotes]:
-        return attempts.notes(self)
+        return attempts.Asking(self, cur.idx, getattr(cur, "item", None))
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -730,7 +717,7 @@ class Run:
             now = _monotonic()
             if now < self.deadline:
                 began = wr.started_at
-                if began is not None:  # learn_duration, inlined
+                if began is not None:  # economy.learn_duration, inlined
                     est = plan.est
                     e = est[i]
                     d = now - began
@@ -786,7 +773,7 @@ class Run:
         if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
-            self.learn_duration(i, wr.started_at, now)
+            learn_duration(plan.est, i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
@@ -821,16 +808,6 @@ class Run:
             with self.lock:
                 nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         return self.carry_on(nxt, k, fin, hooks)
-
-    def learn_duration(self, i: int, began: float | None, now: float) -> None:
-        """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
-        time (an exponential average; racy by design, see ``Plan.est``). The fast path of
-        ``complete`` inlines it."""
-        if began is not None:
-            est = self.plan.est
-            e = est[i]
-            d = now - began
-            est[i] = d if e < 0.0 else e + (d - e) * 0.25
 
     def record_success(self, i: int, wr: WorkResult[Any], value: Any,
                        degraded: BaseException | None, now: float) -> None:

@@ -1,9 +1,9 @@
 """``TaskContext`` — the task bus shared by the nodes of one run — and ``TaskSupport`` for hooks.
 
 Deadlines out and abandonment (``ctx.timeout``, ``ctx.deadline_headers``, ``ctx.on_cancel``)
-are answered by the run the asking thread belongs to (``ContextView.attempt_deadline``,
-``ContextView.on_cancel``): the engine knows the attempt's node, its first start and the
-run's deadline. Nothing is stored per node unless a task asks.
+are answered by the run the asking thread belongs to (``ContextView.asking``: the attempt of
+the run that runs on this thread, as an ``AttemptView``): the engine knows the attempt's node,
+its first start and the run's deadline. Nothing is stored per node unless a task asks.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from taskflow.model.deadlines import check_seconds, deadline_headers_for
 from taskflow.model.result import RunRecord, WorkResult
 
 __all__ = [
+    "AttemptView",
     "ContextView",
     "RunView",
     "TaskContext",
@@ -42,6 +43,20 @@ __all__ = [
 # running it, so ``ctx.cancelled`` can also answer for the node that asks, and a task abandoned by
 # an earlier run of a reused context still sees its own run.
 current = threading.local()
+
+
+class AttemptView(Protocol):
+    """One attempt of a node, as its run sees it (``ContextView.asking``)."""
+
+    def deadline(self) -> float:
+        """Its ``time.monotonic()`` deadline: the nearer of its node's and the run's (``inf``:
+        none; ``-inf``: the run gave up on it)."""
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once if the run gives up on it (at once if it already has)."""
+
+    def note_clamp(self, seconds: float) -> None:
+        """A client clamped one of its calls to ``seconds`` (for the report)."""
 
 
 class ContextView(Protocol):
@@ -66,17 +81,9 @@ class ContextView(Protocol):
     def cancel(self, reason: str | None) -> None:
         """``ctx.cancel``: end the run early."""
 
-    def attempt_deadline(self) -> float | None:
-        """The ``time.monotonic()`` deadline of the attempt asking on this thread (the nearer
-        of its node's and the run's; ``inf``: none; ``-inf``: the run gave up on the attempt),
-        or None when no attempt of this run asks (the caller, another thread)."""
-
-    def on_cancel(self, fn: Callable[[], object]) -> None:
-        """Call ``fn()`` once if the attempt asking on this thread is abandoned (at once if it
-        already was); nothing outside an attempt."""
-
-    def note_clamp(self, seconds: float) -> None:
-        """A client clamped a call of the asking attempt to ``seconds`` (for the report)."""
+    def asking(self) -> AttemptView | None:
+        """The attempt of this run that runs on this thread (None when none asks: the
+        caller, a hook, another thread)."""
 
 
 class RunView(ContextView, RunRecord, Protocol):
@@ -106,8 +113,9 @@ def note_clamp(ctx: TaskContext, seconds: float) -> None:
     """A client limited a call of the attempt asking on this thread to ``seconds`` (its
     deadline): the run's report says so."""
     view = ctx._view()
-    if view is not None:
-        view.note_clamp(seconds)
+    attempt = view.asking() if view is not None else None
+    if attempt is not None:
+        attempt.note_clamp(seconds)
 
 
 def attach_view(ctx: TaskContext, view: ContextView) -> None:
@@ -290,9 +298,10 @@ class TaskContext(MutableMapping[str, Any]):
         an attempt."""
         limit = check_seconds(cap, "cap", positive=True)
         view = self._view()
-        deadline = view.attempt_deadline() if view is not None else None
-        if view is None or deadline is None:
+        attempt = view.asking() if view is not None else None
+        if view is None or attempt is None:
             return None, limit
+        deadline = attempt.deadline()
         left = deadline - time.monotonic()
         if left <= 0.0:
             why = ("the run gave up on this attempt" if deadline == -math.inf
@@ -363,8 +372,9 @@ class TaskContext(MutableMapping[str, Any]):
             raise InvalidArgumentError(
                 f"on_cancel needs a callable taking no arguments, got {type(fn).__name__}")
         view = self._view()
-        if view is not None:
-            view.on_cancel(fn)
+        attempt = view.asking() if view is not None else None
+        if attempt is not None:
+            attempt.on_cancel(fn)
 
     def result_of(self, name: str) -> Any:
         """The value of node ``name`` if it finished with SUCCESS (or DEGRADED).

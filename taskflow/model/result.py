@@ -18,7 +18,8 @@ from taskflow.errors import NodeTimeoutError, UpstreamFailedError
 if TYPE_CHECKING:
     from taskflow.model.report import FlowReport
 
-__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "AttemptNotes", "FlowResult", "FlowStatus",
+__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "AttemptNotes", "AttemptRecord", "FlowResult",
+           "FlowStatus",
            "HookError",
            "ResultState", "RunRecord", "WorkResult", "failure_summary", "not_run_reason"]
 
@@ -256,6 +257,13 @@ class AttemptNotes:
                 f"ran={self.ran} raised={self.raised}>")
 
 
+class AttemptRecord(Protocol):
+    """What a run keeps of its attempts' deadlines (the engine's ``attempts.Watch``)."""
+
+    def notes(self) -> dict[int, AttemptNotes]:
+        """Node index -> its clamped calls and ``on_cancel`` callbacks (nodes with any)."""
+
+
 class RunRecord(Protocol):
     """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
@@ -284,8 +292,9 @@ class RunRecord(Protocol):
     def is_sink(self, i: int) -> bool:
         """Node ``i`` has no sons."""
 
-    def attempt_notes(self) -> dict[int, AttemptNotes]:
-        """Node index -> its clamped calls and ``on_cancel`` callbacks (nodes with any)."""
+    @property
+    def watch(self) -> AttemptRecord | None:
+        """What its attempts did with their deadline (None: no task of the run asked)."""
 
 
 class FlowResult(Mapping[str, Any]):
@@ -493,7 +502,8 @@ class FlowResult(Mapping[str, Any]):
         nodes with any; callbacks of attempts abandoned at the deadline may still be running
         when ``start`` returns, so the counts can still grow)."""
         names = self._run.names
-        return {names[i]: n for i, n in self._run.attempt_notes().items()}
+        watch = self._run.watch
+        return {} if watch is None else {names[i]: n for i, n in watch.notes().items()}
 
     def report(self, *, show_context: bool = False) -> FlowReport:
         """A JSON-ready pydantic model of the run (``.model_dump_json()``).
@@ -526,7 +536,7 @@ class FlowResult(Mapping[str, Any]):
         nodes = []
         counts: dict[str, int] = {}
         hook_errors = run.hook_errors
-        notes = run.attempt_notes()
+        notes = {} if run.watch is None else run.watch.notes()
         totals = [0, 0, 0]
         for i, wr in enumerate(run.results):
             counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
