@@ -317,8 +317,9 @@ class TaskContext(MutableMapping[str, Any]):
         The nearer of its node's deadline (``timeout=`` counts from the node's first start
         and covers all its attempts; in a fan-out item, ``item_timeout`` from the item's
         start) and the run's, at most ``cap``. Asked outside an attempt of a run using this
-        context (the caller's thread, a hook, after the run) it is ``cap``: there is no
-        deadline to pass on. In another process (process pools, dask) it is the run's budget
+        context (the caller's thread, a hook, a thread the task started, after the run) it is
+        ``cap``: there is no deadline to pass on (read ``timeout()`` in the task and hand the
+        number to its threads). In another process (process pools, dask) it is the run's budget
         left when the task was sent.
 
         Args:
@@ -362,8 +363,8 @@ class TaskContext(MutableMapping[str, Any]):
         outcome. Registered after the attempt was abandoned, it runs at once, on this thread.
         Each attempt has its own callbacks: a retry starts with none.
 
-        Outside an attempt (the caller, a hook) and in another process it does nothing: there
-        is no attempt to abandon, or no way to reach it.
+        Outside an attempt (the caller, a hook, a thread the task started) and in another
+        process it does nothing: there is no attempt to abandon, or no way to reach it.
 
         Raises:
             InvalidArgumentError: ``fn`` is not callable (also a TypeError).
