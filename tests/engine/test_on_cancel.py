@@ -400,3 +400,67 @@ def test_at_the_deadline_boundary_a_callback_runs_exactly_when_the_node_lost_its
     with lock:
         assert len(ran) == (0 if state is ResultState.SUCCESS else 1), (state, ran)
     assert notes is not None and notes.registered == 1
+
+
+def test_an_attempt_running_a_nested_flow_on_its_own_thread_is_still_told(calls, pool, release):
+    # a task that starts a flow on its own pool drains it on its own thread (an inline run):
+    # while it does, the outer run's deadline passes, and the outer attempt is still running
+    inner_started = threading.Event()
+
+    def inner_task(ctx: TaskContext, param: Any) -> str:
+        inner_started.set()
+        release.wait(LONG)
+        return "inner"
+
+    def outer_task(ctx: TaskContext, param: Any) -> Any:
+        ctx.on_cancel(calls.callback(ctx, "outer"))
+        ctx.on_cancel(release.set)  # what it is blocked on, through the nested flow
+        nested = TaskScheduling.start(FunctionNode(inner_task, name="inner"), executor=pool,
+                                      timeout=LONG)
+        return nested.outputs
+
+    result = TaskScheduling.start(FunctionNode(outer_task, name="outer"), executor=pool,
+                                  timeout=SHORT * 3)
+    assert result.status is FlowStatus.TIMED_OUT
+    assert inner_started.wait(PROMPT)
+    calls.wait_for(1)
+    assert release.wait(PROMPT)  # the second callback freed the nested flow
+    quiet_settle(calls)
+    assert calls.tags() == ["outer"]
+    calls.check_threads()
+
+
+def test_an_attempt_that_failed_into_a_back_off_is_not_told_when_its_thread_moved_on(calls,
+                                                                                     release):
+    # one worker: flaky's first attempt registers a callback and fails; while it waits out its
+    # back-off, the same thread runs `other`, and the run's deadline passes with both unfinished.
+    # Only `other` was abandoned mid-attempt: flaky's attempt had ended by itself
+    threads: dict[str, str] = {}
+    failed = threading.Event()
+
+    def flaky(ctx: TaskContext, param: Any) -> None:
+        threads["flaky"] = threading.current_thread().name
+        ctx.on_cancel(calls.callback(ctx, "flaky"))
+        failed.set()
+        raise ConnectionError("reset")
+
+    def other(ctx: TaskContext, param: Any) -> str:
+        threads["other"] = threading.current_thread().name
+        assert failed.wait(LONG)
+        ctx.on_cancel(calls.callback(ctx, "other"))
+        release.wait(LONG)
+        return "late"
+
+    # its back-off fits the budget; its second attempt would wait for the busy worker
+    a = FunctionNode(flaky, name="flaky", retries=1, retry_backoff=SHORT)
+    b = FunctionNode(other, name="other")
+    with ThreadPoolExecutor(1, thread_name_prefix="one") as one:
+        result = TaskScheduling.start([a, b], executor=one, timeout=SHORT * 4)
+        assert result.status is FlowStatus.TIMED_OUT
+        calls.wait_for(1)
+        release.set()
+    quiet_settle(calls)
+    assert threads["flaky"] == threads["other"]  # the same thread moved on
+    assert result["flaky"].work_result.state is ResultState.TIMEOUT  # unfinished at the deadline
+    assert result["flaky"].work_result.attempts == 1
+    assert calls.tags() == ["other"]
