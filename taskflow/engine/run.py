@@ -391,10 +391,10 @@ class Run:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
 
     def asking(self) -> attempts.Asking | None:
-        cur = current
-        if getattr(cur, "run", None) is not self or getattr(cur, "hooking", None) is self:
+        d = current.__dict__  # this thread's: one look-up, then plain dict reads
+        if d.get("run") is not self or d.get("hooking") is self:
             return None  # not an attempt of this run (a hook is none)
-        return attempts.Asking(self, cur.idx, getattr(cur, "item", None))
+        return attempts.Asking(self, d["idx"], d.get("item"))
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
