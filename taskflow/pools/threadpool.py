@@ -26,10 +26,20 @@ one in the worker; a woken worker that finds the queue empty (a finishing worker
 first) parks again. A finishing worker does not block on a held lock at once: it yields the GIL
 and retries (a bounded number of times, see ``_finish``), so the threads do not convoy on it.
 Shutdown wakes every parked worker, lowering ``max_size`` the surplus ones; a core thread's
-park times out now and then so that it notices a lowered ``core_size``. A cancelled queued task leaves the counts at once and
-is dropped from the deque when a worker reaches it. Every counter changes in the same lock
-section as the state it counts, so a snapshot taken under the lock satisfies
-``task_count == completed + cancelled + rejected + active + queued`` at every instant.
+park times out now and then so that it notices a lowered ``core_size``. A cancelled queued task
+leaves the counts at once (or in the next lock section, see below) and is dropped from the deque
+when a worker reaches it. Every counter
+changes in the same lock section as the state it counts, so a snapshot taken under the lock
+satisfies ``task_count == completed + cancelled + rejected + active + queued`` at every instant.
+
+Who waits for the lock. Workers and ``submit`` take it; the two calls a flow makes on its way
+out at its deadline never wait for it: ``mark_abandoned`` and the cancel of a queued task try it
+once, and if another thread holds it (under load that holder may itself be waiting for the GIL,
+and a thread woken for a lock must win it again against every worker that spins on it) they
+append their request to ``_deferred`` (no lock: a deque append) and return. The next lock
+section of a worker finishing a task, of ``metrics()``, ``shutdown`` or a broken pool does the
+deferred requests first (``_drain_locked``), so a mark is counted before its task can finish,
+and a snapshot sees every request made before it was taken.
 Counters are updated before a task's Future resolves: once ``future.result()`` returns,
 ``metrics()`` already counts that task. Queue-wait and run times go into fixed-size ring
 buffers; percentiles are computed when a snapshot is taken, never per task.
@@ -232,6 +242,9 @@ class ThreadPool(Executor):
         # idle workers, each parked on its own lock (held: acquiring it waits); the last one
         # parked is woken first (see the module docstring)
         self._parked: list[threading.Lock] = []
+        # cancels (False) and abandon marks (True) made while another thread held the lock:
+        # appended without it, done by the next lock section that drains it (_drain_locked)
+        self._deferred: deque[tuple[PoolFuture, bool]] = deque()
         self._pool_size = 0
         self._largest_pool_size = 0
         # replaced, never changed in place: a reader may iterate what it read without the lock
@@ -347,6 +360,7 @@ class ThreadPool(Executor):
         Raises:
             ValueError: ``core_size < 0`` or ``core_size > max_size``.
         """
+        new: list[threading.Thread] = []
         with self._lock:
             _check_sizes(core_size, self._max_size)
             delta = core_size - self._core_size
@@ -356,7 +370,9 @@ class ThreadPool(Executor):
             if delta > 0 and self._pool_size < core_size:
                 # like JUC: at most one new core thread per queued task, up to the new core
                 for _ in range(min(delta, self._queued, core_size - self._pool_size)):
-                    self._add_worker_locked(None)
+                    new.append(self._add_worker_locked(None))
+        for t in new:
+            self._launch(t, None)
         logger.debug("pool {} core size {} -> {}", self._name, core_size - delta, core_size)
 
     def set_max_size(self, max_size: int) -> None:
@@ -383,14 +399,15 @@ class ThreadPool(Executor):
 
     def prestart_core_threads(self) -> int:
         """Start all core threads now instead of on demand; return how many were started."""
-        started = 0
+        new: list[threading.Thread] = []
         with self._lock:
             if self._shutdown:
                 return 0
             while self._pool_size < self._core_size:
-                self._add_worker_locked(None)
-                started += 1
-        return started
+                new.append(self._add_worker_locked(None))
+        for t in new:
+            self._launch(t, None)
+        return len(new)
 
     # ------------------------------------------------------------------ submission
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
@@ -411,6 +428,7 @@ class ThreadPool(Executor):
         f._pool = self
         evicted: PoolFuture | None = None
         wake: threading.Lock | None = None
+        start: threading.Thread | None = None  # registered under the lock, started after it
         queued = False
         busy = waiting = 0
         # read before the lock: every call made while holding the lock is a point where the
@@ -420,12 +438,11 @@ class ThreadPool(Executor):
             if self._shutdown or self._broken is not None:
                 raise self._refusal()
             self._task_count += 1
-            if self._pool_size < self._core_size:
-                self._start_with_locked(f)
-                return f
-            # capacity 0 is a hand-off: accepted while an idle worker is free to take it
             cap = self._capacity
-            if (self._queued < cap) if cap else self._parked:
+            if self._pool_size < self._core_size:
+                start = self._start_with_locked(f)
+            # capacity 0 is a hand-off: accepted while an idle worker is free to take it
+            elif (self._queued < cap) if cap else self._parked:
                 f._tstate = QUEUED
                 self._queue.append(f)
                 self._queued += 1
@@ -433,10 +450,9 @@ class ThreadPool(Executor):
                 if self._parked:  # no thread idles while a task waits: wake the last parked
                     wake = self._parked.pop()
                 elif self._pool_size == 0:  # core_size 0: keep one thread for queued work
-                    self._add_worker_locked(None)
+                    start = self._add_worker_locked(None)
             elif self._pool_size < self._max_size:
-                self._start_with_locked(f)
-                return f
+                start = self._start_with_locked(f)
             else:
                 self._rejected += 1
                 if self._rejection is RejectionPolicy.DISCARD_OLDEST and self._capacity:
@@ -450,6 +466,9 @@ class ThreadPool(Executor):
                     self._queue.append(f)
                     self._queued += 1
                     queued = True
+        if start is not None:
+            self._launch(start, None if queued else f)
+            return f
         if queued:
             if wake is not None:
                 wake.release()
@@ -488,37 +507,47 @@ class ThreadPool(Executor):
         cancel_and_notify(f)
         return f
 
-    def _start_with_locked(self, f: PoolFuture) -> None:
-        """Start a new thread whose first task is ``f``."""
+    def _start_with_locked(self, f: PoolFuture) -> threading.Thread:
+        """A new thread whose first task is ``f`` (registered; ``_launch`` starts it)."""
         f._tstate = RUNNING
         self._active += 1
-        try:
-            self._add_worker_locked(f)
-        except RuntimeError as exc:  # "can't start new thread"
-            f._tstate = DONE
-            self._active -= 1
-            self._rejected += 1
-            raise RejectedExecutionError(f"pool {self._name!r} cannot start a thread") from exc
+        return self._add_worker_locked(f)
 
-    def _add_worker_locked(self, first: PoolFuture | None) -> None:
+    def _add_worker_locked(self, first: PoolFuture | None) -> threading.Thread:
+        """Register a new worker thread; the caller starts it after the lock (``_launch``).
+
+        Starting a thread waits until the new thread runs, which under load means until it
+        gets the GIL: done under the pool's lock, that wait would hold up every other thread
+        that needs the lock (submitters, finishing workers, a flow at its deadline).
+        """
         # in a list the thread empties: Thread keeps its args until the target returns
         t = threading.Thread(
             target=work,
             args=(self._ref, [first]),
             name=f"{self._thread_prefix}_{next(self._thread_ids)}",
         )
-        threads = self._threads
-        self._threads = threads | {t}
+        self._threads = self._threads | {t}
         self._pool_size += 1
-        # started under the lock so shutdown(wait=True) never sees an unstarted thread; this
-        # happens only while the pool grows
+        self._largest_pool_size = max(self._largest_pool_size, self._pool_size)
+        return t
+
+    def _launch(self, t: threading.Thread, first: PoolFuture | None) -> None:
+        """Start a thread registered by ``_add_worker_locked`` (never under the lock); if it
+        cannot start, unregister it and refuse ``first``, its task."""
         try:
             t.start()
-        except BaseException:
-            self._threads = threads
-            self._pool_size -= 1
-            raise
-        self._largest_pool_size = max(self._largest_pool_size, self._pool_size)
+        except RuntimeError as exc:  # "can't start new thread"
+            with self._lock:
+                self._threads = self._threads - {t}
+                self._pool_size -= 1
+                if first is not None:
+                    first._tstate = DONE
+                    self._active -= 1
+                    self._rejected += 1
+            if first is None:
+                raise
+            release(first)
+            raise RejectedExecutionError(f"pool {self._name!r} cannot start a thread") from exc
 
     def _poll_locked(self) -> PoolFuture | None:
         """Pop the oldest live queued task, dropping cancelled entries on the way."""
@@ -532,19 +561,62 @@ class ThreadPool(Executor):
         return None
 
     def _claim_cancelled(self, f: PoolFuture) -> None:
-        """A queued future was cancelled by its holder: take it out of the counts."""
-        with self._lock:
-            if f._tstate != QUEUED:
-                return  # a worker took it (and will see the cancel) or shutdown claimed it
-            f._tstate = CLAIMED
-            self._queued -= 1
-            self._cancelled += 1
-            self._garbage += 1
-            if self._garbage > 64 and self._garbage * 2 > len(self._queue):
-                self._queue = deque(x for x in self._queue if x._tstate == QUEUED)
-                self._garbage = 0
-        release(f)
-        f.set_running_or_notify_cancel()  # only the claimer notifies wait()/as_completed()
+        """A queued future was cancelled by its holder: take it out of the counts.
+
+        Never waits for the lock: if another thread holds it, the claim is left to the next
+        lock section (``_deferred``); a worker that reaches the task first sees the cancel.
+        """
+        if not self._lock.acquire(False):
+            self._deferred.append((f, False))
+            return
+        try:
+            claimed = self._claim_locked(f)
+        finally:
+            self._lock.release()
+        if claimed:
+            release(f)
+            f.set_running_or_notify_cancel()  # only the claimer notifies wait()/as_completed()
+
+    def _claim_locked(self, f: PoolFuture) -> bool:
+        """Take a cancelled queued task out of the counts; False if it left the queue already
+        (a worker took it and sees the cancel, or shutdown claimed it)."""
+        if f._tstate != QUEUED:
+            return False
+        f._tstate = CLAIMED
+        self._queued -= 1
+        self._cancelled += 1
+        self._garbage += 1
+        if self._garbage > 64 and self._garbage * 2 > len(self._queue):
+            self._queue = deque(x for x in self._queue if x._tstate == QUEUED)
+            self._garbage = 0
+        return True
+
+    def _mark_locked(self, f: PoolFuture) -> None:
+        """Count ``f`` abandoned: now if it runs, when it starts if it is queued."""
+        if f._abandoned:
+            return
+        state = f._tstate
+        if state == RUNNING:
+            f._abandoned = True
+            self._abandoned_running += 1
+            self._abandoned_total += 1
+        elif state == QUEUED:
+            f._abandoned = True
+
+    def _drain_locked(self) -> None:
+        """Do the cancels and marks other threads left while the lock was held.
+
+        Notifying a claimed Future's waiters takes its condition under the pool's lock: the
+        pool's lock is never taken while holding a Future's condition, so the order is safe.
+        """
+        deferred = self._deferred
+        while deferred:
+            f, mark = deferred.popleft()
+            if mark:
+                self._mark_locked(f)
+            elif self._claim_locked(f):
+                release(f)
+                f.set_running_or_notify_cancel()
 
     # ------------------------------------------------------------------ workers
     def _initialize(self, first: PoolFuture | None) -> bool:
@@ -571,6 +643,7 @@ class ThreadPool(Executor):
         """
         refused: list[PoolFuture] = []
         with self._lock:
+            self._drain_locked()
             if self._broken is None:
                 self._broken = BrokenPoolError(self._name, cause)
             if first is not None:
@@ -610,7 +683,7 @@ class ThreadPool(Executor):
         for the GIL, every other thread blocks on the lock, and the pool convoys. With 4 workers
         fed by one thread on 2 CPUs that cost ~35 voluntary context switches per 100 no-op
         tasks (the stdlib pool: ~13), about 1 with the yield. The wait is short: nothing
-        slow runs under the pool lock (a thread start is the longest); after ``_SPINS`` tries
+        slow runs under the pool lock (threads are started after it); after ``_SPINS`` tries
         the worker blocks on it after all, so a long hold (or a Python without a GIL) never
         turns into a spin.
         """
@@ -619,9 +692,11 @@ class ThreadPool(Executor):
             if lock.acquire(False):
                 break
             _yield(0)
-        else:  # held for long (a thread start) or no GIL to hand over: block, as before
+        else:  # held for long (its holder waits for the GIL) or no GIL to hand over: block
             lock.acquire()
         try:
+            if self._deferred:  # a mark of this task must be counted before it is done
+                self._drain_locked()
             f._tstate = DONE
             f._pool = None  # a Future kept by its holder does not keep the pool alive
             self._active -= 1
@@ -660,6 +735,7 @@ class ThreadPool(Executor):
     def _skip_cancelled(self, f: PoolFuture, parker: threading.Lock) -> PoolFuture | float:
         """Count a task its holder cancelled after a worker took it, then take the next one."""
         with self._lock:
+            self._drain_locked()
             f._tstate = DONE
             f._pool = None
             self._active -= 1
@@ -723,6 +799,7 @@ class ThreadPool(Executor):
             f._tstate = CLAIMED
         self._lock = threading.Lock()
         self._parked = []
+        self._deferred = deque()
         self._ref = weakref.ref(self, wake_parked(self._parked))
         self._queue = deque()
         self._queued = self._garbage = self._active = 0
@@ -746,6 +823,7 @@ class ThreadPool(Executor):
         """
         cancelled: list[PoolFuture] = []
         with self._lock:
+            self._drain_locked()
             self._shutdown = True
             # idle threads exit once the queue is empty (emptied in place: wake_parked has it)
             wake = self._parked[:]
@@ -793,6 +871,9 @@ class ThreadPool(Executor):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
+                if t.ident is None:  # registered, being started by _launch: look again
+                    time.sleep(0.001)
+                    break
                 t.join(remaining)
             if deadline is not None and time.monotonic() >= deadline:
                 with self._lock:
@@ -816,19 +897,20 @@ class ThreadPool(Executor):
         The task keeps its thread until it returns (a thread cannot be killed); it is counted in
         ``abandoned_running`` until then and once in ``abandoned_total``. A task still queued is
         counted if it starts; a finished one, or a future of another executor, is ignored.
+
+        Never waits for the pool's lock (a flow calls this on its way to returning at its
+        deadline): if another thread holds it, the mark is counted by the next lock section,
+        before the task can finish, and ``metrics()`` always includes it.
         """
         if not isinstance(future, PoolFuture) or future._pool is not self:
             return
-        with self._lock:
-            if future._abandoned:
-                return
-            state = future._tstate
-            if state == RUNNING:
-                future._abandoned = True
-                self._abandoned_running += 1
-                self._abandoned_total += 1
-            elif state == QUEUED:
-                future._abandoned = True
+        if not self._lock.acquire(False):
+            self._deferred.append((future, True))
+            return
+        try:
+            self._mark_locked(future)
+        finally:
+            self._lock.release()
 
     def worker_native_ids(self) -> list[int]:
         """OS thread ids of the pool's live threads (to attribute CPU time with psutil)."""
@@ -838,6 +920,7 @@ class ThreadPool(Executor):
     def metrics(self) -> PoolMetrics:
         """Take a consistent snapshot of the pool's sizes, counters and recent timings."""
         with self._lock:
+            self._drain_locked()
             samples = self._samples
             waits = self._waits[:] if samples >= _RING else self._waits[:samples]
             runs = self._runs[:] if samples >= _RING else self._runs[:samples]
