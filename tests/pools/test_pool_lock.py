@@ -10,34 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import wait
-from contextlib import contextmanager
 
 import pytest
 from conftest import LONG, PROMPT
+from lock_holder import lock_held_elsewhere
 
 from taskflow.pools.threadpool import ThreadPool
-
-
-@contextmanager
-def lock_held_by_another_thread(pool: ThreadPool) -> Iterator[None]:
-    held, release = threading.Event(), threading.Event()
-    gave_up: list[bool] = []
-
-    def hold() -> None:
-        with pool._lock:
-            held.set()
-            if not release.wait(PROMPT):
-                gave_up.append(True)
-
-    holder = threading.Thread(target=hold, name="taskflow-test-holder")
-    holder.start()
-    assert held.wait(LONG)
-    try:
-        yield
-    finally:
-        release.set()
-        holder.join(LONG)
-    assert not gave_up, "the call waited for the pool's lock held by another thread"
 
 
 class Busy:
@@ -70,7 +48,7 @@ def test_marking_and_cancelling_never_wait_for_the_pools_lock(busy: Busy) -> Non
     running = pool.submit(busy.blocker)
     queued = pool.submit(busy.blocker)
     busy.await_started()
-    with lock_held_by_another_thread(pool):
+    with lock_held_elsewhere(pool, PROMPT):
         pool.mark_abandoned(running)
         pool.mark_abandoned(queued)
         assert queued.cancel()
@@ -88,7 +66,7 @@ def test_a_mark_left_for_later_is_counted_before_its_task_finishes(busy: Busy) -
     pool, gate = busy.pool, busy.gate
     running = pool.submit(busy.blocker)
     busy.await_started()
-    with lock_held_by_another_thread(pool):
+    with lock_held_elsewhere(pool, PROMPT):
         pool.mark_abandoned(running)
         gate.set()  # the worker finishes while the mark waits to be counted
     assert running.result(timeout=LONG) == "done"

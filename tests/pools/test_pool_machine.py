@@ -16,9 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import Future, wait
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from lock_holder import lock_held_elsewhere
 
 from taskflow.errors import RejectedExecutionError
 from taskflow.metrics import PoolMetrics
@@ -74,33 +74,6 @@ COUNTERS = (
     "task_count", "completed_task_count", "failed_task_count", "cancelled_task_count",
     "rejected_count", "largest_pool_size", "abandoned_total",
 )
-
-
-@contextmanager
-def lock_held_elsewhere(pool: ThreadPool, contended: bool) -> Iterator[None]:
-    """Run the body while another thread holds the pool's lock (if ``contended``); fail if the
-    body waited for it (the holder gives up after SETTLE, so a waiting body fails, not hangs)."""
-    if not contended:
-        yield
-        return
-    held, release = threading.Event(), threading.Event()
-    gave_up: list[bool] = []
-
-    def hold() -> None:
-        with pool._lock:
-            held.set()
-            if not release.wait(SETTLE):
-                gave_up.append(True)
-
-    holder = threading.Thread(target=hold, name="taskflow-machine-holder")
-    holder.start()
-    assert held.wait(LONG)
-    try:
-        yield
-    finally:
-        release.set()
-        holder.join(LONG)
-    assert not gave_up, "the call waited for the pool's lock held by another thread"
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -275,13 +248,13 @@ class PoolMachine(RuleBasedStateMachine):
         if queued and self.queue:
             task = self.queue[i % len(self.queue)]
             self.queue.remove(task)
-            with lock_held_elsewhere(self.pool, contended):
+            with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
                 assert task.future is not None and task.future.cancel()
             self.counts["cancelled_task_count"] += 1
             self.done.append(task)
         elif self.running:
             task = self.running[i % len(self.running)]
-            with lock_held_elsewhere(self.pool, contended):
+            with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
                 assert task.future is not None and not task.future.cancel()
 
     @precondition(lambda self: bool(self.queue) or bool(self.running))
@@ -291,7 +264,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.pool is not None
         tasks = self.queue if queued and self.queue else self.running or self.queue
         task = tasks[i % len(tasks)]
-        with lock_held_elsewhere(self.pool, contended):
+        with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
             assert task.future is not None
             self.pool.mark_abandoned(task.future)
         if not task.abandoned and task in self.running:
