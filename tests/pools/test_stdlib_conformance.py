@@ -5,7 +5,7 @@ The interpreter's ``test.test_concurrent_futures`` (a single module up to 3.11, 
 the executor, shutdown, wait, as_completed and initializer classes. This module imports them
 from the running interpreter (nothing of CPython's is copied here) and re-runs every class that
 uses ``ThreadPoolMixin`` three times: on the stdlib pool itself (a control: a failure there is
-this harness's, not ours), on ``MonitoredExecutor(ThreadPoolExecutor(...))`` and on
+this harness's, not ours; marked slow, so CI's runs on the other Pythons leave it out), on ``MonitoredExecutor(ThreadPoolExecutor(...))`` and on
 ``ThreadPool.fixed(...)``, the constructor of ``ThreadPool`` that takes ``ThreadPoolExecutor``'s
 arguments.
 
@@ -148,7 +148,7 @@ def _rerun(label: str, base: type) -> type:
         # a test forks a process pool while threads run (3.12+ warns about that)
         "pytestmark": [pytest.mark.filterwarnings(
             "ignore:This process .* is multi-threaded:DeprecationWarning"
-        )],
+        )] + ([pytest.mark.slow] if label == "Stdlib" else []),
     }
     for name, reason in _JUC_DIFFERENCES.get(label, {}).items():
         if hasattr(base, name):
