@@ -13,10 +13,12 @@ recommendations is the bad backend: in ``--mode slow`` 10 % of its calls take 30
 * ``taskflow``: the same graph, no option: a failed or late recommendations fails the page;
 * ``resilient``: recommendations with ``bulkhead`` (6 threads at most, nobody waits),
   ``fallback=[]`` (the page renders without it), ``hedge`` after 40 ms (idempotent) and a
-  100 ms node timeout.
+  100 ms node timeout;
+* ``resilient-p95``: the same with ``Hedge(after="p95")``, the recommended setting (the delay
+  follows the node's durations in this process, starting cold in each round).
 
 Per variant: page p50/p99 (caller's clock), the share of pages rendered (complete, or degraded
-where recommendations is optional), the cart p99, and the peak number of pool threads inside
+where recommendations is optional), the share complete (recommendations included), the cart p99, and the peak number of pool threads inside
 the bad backend at once. Then single flight: 32 concurrent requests for one key, with and
 without ``share_key``, count the backend calls.
 
@@ -91,7 +93,7 @@ def product_calls(b: Backends) -> tuple[Any, Any]:
     return product_info, price
 
 
-def build_page(b: Backends, resilient: bool) -> FunctionNode:
+def build_page(b: Backends, resilient: bool, hedge: Hedge | None = None) -> FunctionNode:
     product_info, price = product_calls(b)
 
     def stock(ctx: TaskContext, p: Any) -> int:
@@ -118,7 +120,7 @@ def build_page(b: Backends, resilient: bool) -> FunctionNode:
         # max_waiting=0: with 8 calls in flight, the page renders without recommendations at
         # once rather than wait for a slot
         options = {"bulkhead": Bulkhead("recommendations", max_concurrent=6, max_waiting=0),
-                   "fallback": [], "hedge": Hedge(after=0.04), "idempotent": True,
+                   "fallback": [], "hedge": hedge or Hedge(after=0.04), "idempotent": True,
                    "timeout": 0.1}
     top = FunctionNode(page)
     FunctionNode(product_info) >> [FunctionNode(price), FunctionNode(stock)] >> top
@@ -163,11 +165,13 @@ def futures_page(pool: ThreadPoolExecutor, b: Backends, sku: str) -> bool:
 
 def run_variant(name: str, bad: str | None, requests: int) -> dict[str, Any]:
     b = Backends(bad)
-    page = build_page(b, resilient=name == "resilient")
+    page = build_page(b, resilient=name.startswith("resilient"),
+                      hedge=Hedge(after="p95") if name == "resilient-p95" else None)
     cart = build_cart(b)
     page_times: list[float] = []
     cart_times: list[float] = []
     rendered = [0]
+    complete = [0]
     lock = threading.Lock()
     barrier = threading.Barrier(CALLERS)
     with ThreadPoolExecutor(POOL_THREADS, thread_name_prefix=f"bench-{name}") as pool:
@@ -184,13 +188,15 @@ def run_variant(name: str, bad: str | None, requests: int) -> dict[str, Any]:
                         cart_times.append(time.monotonic() - t0)
                     continue
                 if name == "futures":
-                    ok = futures_page(pool, b, sku)
+                    ok = whole = futures_page(pool, b, sku)
                 else:
-                    ok = TaskScheduling.start(page, executor=pool, timeout=BUDGET,
-                                              context=TaskContext(sku=sku)).ok
+                    result = TaskScheduling.start(page, executor=pool, timeout=BUDGET,
+                                                  context=TaskContext(sku=sku))
+                    ok, whole = result.ok, result.ok and not result.degraded
                 with lock:
                     page_times.append(time.monotonic() - t0)
                     rendered[0] += ok
+                    complete[0] += whole
 
         threads = [threading.Thread(target=caller, args=(k,), name=f"caller-{k}")
                    for k in range(CALLERS)]
@@ -199,7 +205,8 @@ def run_variant(name: str, bad: str | None, requests: int) -> dict[str, Any]:
         for t in threads:
             t.join()
     return {"variant": name, "p50": _pct(page_times, 0.5), "p99": _pct(page_times, 0.99),
-            "rendered": rendered[0] / len(page_times), "cart_p99": _pct(cart_times, 0.99),
+            "rendered": rendered[0] / len(page_times),
+            "complete": complete[0] / len(page_times), "cart_p99": _pct(cart_times, 0.99),
             "held": b.peak}
 
 
@@ -255,21 +262,22 @@ def main(argv: list[str] | None = None) -> None:
     def measure(name: str, bad: str | None) -> dict[str, Any]:
         runs = [run_variant(name, bad, args.requests) for _ in range(args.rounds)]
         out = {k: statistics.median(r[k] for r in runs) for k in ("p50", "p99", "rendered",
-                                                                  "cart_p99")}
+                                                                  "complete", "cart_p99")}
         return {**out, "variant": name, "held": max(r["held"] for r in runs)}
 
     run_variant("healthy", None, 3)  # warm-up: threads, plans, imports
     healthy = measure("healthy", None)
     for mode in modes:
         print(f"\nrecommendations degraded: {'10 % of calls take 300 ms' if mode == 'slow' else '20 % of calls fail'}")
-        print(f"{'variant':10} {'page p50':>9} {'page p99':>9} {'rendered':>9} {'cart p99':>9} "
-              f"{'cart/healthy':>13} {'bad-backend threads':>20}")
+        print(f"{'variant':14} {'page p50':>9} {'page p99':>9} {'rendered':>9} {'complete':>9} "
+              f"{'cart p99':>9} {'cart/healthy':>13} {'bad-backend threads':>20}")
         rows: list[dict[str, Any]] = [healthy]
-        rows += [measure(v, mode) for v in ("futures", "taskflow", "resilient")]
+        rows += [measure(v, mode) for v in ("futures", "taskflow", "resilient", "resilient-p95")]
         for row in rows:
             ratio = row["cart_p99"] / healthy["cart_p99"]
-            print(f"{row['variant']:10} {row['p50'] * 1000:7.1f}ms {row['p99'] * 1000:7.1f}ms "
-                  f"{row['rendered'] * 100:8.1f}% {row['cart_p99'] * 1000:7.1f}ms "
+            print(f"{row['variant']:14} {row['p50'] * 1000:7.1f}ms {row['p99'] * 1000:7.1f}ms "
+                  f"{row['rendered'] * 100:8.1f}% {row['complete'] * 100:8.1f}% "
+                  f"{row['cart_p99'] * 1000:7.1f}ms "
                   f"{ratio:12.2f}x {row['held']:>20}")
     one = single_flight(True)
     many = single_flight(False)

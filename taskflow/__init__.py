@@ -20,6 +20,7 @@ from loguru import logger
 
 from taskflow._version import __version__ as __version__
 from taskflow.errors import (
+    BrokenPoolError,
     BudgetExhaustedError,
     BulkheadFullError,
     CircuitOpenError,
@@ -146,6 +147,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Alarm",
+    "BrokenPoolError",
     "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",

@@ -6,8 +6,10 @@ import math
 import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import CancelledError
+from concurrent.futures.thread import BrokenThreadPool
 
 __all__ = [
+    "BrokenPoolError",
     "BudgetExhaustedError",
     "BulkheadFullError",
     "CircuitOpenError",
@@ -135,6 +137,19 @@ class UpstreamFailedError(TaskflowError, RuntimeError):
 
 class RejectedExecutionError(TaskflowError, RuntimeError):
     """An executor refused a task (saturated or shut down)."""
+
+
+class BrokenPoolError(TaskflowError, BrokenThreadPool):
+    """A ``ThreadPool`` whose thread initializer raised: it fails its queued tasks and refuses
+    new ones (the stdlib's ``BrokenThreadPool``, so ``except BrokenExecutor`` catches it)."""
+
+    def __init__(self, pool: str, cause: BaseException | None = None) -> None:
+        self.pool = pool
+        self.cause = cause
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        super().__init__(
+            f"pool {pool!r} is broken: a thread initializer failed{why}; it runs no more tasks"
+        )
 
 
 class ResultNotAvailableError(TaskflowError, LookupError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -30,8 +31,11 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None, targets: Any = None, name: Any = None) -> Run:
-    """Validate everything and build the run; nothing has been submitted when this raises."""
+             future: Future[FlowResult] | None, targets: Any = None, name: Any = None,
+             t0: float | None = None) -> Run:
+    """Validate everything and build the run; nothing has been submitted when this raises.
+
+    ``t0`` is when the caller called (its budget counts from then, this work included)."""
     if not isinstance(executor, Executor):
         raise TypeError(
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
@@ -63,7 +67,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
               and executors.same_executor(outer.executor, executor))
     if plan.any_policy:
         guards.check_executor(plan, caps.remote, type(executor).__name__)
-    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name)
+    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     bind_context(ctx, run)
     return run
 
@@ -103,7 +107,8 @@ class TaskScheduling:
             RejectedExecutionError: the executor is already shut down: nothing was
                 submitted. One shut down during the run fails the nodes it refuses.
         """
-        run = _prepare(nodes, executor, timeout, context, None, targets, name)
+        t0 = time.monotonic()  # the budget counts from the call
+        run = _prepare(nodes, executor, timeout, context, None, targets, name, t0)
         run.begin()
         return closing.wait(run)
 
@@ -118,9 +123,10 @@ class TaskScheduling:
         TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
         here, before anything runs.
         """
+        t0 = time.monotonic()
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future, targets, name)
+        run = _prepare(nodes, executor, timeout, context, future, targets, name, t0)
         run.begin()
         return future
 
@@ -134,9 +140,10 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     is never blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer
     thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
+    t0 = time.monotonic()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future, targets, name)
+    run = _prepare(nodes, executor, timeout, context, future, targets, name, t0)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

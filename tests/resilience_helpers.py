@@ -1,10 +1,12 @@
-"""Helpers shared by the tests of taskflow.resilience: a fake clock and a thread runner."""
+"""Helpers shared by the tests of taskflow.resilience: a fake clock, a thread runner and the
+ERROR lines taskflow logs."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 class FakeClock:
@@ -51,3 +53,20 @@ def _start_and_join(n: int, body: Callable[[int], None], barrier: threading.Barr
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads), "a test thread did not finish"
+
+
+@contextlib.contextmanager
+def logged_errors() -> Iterator[list[str]]:
+    """taskflow's ERROR log lines while the block runs (an illegal state move is one, when it
+    does not raise; so is an internal error caught in a worker)."""
+    from loguru import logger
+
+    lines: list[str] = []
+    logger.enable("taskflow")
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="ERROR",
+                      format="{message}")
+    try:
+        yield lines
+    finally:
+        logger.remove(sink)
+        logger.disable("taskflow")

@@ -17,18 +17,21 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
      a token later -> ``PARKED`` until then (a timer entry);
   6. ``bulkhead.acquire(on_grant, deadline)``: a slot -> go on; a ticket -> ``PARKED``; full ->
      ``DONE`` with ``BulkheadFullError``;
-  7. ``GO``: start the attempt (with ``hedge``, a race whose timer may start duplicates).
+  7. ``GO``: the breaker permit is checked again (``breaker.renew``: a node that waited may
+     hold a permit from before the breaker moved; open now -> ``DONE``), then the attempt
+     starts (with ``hedge``, a race whose timer may start duplicates).
 
   A PARKED node holds no worker: the loop goes on with its next node. Whatever it waits for
   arrives on some other thread (a slot released by another run's worker, the timer, the
   thread that resolved a shared call); that callback only stores what arrived and, under the
   run's lock, moves the node PARKED -> QUEUED and hands ``dispatch`` to the run's owner with
   ``run.post``. It never calls user code or ``submit``. The node then comes back to ``admit``,
-  which goes on from the gate where it stopped.
+  which goes on from the gate where it stopped; the gates it passed before (``min_budget``
+  included) are asked again, those holding something for the attempt answer GO at once.
 
-``attempt_done(run, i, ok)`` after each attempt: releases the bulkhead slot, counts the outcome
-  in the breaker, records the duration (for ``Hedge(after="p95")``) and settles the hedge race
-  (False: this attempt lost the race, drop its outcome).
+``attempt_done(run, i, ok)`` after each attempt: gives back its slot, counts its outcome in the
+  breaker, records its duration (for ``Hedge(after="p95")``) and settles the hedge race (False:
+  this attempt lost the race, drop its outcome).
 
 ``finish(run, i, value, error)`` when the node's outcome is final (``complete``, before the
   run's deadline is checked): a single-flight leader resolves its shared call, even when its
@@ -41,14 +44,51 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   owner's thread: ``timeout_stand_in``, ``defer_close``/``close_stand_ins``, ``doom``.
 
 ``release(run, nodes)`` (outside the lock) when nodes ended without their attempt returning (node
-  timeout, the run's deadline): waiting tickets, reservations and shared-call places are given
-  back; a running attempt's slot stays held until it returns (``permit.abandon()``) and the
-  breaker counts it as failed.
+  timeout, the run's deadline, a join that no longer needs them): everything they hold is given
+  back; a running attempt's slot stays held until it returns (``permit.abandon()``), and a
+  timed-out one counts as failed in the breaker at once.
 
-Per node the run keeps a ``Guard`` in ``run.guards`` (created on first use). Its fields are
-guarded by the run's lock where a callback can race the node's own thread (``wait``,
-``outcome``, ``permit`` while parked); the others are written only by the thread that runs the
-node's gates or attempt.
+The one rule: every resource has exactly one owner
+==================================================
+What a gate takes — a bulkhead slot (``Permit``) or place in its queue (``Ticket``), a
+rate-limit ``Reservation``, a ``BreakerPermit``, a place in a single flight (``Member``; a
+leader's is the duty to resolve the call) — has exactly one owner at any time, and its owner
+gives it back on every way the node ends: success, failure, timeout, ``min_budget``, cancel,
+the run closed before, during or after admission, a hedge that lost. The owners, in order:
+
+1. **the thread that took it** (a gate, a hedge launch, the callback that got a granted slot),
+   from the primitive's answer until it hands it to the node's ``Guard`` *under the run's
+   lock, after checking that the node is still alive* (``_alive``: the run is open and the
+   node has no outcome). A refused handover leaves it with that thread, which gives it back at
+   once; the admission then ends ``DONE`` with an outcome nobody records (``_ended``: the
+   node already settled without it), and never moves a settled node to PARKED;
+2. **the node's Guard**, holding what the next attempt needs (``ticket``, ``reservation``,
+   ``bpermit``, ``permit``) and the node's ``member``, until one of three takes it back, each
+   under the run's lock: ``_go`` (the attempt starts: the slot and the breaker permit move to
+   its ``Attempt``, the reservation and the ticket are used up), ``_drop_next`` (every
+   ``DONE`` of ``admit``: the attempt will not happen) or ``release`` (the node ended);
+3. **the Attempt** (one per started attempt: the first, a retry, each hedge), holding its slot
+   and its breaker permit until it returns (``attempt_done``, ``_hedge_returned``), where
+   ``_give_back_attempt`` is the one place both are given back. A node that times out while
+   attempts run takes their breaker permits from them (``release``) and counts them failed
+   at once: a hanging backend opens the breaker, and its trial permit is not held for ever.
+
+The lead of a shared call stays with the Guard while an attempt may still resolve it: the
+node's final outcome resolves it (``finish``, also when an abandoned attempt returns late); a
+node that ends with no attempt in flight withdraws (``member.withdraw()``: a leader resigns so
+a waiting run may lead, a waiter leaves). ``min_budget`` refusing an attempt after a wait
+withdraws too: the waiters' budgets are their own. Other refusals (breaker open, bulkhead
+full, no token in the budget) are the shared call's outcome and reach every waiter.
+
+Giving back always happens outside the run's lock: releasing a slot runs the next waiter's
+grant callback on this thread, and that callback takes *its* run's lock.
+
+Per node the run keeps a ``Guard`` in ``run.guards`` (created on first use, by the node's
+own thread). Under the run's lock: ``wait``, ``outcome``, the resources it holds (``ticket``,
+``reservation``, ``bpermit``, ``permit``, ``member``, ``token_timer``), ``current`` and
+``hedges`` and the fields of their Attempts. ``shared``, ``race`` and ``hedge_timer`` are
+written by the thread that runs the node's gates or attempt (``hedge_timer`` also by the
+owner's hedge launches).
 """
 
 from __future__ import annotations
@@ -70,6 +110,7 @@ from taskflow.errors import (
     CircuitOpenError,
     FallbackError,
     FlowDefinitionError,
+    NodeCancelledError,
     NodeTimeoutError,
     UpstreamFailedError,
 )
@@ -81,6 +122,7 @@ __all__ = [
     "DONE",
     "GO",
     "PARKED",
+    "Attempt",
     "Guard",
     "GuardedRun",
     "ReadyCounter",
@@ -101,6 +143,8 @@ __all__ = [
 ]
 
 GO, PARKED, DONE = 0, 1, 2
+# inside admit only: DONE, and the node also withdraws from its single flight
+_QUIT = 3
 # what a parked node waits for (``Guard.wait``)
 _SHARE, _TOKEN, _SLOT = 1, 2, 3
 
@@ -110,26 +154,40 @@ _EXCEPTION = ResultState.EXCEPTION
 _monotonic = time.monotonic
 
 
-class Guard:
-    """One node's resilience bookkeeping in one run."""
+class Attempt:
+    """One started attempt of a node (the first, a retry or a hedge): from ``_go`` (or a hedge's
+    launch) until it returns it owns its bulkhead slot and its breaker permit. Its fields are
+    guarded by the run's lock."""
 
-    __slots__ = ("attempt", "bpermit", "hedge_timer", "member", "outcome", "permit", "race",
-                 "reservation", "running", "shared", "started", "ticket", "token_timer", "wait")
+    __slots__ = ("bpermit", "n", "permit", "started")
+
+    def __init__(self, permit: Any, bpermit: Any, started: float, n: int = 0) -> None:
+        self.permit = permit  # its bulkhead slot (None: no bulkhead)
+        self.bpermit = bpermit  # its breaker permit (None: no breaker, or already counted)
+        self.started = started
+        self.n = n  # its number in the hedge race
+
+
+class Guard:
+    """One node's resilience bookkeeping in one run (see the module: who owns what)."""
+
+    __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "member", "outcome", "permit",
+                 "race", "reservation", "shared", "ticket", "token_timer", "wait")
 
     def __init__(self) -> None:
-        self.wait = 0  # what the node is parked for (0: nothing); run lock
-        self.outcome: tuple[Any, BaseException | None] | None = None  # decided; run lock
+        self.wait = 0  # what the node is parked for (0: nothing)
+        self.outcome: tuple[Any, BaseException | None] | None = None  # decided
         self.member: Any = None  # its place in the single flight
         self.shared = False  # its value came from another run's call or the cache
-        self.bpermit: Any = None  # breaker permit of the current attempt
-        self.reservation: Any = None  # rate-limit token of the next attempt
+        # what the next attempt holds before it starts:
+        self.bpermit: Any = None  # breaker permit
+        self.reservation: Any = None  # rate-limit token
         self.ticket: Any = None  # place in the bulkhead's queue
-        self.permit: Any = None  # bulkhead slot of the current attempt
+        self.permit: Any = None  # bulkhead slot
         self.token_timer: timer.Timer | None = None
-        self.running = False  # an attempt is in flight
-        self.started = 0.0  # when the current attempt started
+        self.current: Attempt | None = None  # the loop's attempt in flight
+        self.hedges: list[Attempt] = []  # duplicates in flight
         self.race: Any = None  # HedgeRace of the current attempt
-        self.attempt = 0  # this attempt's number in the race
         self.hedge_timer: timer.Timer | None = None
 
 
@@ -205,6 +263,14 @@ def _guard(run: GuardedRun, i: int) -> Guard:
     return g
 
 
+def _alive(run: GuardedRun, i: int) -> bool:
+    """Under the run's lock: node ``i`` may still use what it takes (the run is open and the
+    node has no outcome). Whoever ends a node flips this under the lock first, then calls
+    ``release``: a handover that sees it True is taken back by ``release``, one that sees it
+    False is refused."""
+    return not run.closed and run.results[i].state is _DEFAULT
+
+
 def _budget_error(run: GuardedRun, i: int, why: str) -> NodeTimeoutError:
     err = NodeTimeoutError(run.names[i], None if math.isinf(run.budget) else run.budget,
                            budget=True)
@@ -213,38 +279,46 @@ def _budget_error(run: GuardedRun, i: int, why: str) -> NodeTimeoutError:
     return err
 
 
+def _ended(run: GuardedRun, i: int, g: Guard) -> int:
+    """A handover was refused: the node settled (or its run closed) while its gates ran. The
+    outcome is one nobody records (``complete`` finds the node settled and drops it)."""
+    g.outcome = (None, NodeCancelledError(run.names[i], "it ended while passing its gates"))
+    return _QUIT
+
+
 # -- before an attempt ---------------------------------------------------------------------------
 
 def admit(run: GuardedRun, i: int) -> int:
     """Pass node ``i``'s next attempt through its gates: GO, PARKED or DONE (see the module).
     Each gate answers GO to let the attempt on to the next; a gate that has already let this
-    attempt through (its permit, place or token is held) answers GO at once."""
+    attempt through (its permit, place or token is held) answers GO at once. Every DONE gives
+    back what the guard holds for the attempt, in one place (``_drop_next``)."""
     pol = _policy(run, i)
     g = _guard(run, i)
-    if g.outcome is not None:
+    verdict = DONE
+    if g.outcome is None:
+        now = _monotonic()
+        for gate in _GATES:
+            verdict = gate(run, i, g, pol, now)
+            if verdict != GO:
+                break
+        else:
+            verdict = _go(run, i, g, pol, now)
+    if verdict >= DONE:
+        _drop_next(run, i, g, pol, verdict == _QUIT)
         return DONE
-    now = _monotonic()
-    for gate in _GATES:
-        verdict = gate(run, i, g, pol, now)
-        if verdict != GO:
-            return verdict
-    g.reservation = None  # used by this attempt
-    g.ticket = None
-    g.running = True
-    g.started = now
-    if pol.hedge is not None:
-        _start_race(run, i, g, pol, now)
-    return GO
+    return verdict
 
 
 def _min_budget_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
-    """``min_budget``: too little of the run's budget left -> DONE with a TIMEOUT error."""
+    """``min_budget``: too little of the run's budget left -> DONE with a TIMEOUT error (and the
+    node withdraws from its single flight: another run may have the budget)."""
     left = run.deadline - now
     if pol.min_budget is not None and left < pol.min_budget:
         g.outcome = (None, _budget_error(
             run, i, f"{max(0.0, left):.3f}s of the budget left; the node needs "
                     f"min_budget={pol.min_budget:g}s"))
-        return DONE
+        return _QUIT
     return GO
 
 
@@ -262,37 +336,49 @@ def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
         g.outcome = (None, exc)
         return DONE
     with run.lock:
-        g.wait = _SHARE
-    g.member = member = flight.join(key, partial(_shared, run, i))
-    call = member.call
-    if call.done():  # a cached value
-        with run.lock:
-            g.wait = 0
+        if not _alive(run, i):
+            return _ended(run, i, g)
+        g.wait = _SHARE  # from here an outcome delivered by the flight is kept (``_shared``)
+    member = flight.join(key, partial(_shared, run, i))
+    with run.lock:
+        alive = _alive(run, i)
+        if alive:
+            g.member = member
+            if g.wait == _SHARE:  # nothing delivered yet
+                if member.cached or member.leader:
+                    g.wait = 0
+                else:
+                    run.move(i, PARKED_STATE)
+                    return PARKED
+    if not alive:
+        member.withdraw()
+        return _ended(run, i, g)
+    if member.cached:
         g.shared = True
         run.results[i].shared = True
-        g.outcome = (call.result(), None)
+        g.outcome = (member.call.result(), None)
         return DONE
-    if member.leader:
-        with run.lock:
-            g.wait = 0
-        return GO
-    with run.lock:
-        if g.wait == _SHARE:
-            run.move(i, PARKED_STATE)
-            return PARKED
-    # resolved between join and here
+    # the leader, or an outcome or the lead arrived between join and here
     return DONE if g.outcome is not None else GO
 
 
 def _breaker_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
     """``breaker.allow()``: open -> DONE with ``CircuitOpenError``."""
     breaker = pol.breaker
-    if breaker is not None and g.bpermit is None:
-        try:
-            g.bpermit = breaker.allow()
-        except CircuitOpenError as exc:
-            g.outcome = (None, exc)
-            return DONE
+    if breaker is None or g.bpermit is not None:
+        return GO
+    try:
+        bp = breaker.allow()
+    except CircuitOpenError as exc:
+        g.outcome = (None, exc)
+        return DONE
+    with run.lock:
+        alive = _alive(run, i)
+        if alive:
+            g.bpermit = bp
+    if not alive:
+        breaker.discard(bp)
+        return _ended(run, i, g)
     return GO
 
 
@@ -305,17 +391,21 @@ def _rate_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
     deadline = run.deadline
     r = limit.reserve(deadline=None if math.isinf(deadline) else deadline)
     if r is None:
-        _void_breaker(g, pol)
         g.outcome = (None, _budget_error(
             run, i, f"rate limit {limit.name!r} has no token before the run's deadline"))
         return DONE
-    g.reservation = r
-    if r.ready_at > now:
-        with run.lock:
-            g.wait = _TOKEN
-            run.move(i, PARKED_STATE)
-        g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
-        return PARKED
+    with run.lock:
+        alive = _alive(run, i)
+        if alive:
+            g.reservation = r
+            if r.ready_at > now:
+                g.wait = _TOKEN
+                run.move(i, PARKED_STATE)
+                g.token_timer = timer.schedule(r.ready_at, _token_ready, run, i)
+                return PARKED
+    if not alive:
+        r.cancel()
+        return _ended(run, i, g)
     return GO
 
 
@@ -327,35 +417,75 @@ def _bulkhead_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> i
         return GO
     deadline = run.deadline
     with run.lock:
-        g.wait = _SLOT
+        if not _alive(run, i):
+            return _ended(run, i, g)
+        g.wait = _SLOT  # from here a slot granted to the ticket is kept (``_granted``)
     try:
         got = bulkhead.acquire(partial(_granted, run, i),
                                deadline=None if math.isinf(deadline) else deadline)
     except BulkheadFullError as exc:
-        with run.lock:
-            g.wait = 0
-        _void_breaker(g, pol)
-        g.reservation = None  # its token is spent: the call was refused, not postponed
         g.outcome = (None, exc)
         return DONE
     from taskflow.resilience.bulkhead import Permit
 
-    if isinstance(got, Permit):
-        with run.lock:
-            g.wait = 0
-            g.permit = got
-        return GO
-    g.ticket = got
+    slot = isinstance(got, Permit)
     with run.lock:
-        if g.wait == _SLOT:  # not granted meanwhile
-            run.move(i, PARKED_STATE)
-            return PARKED
+        alive = _alive(run, i)
+        if alive:
+            if slot:
+                g.wait = 0
+                g.permit = got
+            elif g.wait == _SLOT:  # not granted meanwhile
+                g.ticket = got
+                run.move(i, PARKED_STATE)
+                return PARKED
+    if not alive:
+        if slot:
+            got.release()
+        else:
+            got.cancel()  # False: granted meanwhile, and ``_granted`` gave the slot back
+        return _ended(run, i, g)
     return GO
 
 
 # the gates in the order an attempt passes them (see the module)
 _GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
     _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
+
+
+def _go(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """Every gate let the attempt through: check its breaker permit again, then hand the slot
+    and the permit to a new ``Attempt`` (the reservation, the ticket and the token's timer
+    are used up)."""
+    bp = g.bpermit
+    if bp is not None:
+        try:
+            bp = pol.breaker.renew(bp)  # the breaker may have moved while the node waited
+        except CircuitOpenError as exc:
+            g.outcome = (None, exc)
+            return DONE
+    with run.lock:
+        alive = _alive(run, i)
+        if alive:
+            g.current = a = Attempt(g.permit, bp, now)
+            g.permit = g.bpermit = g.reservation = g.ticket = g.token_timer = None
+            g.wait = 0
+    if not alive:
+        if bp is not None:
+            pol.breaker.discard(bp)  # (a permit discarded twice counts once)
+        return _ended(run, i, g)
+    if pol.hedge is not None:
+        _start_race(run, i, g, pol, a, now)
+    return GO
+
+
+def _drop_next(run: GuardedRun, i: int, g: Guard, pol: Any, withdraw: bool) -> None:
+    """``admit`` answers DONE: the attempt will not happen; what the guard holds for it is
+    given back (and, with ``withdraw``, the node's place in its single flight)."""
+    with run.lock:
+        g.wait = 0
+        held = _take_next(g, withdraw)
+    _give_back(pol, held)
 
 
 def take_outcome(run: GuardedRun, i: int) -> tuple[Any, BaseException | None]:
@@ -367,13 +497,6 @@ def take_outcome(run: GuardedRun, i: int) -> tuple[Any, BaseException | None]:
     return outcome
 
 
-def _void_breaker(g: Guard, pol: Any) -> None:
-    """The attempt will not happen: its breaker permit says nothing about the backend."""
-    bp, g.bpermit = g.bpermit, None
-    if bp is not None:
-        pol.breaker.discard(bp)
-
-
 def _requeue(run: GuardedRun, i: int) -> int:
     """Under the run's lock: a parked node may go on; queue it; loops to start."""
     if run.code[i] != PARKED_STATE:
@@ -383,16 +506,11 @@ def _requeue(run: GuardedRun, i: int) -> int:
     return run.economy.reserve()
 
 
-def _alive(run: GuardedRun, i: int) -> bool:
-    """Under the run's lock: node ``i`` still wants what it waits for."""
-    return not run.closed and run.results[i].state is _DEFAULT
-
-
 def _resume(run: GuardedRun, i: int, kind: int, take: Callable[[Guard], None] | None = None) -> bool:
     """Node ``i``'s wait of ``kind`` (``_SHARE``, ``_TOKEN``, ``_SLOT``) ended: under the run's
     lock, ``take`` records what arrived and a parked node is queued again (the owner starts its
     loop). False, with nothing done, when the node no longer waits for it (the run closed, the
-    node settled, or it waits for something else)."""
+    node settled, or it waits for something else): what arrived stays with the caller."""
     k = 0
     with run.lock:
         g = run.guards.get(i)
@@ -408,7 +526,9 @@ def _resume(run: GuardedRun, i: int, kind: int, take: Callable[[Guard], None] | 
 
 
 def _shared(run: GuardedRun, i: int, outcome: Any) -> None:
-    """A shared call resolved, or promoted this run to leader (the resolving thread)."""
+    """A shared call resolved, or promoted this run to leader (the resolving thread). When the
+    node no longer waits, a promotion is given back by whoever holds the member (the gate that
+    joined, or ``release``: ``member.withdraw()`` passes the lead on)."""
 
     def take(g: Guard) -> None:
         if not outcome.promoted:
@@ -429,19 +549,100 @@ def _granted(run: GuardedRun, i: int, permit: Any) -> None:
 
     def take(g: Guard) -> None:
         g.permit = permit
+        g.ticket = None  # used up
 
     if not _resume(run, i, _SLOT, take):
-        permit.release()  # the run gave up meanwhile: the next waiter gets it
+        permit.release()  # the node gave up meanwhile: the next waiter gets it
+
+
+# -- giving back -----------------------------------------------------------------------------------
+
+_Held = tuple[Any, Any, Any, Any, Any, Any]
+
+
+def _take_next(g: Guard, withdraw: bool) -> _Held:
+    """Under the run's lock: take from the guard what it holds for the next attempt (with
+    ``withdraw``, its single-flight place too), for ``_give_back``."""
+    held = (g.token_timer, g.ticket, g.reservation, g.bpermit, g.permit,
+            g.member if withdraw else None)
+    g.token_timer = g.ticket = g.reservation = g.bpermit = g.permit = None
+    if withdraw:
+        g.member = None
+    return held
+
+
+def _give_back(pol: Any, held: _Held) -> None:
+    """Outside the run's lock: give back what ``_take_next`` took (none of it was used)."""
+    t, ticket, reservation, bpermit, permit, member = held
+    if t is not None:
+        t.cancel()
+    if ticket is not None:
+        ticket.cancel()  # False: granted meanwhile; ``_granted`` gave the slot to the guard
+    if reservation is not None:
+        reservation.cancel()
+    if bpermit is not None:
+        pol.breaker.discard(bpermit)  # the call did not happen
+    if permit is not None:
+        permit.release()
+    if member is not None:
+        member.withdraw()
+
+
+def _give_back_attempt(pol: Any, permit: Any, bpermit: Any, ok: bool | None,
+                       counts: bool = True) -> None:
+    """Outside the run's lock: an attempt returned (``ok``) or never ran (None): its slot goes
+    back and its breaker permit is counted — or discarded when the call did not happen, or
+    when it failed after losing its hedge race (``counts`` False: its failure may be the
+    cancellation)."""
+    if permit is not None:
+        permit.release()
+    if bpermit is not None:
+        if ok is None or not (counts or ok):
+            pol.breaker.discard(bpermit)
+        else:
+            pol.breaker.record(bpermit, ok)
+
+
+def release(run: GuardedRun, nodes: Iterable[int], failed: bool = True) -> None:
+    """Outside the lock: nodes ended without their attempt returning (see the module).
+    ``failed``: they timed out (a running attempt counts as failed in the breaker now); False:
+    cancelled (a running attempt counts when it returns)."""
+    guards = run.guards
+    for i in nodes:
+        g: Guard | None = guards.get(i)
+        if g is None:
+            continue
+        pol = _policy(run, i)
+        with run.lock:
+            g.wait = 0
+            live = [*g.hedges, g.current] if g.current is not None else list(g.hedges)
+            # a leader with an attempt in flight keeps the lead: that attempt resolves the call
+            held = _take_next(g, withdraw=not live)
+            hedge_timer, g.hedge_timer = g.hedge_timer, None
+            slots = [a.permit for a in live if a.permit is not None]
+            timed_out = []
+            if failed:
+                for a in live:
+                    if a.bpermit is not None:
+                        timed_out.append(a.bpermit)
+                        a.bpermit = None
+        if hedge_timer is not None:
+            hedge_timer.cancel()
+        _give_back(pol, held)
+        for permit in slots:
+            permit.abandon()  # held until the attempt returns (its owner releases it)
+        for bp in timed_out:
+            pol.breaker.record(bp, False)  # a TIMEOUT counts as a failure
 
 
 # -- hedging ---------------------------------------------------------------------------------------
 
-def _start_race(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> None:
+def _start_race(run: GuardedRun, i: int, g: Guard, pol: Any, a: Attempt, now: float) -> None:
     from taskflow.resilience.hedge import HedgeRace
     from taskflow.resilience.latency import latencies
 
     race = g.race = HedgeRace(pol.hedge.max_extra)
-    g.attempt = race.launch() or 0
+    a.n = race.launch() or 0
     delay = pol.hedge.delay(latencies.get(pol))
     if delay is not None and now + delay < run.deadline:
         g.hedge_timer = timer.schedule(now + delay, _hedge_due, run, i, race, delay)
@@ -452,43 +653,72 @@ def _hedge_due(run: GuardedRun, i: int, race: Any, delay: float) -> None:
     run.post(_hedge_launch, run, i, race, delay)
 
 
+def _racing(run: GuardedRun, i: int, g: Guard | None, race: Any) -> bool:
+    """Under the run's lock: ``race`` is node ``i``'s and still open to duplicates."""
+    return (g is not None and g.race is race and _alive(run, i) and run.code[i] == RUNNING
+            and race.winner is None)
+
+
+def _hedge_take(pol: Any) -> tuple[Attempt, Any] | None:
+    """A duplicate's slot, breaker permit and token, each taken now or not at all: the Attempt
+    holding the first two, and the reservation; or None with everything given back."""
+    permit = bp = r = None
+    ok = True
+    if pol.bulkhead is not None:
+        permit = pol.bulkhead.try_acquire()
+        ok = permit is not None
+    if ok and pol.breaker is not None:
+        try:
+            bp = pol.breaker.allow()  # a duplicate is a call like any other: it needs leave
+        except CircuitOpenError:
+            ok = False
+    if ok and pol.rate_limit is not None:
+        r = pol.rate_limit.reserve_now()
+        ok = r is not None
+    if ok:
+        return Attempt(permit, bp, _monotonic()), r
+    _give_back_attempt(pol, permit, bp, None)
+    return None
+
+
 def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
     """The owner's thread: start one more attempt of node ``i`` if the race is still open.
 
-    A hedge never queues: without a free bulkhead slot or a rate-limit token now, it is skipped
-    (and tried again after ``delay``)."""
+    A hedge never queues: without a free bulkhead slot, a breaker permit or a rate-limit token
+    now, it is skipped (and tried again after ``delay``)."""
     pol = _policy(run, i)
+    g = run.guards.get(i)
     with run.lock:
-        g = run.guards.get(i)
-        if (g is None or g.race is not race or run.closed or run.results[i].state is not _DEFAULT
-                or run.code[i] != RUNNING):
+        if not _racing(run, i, g, race):
             return
-    permit = None
-    if pol.bulkhead is not None:
-        permit = pol.bulkhead.try_acquire()
-    ok = pol.bulkhead is None or permit is not None
-    if ok and pol.rate_limit is not None and not pol.rate_limit.try_take():
-        ok = False
-    n = race.launch() if ok else None
-    if n is None:
-        if permit is not None:
-            permit.release()
-    else:
-        run.results[i].hedges = race.hedges
-        if run.observers:
-            events.event(run.observers, i, "hedge", {"attempt": n})
-        try:
-            run.executor.submit(_hedge_attempt, run, i, race, n, permit)
-        except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt
-            if permit is not None:
-                permit.release()
-            _hedge_outcome(run, i, race, n, None, exc)
+    assert g is not None
+    took = _hedge_take(pol)
+    if took is not None:
+        a, r = took
+        with run.lock:
+            n = race.launch() if _racing(run, i, g, race) else None
+            if n is not None:
+                a.n = n
+                g.hedges.append(a)
+        if n is not None:
+            run.results[i].hedges = race.hedges
+            if run.observers:
+                events.event(run.observers, i, "hedge", {"attempt": n})
+            try:
+                run.executor.submit(_hedge_attempt, run, i, race, a)
+                r = None  # its token is used
+            except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt
+                _hedge_returned(run, i, race, a, None, exc, ran=False)
+        else:
+            _give_back_attempt(pol, a.permit, a.bpermit, None)
+        if r is not None:
+            r.cancel()
     if race.winner is None and race.hedges < race.max_extra and (
             _monotonic() + delay < run.deadline):
         g.hedge_timer = timer.schedule(_monotonic() + delay, _hedge_due, run, i, race, delay)
 
 
-def _hedge_attempt(run: GuardedRun, i: int, race: Any, n: int, permit: Any) -> None:
+def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
     """An executor thread: a duplicate attempt of node ``i``."""
     from taskflow.resilience.latency import latencies
 
@@ -497,7 +727,6 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, n: int, permit: Any) -> N
     cur = current
     prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
     cur.run, cur.idx = run, i
-    began = _monotonic()
     error: BaseException | None = None
     try:
         value = run.cv.copy().run(node.task, run.ctx, node.param)
@@ -507,18 +736,27 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, n: int, permit: Any) -> N
         value, error = None, exc
     finally:
         cur.run, cur.idx = prev
-        if permit is not None:
-            permit.release()
     if error is None:
-        latencies.record(plan.policy[i], _monotonic() - began)
-    _hedge_outcome(run, i, race, n, value, error)
+        latencies.record(plan.policy[i], _monotonic() - a.started)
+    _hedge_returned(run, i, race, a, value, error)
 
 
-def _hedge_outcome(run: GuardedRun, i: int, race: Any, n: int, value: Any,
-                   error: BaseException | None) -> None:
+def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
+                    error: BaseException | None, ran: bool = True) -> None:
+    """A duplicate returned (or was refused by the executor, ``ran`` False): its slot and
+    breaker permit go back, the race says whether its outcome is the node's."""
     from taskflow.resilience.hedge import Verdict
 
-    verdict = race.settle(n, error is None)
+    g: Guard = run.guards[i]
+    with run.lock:
+        if a in g.hedges:
+            g.hedges.remove(a)
+        permit, bp = a.permit, a.bpermit
+        a.permit = a.bpermit = None
+    ok = error is None
+    verdict = race.settle(a.n, ok)
+    _give_back_attempt(_policy(run, i), permit, bp, ok if ran else None,
+                       counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
         run.complete(i, NO_LOOP, value, error)
 
@@ -532,22 +770,23 @@ def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
     g: Guard | None = run.guards.get(i)
     if g is None:
         return True
-    g.running = False
-    permit, g.permit = g.permit, None
-    if permit is not None:
-        permit.release()
-    bp, g.bpermit = g.bpermit, None
-    if bp is not None:
-        pol.breaker.record(bp, ok)
+    with run.lock:
+        a, g.current = g.current, None
+        if a is None:
+            return True
+        permit, bp = a.permit, a.bpermit
+        a.permit = a.bpermit = None
     race = g.race
     if race is None:
+        _give_back_attempt(pol, permit, bp, ok)
         return True
     from taskflow.resilience.hedge import Verdict
     from taskflow.resilience.latency import latencies
 
     if ok:
-        latencies.record(pol, _monotonic() - g.started)
-    verdict = race.settle(g.attempt, ok)
+        latencies.record(pol, _monotonic() - a.started)
+    verdict = race.settle(a.n, ok)
+    _give_back_attempt(pol, permit, bp, ok, counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
         t, g.hedge_timer = g.hedge_timer, None
         if t is not None:
@@ -724,50 +963,6 @@ def pop_best(ready: Any, ranks: list[tuple[float, float]]) -> int:
     i = int(ready[best])
     del ready[best]
     return i
-
-
-# -- giving back -----------------------------------------------------------------------------------
-
-def release(run: GuardedRun, nodes: Iterable[int], failed: bool = True) -> None:
-    """Outside the lock: nodes ended without their attempt returning (see the module).
-    ``failed``: they timed out (a running attempt counts as failed in the breaker); False:
-    cancelled (it counts for nothing)."""
-    guards = run.guards
-    for i in nodes:
-        g: Guard | None = guards.get(i)
-        if g is None:
-            continue
-        pol = _policy(run, i)
-        for t in (g.token_timer, g.hedge_timer):
-            if t is not None:
-                t.cancel()
-        ticket, g.ticket = g.ticket, None
-        if ticket is not None:
-            ticket.cancel()  # False: granted meanwhile; _granted gives the slot back
-        running = g.running
-        permit = g.permit
-        if permit is not None:
-            if running:
-                permit.abandon()  # held until the attempt returns (attempt_done releases it)
-            else:
-                g.permit = None
-                permit.release()
-        bp = g.bpermit
-        if bp is not None:
-            if running and failed:
-                pol.breaker.record(bp, False)  # a TIMEOUT counts as a failure
-            else:
-                _void_breaker(g, pol)
-        r, g.reservation = g.reservation, None
-        if r is not None:
-            r.cancel()
-        member = g.member
-        if member is not None and not g.shared:
-            if member.leader:
-                if not running:
-                    member.resign()  # the attempt never started: another run may lead
-            else:
-                member.leave()
 
 
 def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:

@@ -42,7 +42,8 @@ under the lock and ``post`` the rest:
 Whichever thread finishes a node compares the clock with the node's own deadline and the run's:
 past either, the node is TIMEOUT and its value is dropped (past the run's, the run closes).
 
-Time: the run has one deadline (``t0 + budget``); closing the run there, or at ``ctx.cancel``,
+Time: the run has one deadline (``t0 + budget``, ``t0`` read when the caller called ``start``,
+before the run was built); closing the run there, or at ``ctx.cancel``,
 and finishing it are ``closing.py``'s (its docstring says how).
 
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
@@ -263,7 +264,7 @@ class Run:
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
-                 inline: bool = False, name: str = "") -> None:
+                 inline: bool = False, name: str = "", t0: float | None = None) -> None:
         n = len(plan.nodes)
         self.plan = plan
         self.names = plan.names
@@ -320,7 +321,8 @@ class Run:
         self.cv = _copy_context()
         self.debug = _debug_enabled()
         self.quiet = not self.debug  # and no node observers (set again by begin)
-        self.t0 = _monotonic()
+        # when the caller called (its budget counts from then, building the run included)
+        self.t0 = _monotonic() if t0 is None else t0
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
         self.watch: attempts.Watch | None = None

@@ -12,6 +12,9 @@ How the engine uses it (non-blocking, any thread)::
 
     permit = breaker.allow()            # raises CircuitOpenError: the node ends at once
     ...                                 # the attempt runs
+    permit = breaker.renew(permit)      # as the attempt starts (it may have waited for a slot
+                                        # or a token): the same permit while the breaker has not
+                                        # moved since, else a fresh one (or CircuitOpenError)
     breaker.record(permit, success)     # EXCEPTION/TIMEOUT -> False, SUCCESS -> True
     breaker.discard(permit)             # the call did not happen or says nothing about the
                                         # backend (cancelled, never started): frees a trial slot
@@ -68,6 +71,7 @@ class BreakerMetrics(BaseModel):
     ignored: int  # results of stale or already-recorded permits (total)
     transitions: dict[str, int]  # "closed->open" etc. -> count
     retry_in: float  # seconds until OPEN lets a trial through (0 unless OPEN)
+    trials_running: int = 0  # HALF_OPEN: trial permits out, neither recorded nor discarded
 
 
 class BreakerPermit:
@@ -195,25 +199,49 @@ class CircuitBreaker:
         Raises:
             CircuitOpenError: The breaker is OPEN, or HALF_OPEN with all trial calls taken.
         """
-        error: CircuitOpenError | None = None
         with self._lock:
-            self._tick()
-            if self._state is _CLOSED:
-                permit = BreakerPermit(self._generation, trial=False)
-            elif self._state is _HALF_OPEN and self._trials_out < self.half_open_calls:
-                self._trials_out += 1
-                permit = BreakerPermit(self._generation, trial=True)
-            else:
-                self._rejected += 1
-                retry_in = (
-                    max(0.0, self._opened_at + self.open_for - self._clock())
-                    if self._state is _OPEN else 0.0
-                )
-                error = CircuitOpenError(self.name, self._state.value, retry_in)
+            got = self._issue()
         self._flush_log()
-        if error is not None:
-            raise error
-        return permit
+        if isinstance(got, CircuitOpenError):
+            raise got
+        return got
+
+    def renew(self, permit: BreakerPermit) -> BreakerPermit:
+        """Check ``permit`` again just before its call starts (the engine does so after the
+        node waited for a bulkhead slot or a rate-limit token).
+
+        Returns:
+            ``permit`` itself while the breaker has not moved since it was issued; else (it
+            moved, or the permit was recorded or discarded meanwhile) a fresh permit, the old
+            one counting for nothing.
+
+        Raises:
+            CircuitOpenError: The permit is stale and the breaker refuses a new call now.
+        """
+        with self._lock:
+            if not permit.done and permit.generation == self._generation:
+                return permit  # (an OPEN generation issues no permit: nothing to tick)
+            permit.done = True  # stale: the move since already reset the trials it counted
+            got = self._issue()
+        self._flush_log()
+        if isinstance(got, CircuitOpenError):
+            raise got
+        return got
+
+    def _issue(self) -> BreakerPermit | CircuitOpenError:
+        # caller holds _lock: a permit for one call now, or the error refusing it
+        self._tick()
+        if self._state is _CLOSED:
+            return BreakerPermit(self._generation, trial=False)
+        if self._state is _HALF_OPEN and self._trials_out < self.half_open_calls:
+            self._trials_out += 1
+            return BreakerPermit(self._generation, trial=True)
+        self._rejected += 1
+        retry_in = (
+            max(0.0, self._opened_at + self.open_for - self._clock())
+            if self._state is _OPEN else 0.0
+        )
+        return CircuitOpenError(self.name, self._state.value, retry_in)
 
     def record(self, permit: BreakerPermit, success: bool) -> bool:
         """Count the outcome of the call ``permit`` allowed.
@@ -295,6 +323,8 @@ class CircuitBreaker:
                 window_failures=self._failures_in_window, successes=self._successes,
                 failures=self._failures, rejected=self._rejected, ignored=self._ignored,
                 transitions=dict(self._transitions), retry_in=retry_in,
+                trials_running=(self._trials_out - self._trial_successes
+                                if self._state is _HALF_OPEN else 0),
             )
         self._flush_log()
         return snap

@@ -38,21 +38,37 @@ _PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
 class Hedge:
     """When and how often to start a duplicate attempt.
 
+    With a percentile (``after="p95"``) the delay follows the node's recent durations in this
+    process, and is useful from the first calls:
+
+    * before any duration is known, ``initial`` seconds (None: the first call is not hedged);
+    * while fewer than ``min_samples`` are known, the slowest one so far (few durations say
+      little about a percentile; the slowest is the cautious guess);
+    * then the NN-th percentile;
+    * never more than ``median_cap`` times the recent median: when more than 5 % of calls are
+      slow the 95th percentile is itself a slow call, and a hedge that waits that long rescues
+      nothing.
+
     Args:
         after: Seconds an attempt may run before a duplicate starts, or ``"pNN"`` (e.g.
             ``"p95"``): the node's recent NN-th percentile duration in this process.
         max_extra: Duplicate attempts at most (>= 1).
-        min_samples: With a percentile, durations needed before hedging starts (>= 1); until
-            then ``delay`` is None (no hedge).
+        min_samples: With a percentile, durations needed before the percentile is used (>= 1);
+            until then the slowest duration so far.
+        initial: With a percentile, seconds to wait before a duplicate while no duration is
+            known (> 0), or None (default): no hedge until one is.
+        median_cap: With a percentile, the delay is at most this many times the recent median
+            (>= 1), or None: no cap.
 
     Raises:
         FlowDefinitionError: An option is invalid.
     """
 
-    __slots__ = ("after", "max_extra", "min_samples", "quantile")
+    __slots__ = ("after", "initial", "max_extra", "median_cap", "min_samples", "quantile")
 
     def __init__(self, after: float | str = "p95", max_extra: int = 1, *,
-                 min_samples: int = 20) -> None:
+                 min_samples: int = 20, initial: float | None = None,
+                 median_cap: float | None = 3.0) -> None:
         owner = "hedge"
         if isinstance(after, str):
             match = _PERCENTILE.match(after)
@@ -68,18 +84,37 @@ class Hedge:
             self.quantile = None
         self.max_extra = check_int(owner, "max_extra", max_extra, minimum=1)
         self.min_samples = check_int(owner, "min_samples", min_samples, minimum=1)
+        self.initial = (None if initial is None
+                        else check_seconds(owner, "initial", initial, allow_zero=False))
+        if median_cap is not None and (isinstance(median_cap, bool)
+                                       or not isinstance(median_cap, (int, float))
+                                       or not median_cap >= 1.0 or median_cap == float("inf")):
+            raise FlowDefinitionError(f"{owner}: median_cap must be a number >= 1 or None, got "
+                                      f"{median_cap!r}")
+        self.median_cap = None if median_cap is None else float(median_cap)
 
     def delay(self, tracker: LatencyTracker | None) -> float | None:
         """Seconds after an attempt starts to start a duplicate; None: do not hedge (yet)."""
         if self.quantile is None:
             assert isinstance(self.after, float)
             return self.after
-        if tracker is None or tracker.count < self.min_samples:
-            return None
-        return tracker.quantile(self.quantile)
+        count = 0 if tracker is None else tracker.count
+        if tracker is None or count == 0:
+            return self.initial
+        wait = tracker.quantile(self.quantile if count >= self.min_samples else 1.0)
+        if wait is None:
+            return self.initial
+        if self.median_cap is not None:
+            median = tracker.median()
+            if median is not None:
+                wait = min(wait, self.median_cap * median)
+        return wait
 
     def __repr__(self) -> str:
-        return f"Hedge(after={self.after!r}, max_extra={self.max_extra})"
+        if self.quantile is None:
+            return f"Hedge(after={self.after!r}, max_extra={self.max_extra})"
+        return (f"Hedge(after={self.after!r}, max_extra={self.max_extra}, min_samples="
+                f"{self.min_samples}, initial={self.initial!r}, median_cap={self.median_cap!r})")
 
 
 class Verdict(str, Enum):

@@ -14,6 +14,8 @@ How the engine uses it::
         ...
     else:                    # timer.schedule(r.ready_at, start_attempt); if the run ends first,
         ...                  # r.cancel()
+    r = limit.reserve_now()  # a hedge: a token now or None (never waits); r.cancel() when the
+                             # hedge does not start after all
 
 The bucket holds at most ``burst`` tokens and gains ``per_second`` tokens a second, so over any
 interval of ``T`` seconds at most ``burst + per_second * T`` reservations become ready. A
@@ -171,13 +173,18 @@ class RateLimit:
 
     def try_take(self) -> bool:
         """Take a token only when one is available now (nothing is counted as timed out)."""
+        return self.reserve_now() is not None
+
+    def reserve_now(self) -> Reservation | None:
+        """A reservation ready now, or None when no token is available now (nothing is counted
+        as timed out). Unlike ``try_take`` its token can be given back with ``cancel()``: the
+        engine takes one for a hedge before it knows the hedge will start."""
         with self._lock:
             now = self._clock()
             self._refill(now)
             if self._tokens < 1.0:
-                return False
-            self._take(now, now)
-            return True
+                return None
+            return self._take(now, now)
 
     def next_token_at(self) -> float:
         """Clock time at which a reservation made now would be ready (now when a token is free)."""

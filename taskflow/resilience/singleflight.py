@@ -10,12 +10,14 @@ the leader's run gave up on it, so joiners with budget left still get the value.
 How the engine uses it::
 
     member = flight.join((node_key, user_key), on_done)   # raises UnhashableKeyError
-    if member.call.done():          # a cached success: use member.call.result() now
+    if member.cached:               # a cached success: use member.call.result() now
     elif member.leader:             # run the attempt; on completion call.set_result(v) or
-        ...                         # call.set_exception(e); if it can never start (its run
-                                    # ended while it waited for a slot): member.resign()
-    else:                           # wait: on_done(outcome) comes later; at the run's
-        ...                         # deadline: member.leave()
+        ...                         # call.set_exception(e)
+    else:                           # wait: on_done(outcome) comes later
+        ...
+    member.withdraw()               # the run gives up without running an attempt for the
+                                    # call (its deadline, a wait it lost): a leader resigns,
+                                    # a waiter leaves, decided under the flight's lock
 
 ``on_done(outcome)`` reaches every member that has not left, the leader included (so the
 leader's run learns its value the same way as the others); it runs on the thread that resolved
@@ -148,12 +150,13 @@ class SharedCall:
 class Member:
     """One run's place in a shared call."""
 
-    __slots__ = ("_on_done", "call", "leader")
+    __slots__ = ("_on_done", "cached", "call", "leader")
 
     def __init__(self, call: SharedCall, on_done: Callable[[Outcome], Any] | None,
-                 leader: bool) -> None:
+                 leader: bool, cached: bool = False) -> None:
         self.call = call
         self.leader = leader  # guarded by the flight's lock (a promotion sets it)
+        self.cached = cached  # served from the cache at join: no outcome will be delivered
         self._on_done = on_done  # None once delivered or left
 
     def leave(self) -> bool:
@@ -168,6 +171,12 @@ class Member:
         """The leader gives up before its attempt started; the oldest waiter is promoted (its
         ``on_done`` gets ``Outcome(promoted=True)``), or the call is dropped if nobody waits."""
         self.call._flight._resign(self)
+
+    def withdraw(self) -> None:
+        """The member's run no longer wants the call and will run no attempt for it: a leader
+        resigns, a waiter leaves. Which one is decided under the flight's lock, so a promotion
+        racing this call cannot leave the call with a leader nobody runs."""
+        self.call._flight._withdraw(self)
 
     def __iter__(self) -> Any:  # ``leader, call = flight.join(...)``
         return iter((self.leader, self.call))
@@ -236,7 +245,7 @@ class SingleFlight:
                         self._shared += 1
                         cached = SharedCall(self, key)
                         cached._state, cached._value = _OK, hit[1]
-                        return Member(cached, None, leader=False)
+                        return Member(cached, None, leader=False, cached=True)
                     del self._cache[key]
             call = self._calls.get(key)
             if call is None:
@@ -275,36 +284,55 @@ class SingleFlight:
 
     def _leave(self, member: Member) -> bool:
         with self._lock:
-            if member._on_done is None:
-                return False
-            member._on_done = None
-            call = member.call
-            if member in call._members:
-                call._members.remove(member)
-            self._left += 1
-            return True
+            return self._drop(member)
+
+    def _drop(self, member: Member) -> bool:
+        # caller holds _lock: the member hears of nothing any more (a leader still leads)
+        if member._on_done is None:
+            return False
+        member._on_done = None
+        call = member.call
+        if member in call._members:
+            call._members.remove(member)
+        self._left += 1
+        return True
 
     def _resign(self, member: Member) -> None:
-        delivery: list[Callback] = []
         with self._lock:
-            call = member.call
-            if call._state != _PENDING or call.leader is not member:
-                return
-            member._on_done = None
-            member.leader = False
-            call.leader = None
-            while call._members:
-                heir = call._members.pop(0)
-                if heir._on_done is not None:
-                    heir.leader = True
-                    call.leader = heir
-                    delivery.append((heir._on_done, (Outcome(promoted=True),)))
-                    break
-            if call.leader is None and self._calls.get(call.key) is call:
-                del self._calls[call.key]  # nobody waits: the next join starts afresh
-            elif call.leader is not None:
-                self._started += 1
+            delivery = self._pass_lead(member)
         run_callbacks(delivery)
+
+    def _withdraw(self, member: Member) -> None:
+        with self._lock:
+            if member.call.leader is member:
+                delivery = self._pass_lead(member)
+            else:
+                self._drop(member)
+                delivery = []
+        run_callbacks(delivery)
+
+    def _pass_lead(self, member: Member) -> list[Callback]:
+        # caller holds _lock: a pending call's leader hands the lead to the oldest waiter, or
+        # the call is dropped; the promotion to deliver (outside the lock)
+        delivery: list[Callback] = []
+        call = member.call
+        if call._state != _PENDING or call.leader is not member:
+            return delivery
+        member._on_done = None
+        member.leader = False
+        call.leader = None
+        while call._members:
+            heir = call._members.pop(0)
+            if heir._on_done is not None:
+                heir.leader = True
+                call.leader = heir
+                delivery.append((heir._on_done, (Outcome(promoted=True),)))
+                break
+        if call.leader is None and self._calls.get(call.key) is call:
+            del self._calls[call.key]  # nobody waits: the next join starts afresh
+        elif call.leader is not None:
+            self._started += 1
+        return delivery
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key`` from the cache (an in-flight call is not affected)."""

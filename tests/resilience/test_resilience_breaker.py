@@ -114,6 +114,40 @@ def test_a_discarded_trial_frees_its_slot() -> None:
     assert breaker.state is BreakerState.CLOSED
 
 
+def test_renew_keeps_a_permit_until_the_breaker_moves() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker("b", window=1, min_calls=1, open_for=1.0, clock=clock)
+    waited = breaker.allow()  # a node waits for a slot with it
+    assert breaker.renew(waited) is waited
+    _calls(breaker, "f")  # meanwhile another call fails: open
+    with pytest.raises(CircuitOpenError, match="is open"):
+        breaker.renew(waited)  # the node must not start now
+    assert breaker.record(waited, True) is False  # the stale permit counts for nothing
+    clock.advance(1.0)
+    trial = breaker.renew(breaker.allow())
+    assert trial.trial and breaker.metrics().trials_running == 1
+    with pytest.raises(CircuitOpenError, match="trial calls are taken"):
+        breaker.renew(waited)  # half-open with its one trial out: refused like allow()
+
+
+def test_renew_after_a_move_issues_a_fresh_permit_that_counts() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker("b", window=1, min_calls=1, open_for=1.0, half_open_calls=2,
+                             clock=clock)
+    waited = breaker.allow()
+    _calls(breaker, "f")
+    clock.advance(1.0)  # half-open: two trials
+    fresh = breaker.renew(waited)
+    assert fresh is not waited and fresh.trial and waited.done
+    assert breaker.metrics().trials_running == 1
+    assert breaker.record(fresh, True) is True
+    assert breaker.metrics().trials_running == 0
+    discarded = breaker.allow()
+    breaker.discard(discarded)
+    again = breaker.renew(discarded)  # given back meanwhile: a new permit, or none
+    assert again is not discarded and breaker.metrics().trials_running == 1
+
+
 def test_a_permit_counts_once_and_stale_permits_are_ignored() -> None:
     breaker = CircuitBreaker("b", window=2, min_calls=2)
     old = breaker.allow()

@@ -36,16 +36,46 @@ def test_fixed_delay_ignores_history() -> None:
     assert Hedge(after=0.05).delay(None) == 0.05
 
 
-def test_percentile_delay_waits_for_enough_history() -> None:
-    hedge = Hedge(after="p95", min_samples=20)
+def test_percentile_delay_hedges_from_the_first_calls() -> None:
+    # before any duration: `initial` (none by default); before min_samples: the slowest so far;
+    # then the percentile (uncapped here, to read it alone)
+    hedge = Hedge(after="p95", min_samples=20, median_cap=None)
     tracker = LatencyTracker(size=100)
-    assert hedge.delay(None) is None
-    for i in range(19):
+    assert hedge.delay(None) is None and hedge.delay(tracker) is None
+    assert Hedge(after="p95", initial=0.05).delay(tracker) == 0.05
+    tracker.record(0.02)
+    assert hedge.delay(tracker) == 0.02  # one call known: the second one can be hedged
+    for i in range(1, 19):
         tracker.record(i / 100)
-    assert hedge.delay(tracker) is None
+    assert hedge.delay(tracker) == pytest.approx(0.18)  # 19 known: the slowest
     for i in range(19, 100):
         tracker.record(i / 100)
-    assert hedge.delay(tracker) == pytest.approx(0.94)  # nearest rank of 0.00 .. 0.99
+    assert hedge.delay(tracker) == pytest.approx(0.94)  # nearest rank of 0.01 .. 0.99
+
+
+def test_a_percentile_hedge_waits_at_most_median_cap_times_the_median() -> None:
+    # one call in ten slow: the 95th percentile is a slow call, and waiting for it rescues none
+    tracker = LatencyTracker(size=200)
+    for i in range(200):
+        tracker.record(0.3 if i % 10 == 0 else 0.01)
+    assert Hedge(after="p95", median_cap=None).delay(tracker) == 0.3
+    assert Hedge(after="p95").delay(tracker) == pytest.approx(0.03)  # 3 x the 10 ms median
+    assert Hedge(after="p95", median_cap=10).delay(tracker) == pytest.approx(0.1)
+    healthy = LatencyTracker(size=100)
+    for i in range(100):
+        healthy.record(0.010 + i / 10000)  # 10-20 ms: the percentile is below the cap
+    assert Hedge(after="p95").delay(healthy) == pytest.approx(0.0194)
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [
+    ({"initial": 0}, "initial must be a finite number of seconds > 0, got 0"),
+    ({"median_cap": 0.5}, "median_cap must be a number >= 1 or None, got 0.5"),
+    ({"median_cap": True}, "got True"),
+])
+def test_invalid_warm_up_options(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(FlowDefinitionError, match="hedge: ") as info:
+        Hedge(after="p95", **kwargs)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
 
 
 def test_tracker_keeps_only_the_most_recent_durations() -> None:
@@ -177,3 +207,39 @@ def test_concurrent_settles_pick_exactly_one_winner() -> None:
 
     run_threads(16, body)
     assert verdicts.count(Verdict.WON) == 1 and verdicts.count(Verdict.LOST) == 15
+
+
+def test_a_percentile_hedge_rescues_a_slow_call_while_its_window_warms_up() -> None:
+    # the node's second call ever hangs: Hedge("p95") with 1 duration known duplicates it
+    # after the slowest so far, and the duplicate answers (the window is far from full)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import LONG
+
+    from taskflow import FunctionNode, TaskScheduling
+
+    release = threading.Event()
+    calls = [0]
+    lock = threading.Lock()
+
+    def backend(ctx: object, param: object) -> str:
+        with lock:
+            calls[0] += 1
+            n = calls[0]
+        if n == 2:
+            release.wait(LONG)  # the slow call: held until the test ends
+            return "late"
+        return f"call {n}"
+
+    node = FunctionNode(backend, name="reco", hedge=Hedge(after="p95"), idempotent=True)
+    try:
+        with ThreadPoolExecutor(4, thread_name_prefix="hedge-warm") as pool:
+            first = TaskScheduling.start(node, executor=pool, timeout=LONG)
+            second = TaskScheduling.start(node, executor=pool, timeout=LONG)
+            release.set()
+    finally:
+        release.set()
+    assert first.outputs["reco"] == "call 1" and first.result_of("reco").hedges == 0
+    assert second.outputs["reco"] == "call 3" and second.result_of("reco").hedges == 1
+    assert second.elapsed < LONG / 2
+    assert calls[0] == 3

@@ -84,6 +84,18 @@ def test_try_take_and_next_token_at() -> None:
     assert limit.metrics().timed_out == 0
 
 
+def test_reserve_now_takes_a_token_that_cancel_gives_back() -> None:
+    clock = FakeClock()
+    limit = RateLimit("r", per_second=4, burst=1, clock=clock)
+    r = limit.reserve_now()
+    assert r is not None and r.ready_at == clock.now
+    assert limit.reserve_now() is None  # never a reservation for later
+    assert r.cancel() is True  # the latest: its token is back
+    assert limit.reserve_now() is not None
+    m = limit.metrics()
+    assert (m.granted, m.cancelled, m.timed_out, m.waiting) == (2, 1, 0, 0)
+
+
 def test_a_quiet_period_refills_at_most_burst_tokens() -> None:
     clock = FakeClock()
     limit = RateLimit("r", per_second=100, burst=5, clock=clock)

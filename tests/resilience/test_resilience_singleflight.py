@@ -160,6 +160,44 @@ def test_resigning_with_nobody_waiting_lets_the_next_join_lead() -> None:
     assert flight.join("k", Inbox()).leader
 
 
+def test_withdraw_resigns_a_leader_and_makes_a_waiter_leave() -> None:
+    flight = SingleFlight()
+    a, b, c = Inbox(), Inbox(), Inbox()
+    lead = flight.join("k", a)
+    waiter = flight.join("k", b)
+    heir = flight.join("k", c)
+    waiter.withdraw()  # its run ended while it waited
+    lead.withdraw()  # its run ended before its attempt started
+    assert heir.leader and [o.promoted for o in c.outcomes] == [True]
+    assert a.outcomes == [] and b.outcomes == []
+    heir.withdraw()
+    assert flight.metrics().in_flight == 0 and flight.join("k", Inbox()).leader
+
+
+@pytest.mark.parametrize("resign_first", [True, False])
+def test_a_waiter_withdrawing_as_the_leader_resigns_never_ends_up_leading(
+        resign_first: bool) -> None:
+    flight = SingleFlight()
+    lead = flight.join("k", Inbox())
+    quitter = flight.join("k", Inbox())
+    inbox = Inbox()
+    stayer = flight.join("k", inbox)
+    steps = [lead.resign, quitter.withdraw]  # resign first: the quitter was promoted
+    for step in steps if resign_first else steps[::-1]:
+        step()
+    # either way, the one member that still wants the call leads it
+    assert stayer.leader and not quitter.leader and flight.metrics().in_flight == 1
+    assert [o.promoted for o in inbox.outcomes] == [True]
+
+
+def test_a_cache_hit_says_so() -> None:
+    flight = SingleFlight(cache_ttl=60.0)
+    first = flight.join("k", Inbox())
+    assert not first.cached
+    first.call.set_result(1)
+    assert flight.join("k", Inbox()).cached
+
+
 def test_members_unpack_as_leader_and_call() -> None:
     flight = SingleFlight()
     leader, call = flight.join("k", Inbox())

@@ -10,6 +10,7 @@ import taskflow
 
 PUBLIC = [
     "Alarm",
+    "BrokenPoolError",
     "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
