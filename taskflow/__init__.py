@@ -21,6 +21,7 @@ from loguru import logger
 from taskflow._version import __version__ as __version__
 from taskflow.errors import (
     BrokenPoolError,
+    BudgetExhaustedError,
     BulkheadFullError,
     CircuitOpenError,
     CycleError,
@@ -42,12 +43,14 @@ from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, It
 from taskflow.kinds.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.kinds.switch import SwitchNode, UnknownCaseError
 from taskflow.model.context import TaskContext, TaskSupport
+from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
 
 if TYPE_CHECKING:
+    from taskflow import http as http
     from taskflow.declare import conductor
     from taskflow.declare.spec import FlowSpec, load_spec
     from taskflow.metrics import Percentiles, PoolMetrics
@@ -89,9 +92,11 @@ _LAZY = {
 }
 
 # module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
-# ``taskflow.otel.instrument()``, ``taskflow.stats.enable()``, ``taskflow.web.make_app(...)``
+# ``taskflow.otel.instrument()``, ``taskflow.stats.enable()``, ``taskflow.web.make_app(...)``,
+# ``taskflow.http.session()``
 _MODULES = {
     "conductor": "taskflow.declare.conductor",
+    "http": "taskflow.http",
     "otel": "taskflow.observe.otel",
     "stats": "taskflow.observe.stats",
     "web": "taskflow.observe.web",
@@ -143,6 +148,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Alarm",
     "BrokenPoolError",
+    "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
     "CircuitBreaker",
@@ -195,8 +201,10 @@ __all__ = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "budget_from_headers",
     "conductor",
     "fork_join",
+    "http",
     "load_spec",
     "run_async",
 ]

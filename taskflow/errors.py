@@ -10,6 +10,7 @@ from concurrent.futures.thread import BrokenThreadPool
 
 __all__ = [
     "BrokenPoolError",
+    "BudgetExhaustedError",
     "BulkheadFullError",
     "CircuitOpenError",
     "CycleError",
@@ -45,8 +46,10 @@ class InvalidNodeError(FlowDefinitionError, TypeError):
 
 
 class InvalidArgumentError(TaskflowError, TypeError):
-    """An argument of the wrong kind given to an object that shows runs or pools (such as the
-    web app), raised when that object is built (also a TypeError)."""
+    """An argument of the wrong kind: given to an object that shows runs or pools (such as the
+    web app), raised when that object is built, or to a function that reads one (such as
+    ``budget_from_headers`` given something that is not a mapping of headers); also a
+    TypeError."""
 
 
 class CycleError(FlowDefinitionError):
@@ -96,6 +99,19 @@ class NodeTimeoutError(TaskflowError, TimeoutError):
         what = "flow budget" if budget else "node timeout"
         limit = f" of {timeout:g}s" if timeout is not None else ""
         super().__init__(f"{what}{limit} passed before node {node!r} finished")
+
+
+class BudgetExhaustedError(TaskflowError, TimeoutError):
+    """``ctx.timeout()`` (or a clamped HTTP client) was asked for time when the asking attempt
+    has none left: its node's own timeout or the run's budget has passed, or the attempt was
+    abandoned (also a ``TimeoutError``)."""
+
+    def __init__(self, node: str, flow_id: str | None, why: str) -> None:
+        self.node = node
+        self.flow_id = flow_id
+        self.why = why
+        where = f" of flow {flow_id}" if flow_id else ""
+        super().__init__(f"no time left for node {node!r}{where}: {why}")
 
 
 class NodeCancelledError(TaskflowError, CancelledError):

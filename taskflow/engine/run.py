@@ -92,6 +92,11 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
+  their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
+  every path that abandons attempts tests it first (``attempts.py``).
+``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
+  ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
 State table
 ===========
@@ -145,6 +150,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import (
+    attempts,
     closing,
     deadlines,
     events,
@@ -157,7 +163,7 @@ from taskflow.engine import (
 )
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
-from taskflow.engine.economy import Economy
+from taskflow.engine.economy import Economy, learn_duration
 from taskflow.engine.states import (
     BACKOFF,
     INLINE,
@@ -319,6 +325,11 @@ class Run:
         self.t0 = _monotonic() if t0 is None else t0
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
+        self.watch: attempts.Watch | None = None
+        self.outer: tuple[Any, Any] | None = None
+        if inline:
+            d = current.__dict__
+            self.outer = (d.get("run"), d.get("idx"))
         self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
@@ -380,6 +391,12 @@ class Run:
 
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
+
+    def asking(self) -> attempts.Asking | None:
+        d = current.__dict__  # this thread's: one look-up, then plain dict reads
+        if d.get("run") is not self or d.get("hooking") is self:
+            return None  # not an attempt of this run (a hook is none)
+        return attempts.Asking(self, d["idx"], d.get("item"))
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -702,7 +719,7 @@ class Run:
             now = _monotonic()
             if now < self.deadline:
                 began = wr.started_at
-                if began is not None:  # learn_duration, inlined
+                if began is not None:  # economy.learn_duration, inlined
                     est = plan.est
                     e = est[i]
                     d = now - began
@@ -758,7 +775,7 @@ class Run:
         if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
-            self.learn_duration(i, wr.started_at, now)
+            learn_duration(plan.est, i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
@@ -786,21 +803,13 @@ class Run:
             return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
+        if self.watch is not None:  # other attempts of it still running: a hedge, fan-out items
+            attempts.abandon(self, (i,), spare=current.__dict__)
         if told:
             self.tell_outcome(i, ok, has_hook, loud)
             with self.lock:
                 nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         return self.carry_on(nxt, k, fin, hooks)
-
-    def learn_duration(self, i: int, began: float | None, now: float) -> None:
-        """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
-        time (an exponential average; racy by design, see ``Plan.est``). The fast path of
-        ``complete`` inlines it."""
-        if began is not None:
-            est = self.plan.est
-            e = est[i]
-            d = now - began
-            est[i] = d if e < 0.0 else e + (d - e) * 0.25
 
     def record_success(self, i: int, wr: WorkResult[Any], value: Any,
                        degraded: BaseException | None, now: float) -> None:
@@ -937,6 +946,7 @@ if TYPE_CHECKING:
     _closing: type[closing.ClosingRun] = Run
     _settling: type[settling.SettlingRun] = Run
     _timed: type[deadlines.TimedRun] = Run
+    _watched: type[attempts.WatchedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

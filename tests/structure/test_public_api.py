@@ -11,6 +11,7 @@ import taskflow
 PUBLIC = [
     "Alarm",
     "BrokenPoolError",
+    "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
     "CircuitBreaker",
@@ -63,8 +64,10 @@ PUBLIC = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "budget_from_headers",
     "conductor",
     "fork_join",
+    "http",
     "load_spec",
     "run_async",
 ]
@@ -98,10 +101,12 @@ NAMESPACES = {
     ],
     "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
     "taskflow.observe.web": ["make_app"],
+    "taskflow.http": ["httpx_client", "session"],
 }
 # ``taskflow.conductor`` and friends are these modules, loaded on first access
 REACHED_AS = {"conductor": "taskflow.declare.conductor", "stats": "taskflow.observe.stats",
-              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web"}
+              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web",
+              "http": "taskflow.http"}
 
 
 @pytest.mark.parametrize("module", sorted(NAMESPACES))
