@@ -22,6 +22,7 @@ ROOT = pathlib.Path(taskflow.__file__).parent
 BASE, ROOT_PART, FACADE, CLI = "base", "root", "facade", "cli"
 MODEL, KINDS, ENGINE, POOLS = "model", "kinds", "engine", "pools"
 RESILIENCE, OBSERVE, DECLARE = "resilience", "observe", "declare"
+TESTING = "testing"
 
 # top-level modules: the leaves, the facade, the root and ``python -m taskflow``
 TOP_LEVEL = {
@@ -35,13 +36,15 @@ TOP_LEVEL = {
     "taskflow.metrics": BASE,
     "taskflow.scheduling": FACADE,
 }
-FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE}
+FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, TESTING}
 
 # part -> the parts it may import (its own always allowed)
 ALLOWED: dict[str, set[str]] = {
     CLI: {ROOT_PART, FACADE, DECLARE, MODEL, POOLS, OBSERVE, BASE},
     ROOT_PART: {FACADE, MODEL, KINDS, BASE, POOLS, RESILIENCE, OBSERVE, DECLARE},
     DECLARE: {FACADE, MODEL, KINDS, OBSERVE, BASE},
+    # the test kit: an executor that declares its capabilities, the facade it drives
+    TESTING: {FACADE, ENGINE, MODEL, BASE},
     OBSERVE: {MODEL, KINDS, ENGINE, POOLS, RESILIENCE, BASE},
     FACADE: {ENGINE, MODEL, BASE},
     KINDS: {MODEL, ENGINE, BASE},
