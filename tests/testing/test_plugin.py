@@ -57,3 +57,16 @@ def test_the_fixture_works_in_a_users_suite(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 passed" in proc.stdout
 
+
+def test_the_guides_example_test_module_passes_with_the_plugin(tmp_path: Path) -> None:
+    # examples/test_page_with_plugin.py, included in the testing guide
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:taskflow",
+         "-p", "taskflow.testing.plugin", "--strict-markers", "--rootdir", str(tmp_path),
+         str(ROOT / "examples" / "test_page_with_plugin.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+
