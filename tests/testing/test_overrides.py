@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from taskflow import (
+    FanOutNode,
     FlowDefinitionError,
     FunctionNode,
     ResultState,
@@ -169,3 +170,45 @@ def test_an_empty_mapping_runs_the_flow_as_built(pool) -> None:
     product, stock, page = _page()
     assert TaskScheduling.start([product, stock], executor=pool,
                                 overrides={}).outputs["page"] == ("sku-1", 5)
+
+
+class Sizes(FanOutNode[None]):
+    def items(self, ctx, param):
+        return [(k, k) for k in range(3)]
+
+    def work(self, ctx, item):
+        return item * 2
+
+
+def test_a_fan_out_node_runs_its_override_once_instead_of_fanning_out() -> None:
+    calls: list[int] = []
+    node = Sizes(name="sizes")
+    ex = ManualExecutor(seed=4)
+    future = TaskScheduling.submit(node, executor=ex,
+                                   overrides={"sizes": lambda c, p: calls.append(1) or "stub"})
+    ex.run_until_idle()
+    assert future.result(timeout=0).outputs == {"sizes": "stub"} and calls == [1]
+    real = TaskScheduling.submit(node, executor=ex)
+    ex.run_until_idle()
+    assert real.result(timeout=0)["sizes"].work_result.state is ResultState.SUCCESS
+
+
+def test_hooks_of_an_overridden_node_run_in_order() -> None:
+    seen: list[str] = []
+
+    class Hooked(SchedulingNode[None, int]):
+        def task(self, ctx, param):
+            return 1
+
+        def on_begin(self, support) -> None:
+            seen.append("begin")
+
+        def on_success(self, support) -> None:
+            seen.append(f"success {support.work_result.result}")
+
+    ex = ManualExecutor()
+    future = TaskScheduling.submit(Hooked(name="h"), executor=ex,
+                                   overrides={"h": lambda c, p: seen.append("override") or 9})
+    ex.run_until_idle()
+    assert future.result(timeout=0).outputs == {"h": 9}
+    assert seen == ["begin", "override", "success 9"]
