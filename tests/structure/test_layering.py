@@ -23,6 +23,7 @@ BASE, ROOT_PART, FACADE, CLI = "base", "root", "facade", "cli"
 MODEL, KINDS, ENGINE, POOLS = "model", "kinds", "engine", "pools"
 RESILIENCE, OBSERVE, DECLARE = "resilience", "observe", "declare"
 HTTP = "http"
+TESTING = "testing"
 
 # top-level modules: the leaves, the facade, the root and ``python -m taskflow``
 TOP_LEVEL = {
@@ -36,13 +37,15 @@ TOP_LEVEL = {
     "taskflow.metrics": BASE,
     "taskflow.scheduling": FACADE,
 }
-FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP}
+FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP, TESTING}
 
 # part -> the parts it may import (its own always allowed)
 ALLOWED: dict[str, set[str]] = {
     CLI: {ROOT_PART, FACADE, DECLARE, MODEL, POOLS, OBSERVE, BASE},
     ROOT_PART: {FACADE, MODEL, KINDS, BASE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP},
     DECLARE: {FACADE, MODEL, KINDS, OBSERVE, BASE},
+    # the test kit: an executor that declares its capabilities, the facade it drives
+    TESTING: {FACADE, ENGINE, MODEL, BASE},
     OBSERVE: {MODEL, KINDS, ENGINE, POOLS, RESILIENCE, BASE},
     FACADE: {ENGINE, MODEL, BASE},
     KINDS: {MODEL, ENGINE, BASE},
