@@ -23,6 +23,8 @@ from taskflow.errors import (
     BatchCallError,
     BatchKeyError,
     BatchResultError,
+    BrokenPoolError,
+    BudgetExhaustedError,
     BulkheadFullError,
     CircuitOpenError,
     CycleError,
@@ -44,12 +46,14 @@ from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, It
 from taskflow.kinds.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
 from taskflow.kinds.switch import SwitchNode, UnknownCaseError
 from taskflow.model.context import TaskContext, TaskSupport
+from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
 
 if TYPE_CHECKING:
+    from taskflow import http as http
     from taskflow.declare import conductor
     from taskflow.declare.spec import FlowSpec, load_spec
     from taskflow.metrics import Percentiles, PoolMetrics
@@ -95,9 +99,11 @@ _LAZY = {
 }
 
 # module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
-# ``taskflow.otel.instrument()``, ``taskflow.stats.enable()``, ``taskflow.web.make_app(...)``
+# ``taskflow.otel.instrument()``, ``taskflow.stats.enable()``, ``taskflow.web.make_app(...)``,
+# ``taskflow.http.session()``
 _MODULES = {
     "conductor": "taskflow.declare.conductor",
+    "http": "taskflow.http",
     "otel": "taskflow.observe.otel",
     "stats": "taskflow.observe.stats",
     "web": "taskflow.observe.web",
@@ -152,6 +158,8 @@ __all__ = [
     "BatchCallError",
     "BatchKeyError",
     "BatchResultError",
+    "BrokenPoolError",
+    "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
     "CircuitBreaker",
@@ -205,8 +213,10 @@ __all__ = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "budget_from_headers",
     "conductor",
     "fork_join",
+    "http",
     "load_spec",
     "run_async",
 ]

@@ -6,11 +6,14 @@ import math
 import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import CancelledError
+from concurrent.futures.thread import BrokenThreadPool
 
 __all__ = [
     "BatchCallError",
     "BatchKeyError",
     "BatchResultError",
+    "BrokenPoolError",
+    "BudgetExhaustedError",
     "BulkheadFullError",
     "CircuitOpenError",
     "CycleError",
@@ -46,8 +49,10 @@ class InvalidNodeError(FlowDefinitionError, TypeError):
 
 
 class InvalidArgumentError(TaskflowError, TypeError):
-    """An argument of the wrong kind given to an object that shows runs or pools (such as the
-    web app), raised when that object is built (also a TypeError)."""
+    """An argument of the wrong kind: given to an object that shows runs or pools (such as the
+    web app), raised when that object is built, or to a function that reads one (such as
+    ``budget_from_headers`` given something that is not a mapping of headers); also a
+    TypeError."""
 
 
 class CycleError(FlowDefinitionError):
@@ -99,6 +104,19 @@ class NodeTimeoutError(TaskflowError, TimeoutError):
         super().__init__(f"{what}{limit} passed before node {node!r} finished")
 
 
+class BudgetExhaustedError(TaskflowError, TimeoutError):
+    """``ctx.timeout()`` (or a clamped HTTP client) was asked for time when the asking attempt
+    has none left: its node's own timeout or the run's budget has passed, or the attempt was
+    abandoned (also a ``TimeoutError``)."""
+
+    def __init__(self, node: str, flow_id: str | None, why: str) -> None:
+        self.node = node
+        self.flow_id = flow_id
+        self.why = why
+        where = f" of flow {flow_id}" if flow_id else ""
+        super().__init__(f"no time left for node {node!r}{where}: {why}")
+
+
 class NodeCancelledError(TaskflowError, CancelledError):
     """The node was cancelled: ``ctx.cancel``, a join that no longer needed it, or shutdown."""
 
@@ -122,6 +140,19 @@ class UpstreamFailedError(TaskflowError, RuntimeError):
 
 class RejectedExecutionError(TaskflowError, RuntimeError):
     """An executor refused a task (saturated or shut down)."""
+
+
+class BrokenPoolError(TaskflowError, BrokenThreadPool):
+    """A ``ThreadPool`` whose thread initializer raised: it fails its queued tasks and refuses
+    new ones (the stdlib's ``BrokenThreadPool``, so ``except BrokenExecutor`` catches it)."""
+
+    def __init__(self, pool: str, cause: BaseException | None = None) -> None:
+        self.pool = pool
+        self.cause = cause
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        super().__init__(
+            f"pool {pool!r} is broken: a thread initializer failed{why}; it runs no more tasks"
+        )
 
 
 class ResultNotAvailableError(TaskflowError, LookupError):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -13,6 +15,7 @@ from taskflow.errors import FlowDefinitionError, RejectedExecutionError
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.model.node import check_timeout
+from taskflow.model.overrides import override_plan
 from taskflow.model.result import FlowResult
 
 __all__ = ["TaskScheduling", "run_async"]
@@ -30,8 +33,11 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
-             future: Future[FlowResult] | None, targets: Any = None, name: Any = None) -> Run:
-    """Validate everything and build the run; nothing has been submitted when this raises."""
+             future: Future[FlowResult] | None, targets: Any = None, name: Any = None,
+             t0: float | None = None, overrides: Any = None) -> Run:
+    """Validate everything and build the run; nothing has been submitted when this raises.
+
+    ``t0`` is when the caller called (its budget counts from then, this work included)."""
     if not isinstance(executor, Executor):
         raise TypeError(
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
@@ -55,6 +61,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     plan = compile_plan(tops)
     if targets is not None:
         plan = select_targets(plan, targets)
+    if overrides is not None:
+        plan = override_plan(plan, overrides)
     caps = executors.capabilities(executor)
     outer = getattr(current, "run", None)
     # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
@@ -63,7 +71,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
               and executors.same_executor(outer.executor, executor))
     if plan.any_policy:
         guards.check_executor(plan, caps.remote, type(executor).__name__)
-    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name)
+    run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     bind_context(ctx, run)
     return run
 
@@ -74,7 +82,8 @@ class TaskScheduling:
     @staticmethod
     def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
               context: TaskContext | None = None, targets: Any = None,
-              name: str | None = None) -> FlowResult:
+              name: str | None = None,
+              overrides: Mapping[str, Any] | None = None) -> FlowResult:
         """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
 
         Args:
@@ -91,6 +100,9 @@ class TaskScheduling:
                 nodes. None: run the whole connected graph.
             name: the flow's name, in logs, traces and statistics (``ctx.flow_name``,
                 ``result.flow_name``); default: the name of the first node in ``nodes``.
+            overrides: for tests, node name -> a value (the node succeeds with it) or a
+                callable ``fn(ctx, param)`` called instead of the node's task; the node's hooks
+                and options still apply, the nodes passed in are not changed. None: none.
 
         Returns:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
@@ -103,40 +115,46 @@ class TaskScheduling:
             RejectedExecutionError: the executor is already shut down: nothing was
                 submitted. One shut down during the run fails the nodes it refuses.
         """
-        run = _prepare(nodes, executor, timeout, context, None, targets, name)
+        t0 = time.monotonic()  # the budget counts from the call
+        run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides)
         run.begin()
         return closing.wait(run)
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
                context: TaskContext | None = None, targets: Any = None,
-               name: str | None = None) -> Future[FlowResult]:
+               name: str | None = None,
+               overrides: Mapping[str, Any] | None = None) -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets`` and ``name`` included). The budget is enforced
-        by taskflow's timer thread: at the deadline the future resolves (with unfinished nodes
-        TIMEOUT) and their ``on_fail`` hooks run on that thread. Validation errors are raised
+        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets``, ``name``
+        and ``overrides`` included). The budget is enforced by taskflow's timer thread: at the
+        deadline the future resolves (with unfinished nodes TIMEOUT) and their ``on_fail`` hooks
+        run on that thread. Validation errors are raised
         here, before anything runs.
         """
+        t0 = time.monotonic()
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future, targets, name)
+        run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides)
         run.begin()
         return future
 
 
 async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
                     context: TaskContext | None = None, targets: Any = None,
-                    name: str | None = None) -> FlowResult:
+                    name: str | None = None,
+                    overrides: Mapping[str, Any] | None = None) -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
-    Arguments as ``TaskScheduling.start`` (``targets`` and ``name`` included). The event loop
-    is never blocked: nodes run on ``executor`` and the budget is kept by taskflow's timer
-    thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    Arguments as ``TaskScheduling.start`` (``targets``, ``name`` and ``overrides`` included).
+    The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
+    taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
+    t0 = time.monotonic()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future, targets, name)
+    run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

@@ -8,8 +8,10 @@ caller, and it returns.
 At the deadline (``expire``: the owner's wait timing out, the ``submit`` timer, or the thread
 that finishes a node past it) or at ``ctx.cancel`` the run closes under its lock (``close``):
 ``claim_terminal_hooks``, ``end_unsettled`` (every node without an outcome TIMEOUT or CANCELLED,
-and SETTLED), the ready queue emptied, ``take_work_futures``; outside the lock ``close_rest``
-cancels and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
+and SETTLED), the ready queue emptied, ``take_work_futures``; outside the lock the running
+attempts of those nodes are abandoned (``attempts.abandon``: their ``ctx.on_cancel`` callbacks
+go to a coordinator thread, also when the timer closes the run), and ``close_rest`` cancels
+and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
 
 Invariants: ``finished`` is set exactly once, after every claimed hook started (``finish``
 runs the owed hooks and waits ``HOOK_GRACE`` for those running); no hook starts after it; user
@@ -27,7 +29,7 @@ from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
-from taskflow.engine import events, guards, inline, timer
+from taskflow.engine import attempts, events, guards, inline, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import INLINE, SETTLED, TERMINAL
@@ -49,7 +51,7 @@ _DEFAULT = ResultState.DEFAULT
 _monotonic = time.monotonic
 
 
-class ClosingRun(guards.GuardedRun, hooking.HookedRun, Protocol):
+class ClosingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
     """Exactly what closing, finishing and waiting use of a run (``run.Run`` satisfies it;
     ``run.py`` has mypy check that): what the gates and the hooks need, and more. Fixed at
     creation: ``mode``, ``debug``, ``t0``, ``inbox``. Under ``lock``: ``expired``, ``fans``,
@@ -114,6 +116,8 @@ def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -
         timers = list(run.node_timers.values())
         run.node_timers.clear()
         wait_keep = keep >= 0 and run.code[keep] != SETTLED
+    if run.watch is not None:  # the victims' running attempts are abandoned
+        attempts.abandon(run, victims)
     if on_timer:
         run.post(close_rest, run, timers, running + fan_futs, futs, victims, wait_keep, later)
     else:
@@ -314,6 +318,11 @@ class FinishedRun:
 
     def cancel(self, reason: str | None) -> None:
         """The run is over: nothing to cancel."""
+
+    def asking(self) -> None:
+        """Nobody asking through a finished run's record is one of its attempts (an attempt
+        it abandoned still sees the run itself)."""
+        return None
 
 
 def value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str,

@@ -5,7 +5,9 @@ A node with ``timeout=`` has it armed at its first attempt (``arm_node_timeout``
 entry in ``run.node_timers``, unless the run's deadline comes first). When it fires,
 ``node_timeout`` runs on the timer thread: under the run's lock it ends the node TIMEOUT (or
 DEGRADED with a fallback's stand-in, computed first on the owner's thread), takes the future of
-the work it abandons and settles its sons, then ``post``-s ``after_timeout`` to the owner, which
+the work it abandons and settles its sons; outside the lock it abandons the node's running
+attempt (``attempts.abandon`` hands its ``ctx.on_cancel`` callbacks to a coordinator thread,
+never running them here), then ``post``-s ``after_timeout`` to the owner, which
 reports that work abandoned, gives back the node's resilience places, runs the hook and
 finishes the run if it was the last node. A fan-out is sealed instead (its policy decides).
 
@@ -24,7 +26,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from taskflow.engine import closing, events, guards, settling, timer
+from taskflow.engine import attempts, closing, events, guards, settling, timer
 from taskflow.engine.states import BACKOFF, PARKED, QUEUED, REMOTE, RUNNING
 from taskflow.errors import NodeTimeoutError
 from taskflow.model.result import ResultState, WorkResult
@@ -90,6 +92,8 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
         if not plan.has_fail[i]:
             settling.settle_sons(run, i, hooks, now)  # else after its on_fail hook
         k = run.economy.reserve()
+    if run.watch is not None:  # its running attempt is abandoned (callbacks: a coordinator)
+        attempts.abandon(run, (i,))
     run.post(after_timeout, run, hooks, k, abandoned)
 
 

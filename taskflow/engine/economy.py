@@ -55,7 +55,7 @@ from typing import Any
 from taskflow.engine import ranking, timer
 from taskflow.engine.states import PARKED, QUEUED, RUNNING
 
-__all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"]
+__all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy", "learn_duration"]
 
 # a node whose tasks typically take less than this runs in a loop that is already there (the
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
@@ -81,6 +81,16 @@ def _watch_time(now: float) -> float:
     run's entry (0.31 wake-ups per 20-node no-op flow, at 1 or 16 callers; now 0.09-0.12), and
     competed for the GIL each time."""
     return math.ceil((now + WATCH) / WATCH) * WATCH
+
+
+def learn_duration(est: list[float], i: int, began: float | None, now: float) -> None:
+    """Fold a successful attempt's duration into ``est[i]`` (``Plan.est``), the node's typical
+    task time the economy sizes loops by: an exponential average, written without a lock (racy
+    by design, see ``Plan.est``). The fast path of ``Run.complete`` inlines it."""
+    if began is not None:
+        e = est[i]
+        d = now - began
+        est[i] = d if e < 0.0 else e + (d - e) * 0.25
 
 
 class Economy:

@@ -46,6 +46,7 @@ from taskflow.model.result import ResultState, WorkResult
 
 __all__ = [
     "Coordinator",
+    "RemoteAttempt",
     "RemoteHost",
     "RemoteRunView",
     "coordinator",
@@ -358,6 +359,30 @@ class RemoteRunView:
 
     def cancel(self, reason: str | None) -> None:
         logger.warning("ctx.cancel() in another process has no effect (flow {})", self.flow_id)
+
+    def asking(self) -> RemoteAttempt:
+        """The attempt this snapshot was sent for."""
+        return RemoteAttempt(self.deadline)
+
+
+class RemoteAttempt:
+    """An attempt in another process: its deadline is the run's, as the task was sent (the
+    caller's process enforces the node's own timeout); it cannot be told it was abandoned, and
+    its clamps are not reported."""
+
+    __slots__ = ("_deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def deadline(self) -> float:
+        return self._deadline
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """The caller's process cannot reach this attempt: nothing is registered."""
+
+    def note_clamp(self, seconds: float) -> None:
+        """Clamps in another process are not reported."""
 
 
 def _round_trip(value: Any, cloud: bool) -> None:

@@ -42,7 +42,8 @@ under the lock and ``post`` the rest:
 Whichever thread finishes a node compares the clock with the node's own deadline and the run's:
 past either, the node is TIMEOUT and its value is dropped (past the run's, the run closes).
 
-Time: the run has one deadline (``t0 + budget``); closing the run there, or at ``ctx.cancel``,
+Time: the run has one deadline (``t0 + budget``, ``t0`` read when the caller called ``start``,
+before the run was built); closing the run there, or at ``ctx.cancel``,
 and finishing it are ``closing.py``'s (its docstring says how).
 
 Fields of a run (``lock`` guards every mutable one unless said otherwise)
@@ -92,6 +93,11 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   hold, its seat in a batch's call (``batching.py``), its retry-budget token (``retrying.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
+  their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
+  every path that abandons attempts tests it first (``attempts.py``).
+``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
+  ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
 State table
 ===========
@@ -145,6 +151,7 @@ from loguru import logger
 
 from taskflow import logs
 from taskflow.engine import (
+    attempts,
     batching,
     closing,
     deadlines,
@@ -160,7 +167,7 @@ from taskflow.engine import (
 )
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
-from taskflow.engine.economy import Economy
+from taskflow.engine.economy import Economy, learn_duration
 from taskflow.engine.states import (
     BACKOFF,
     INLINE,
@@ -261,7 +268,7 @@ class Run:
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
-                 inline: bool = False, name: str = "") -> None:
+                 inline: bool = False, name: str = "", t0: float | None = None) -> None:
         n = len(plan.nodes)
         self.plan = plan
         self.names = plan.names
@@ -318,9 +325,15 @@ class Run:
         self.cv = _copy_context()
         self.debug = _debug_enabled()
         self.quiet = not self.debug  # and no node observers (set again by begin)
-        self.t0 = _monotonic()
+        # when the caller called (its budget counts from then, building the run included)
+        self.t0 = _monotonic() if t0 is None else t0
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
+        self.watch: attempts.Watch | None = None
+        self.outer: tuple[Any, Any] | None = None
+        if inline:
+            d = current.__dict__
+            self.outer = (d.get("run"), d.get("idx"))
         self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
@@ -382,6 +395,12 @@ class Run:
 
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
+
+    def asking(self) -> attempts.Asking | None:
+        d = current.__dict__  # this thread's: one look-up, then plain dict reads
+        if d.get("run") is not self or d.get("hooking") is self:
+            return None  # not an attempt of this run (a hook is none)
+        return attempts.Asking(self, d["idx"], d.get("item"))
 
     def __repr__(self) -> str:
         counts: dict[str, int] = {}
@@ -717,7 +736,7 @@ class Run:
             now = _monotonic()
             if now < self.deadline:
                 began = wr.started_at
-                if began is not None:  # learn_duration, inlined
+                if began is not None:  # economy.learn_duration, inlined
                     est = plan.est
                     e = est[i]
                     d = now - began
@@ -773,7 +792,7 @@ class Run:
         if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)
         if error is None:
-            self.learn_duration(i, wr.started_at, now)
+            learn_duration(plan.est, i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]
         # observers and the log hear of the node before its settlement can let another thread
@@ -801,21 +820,13 @@ class Run:
             return self.late(i, token, value, raised)
         if timer_entry is not None:
             timer_entry.cancel()
+        if self.watch is not None:  # other attempts of it still running: a hedge, fan-out items
+            attempts.abandon(self, (i,), spare=current.__dict__)
         if told:
             self.tell_outcome(i, ok, has_hook, loud)
             with self.lock:
                 nxt, k, fin = self.settle_and_next(i, token, hooks, now)
         return self.carry_on(nxt, k, fin, hooks)
-
-    def learn_duration(self, i: int, began: float | None, now: float) -> None:
-        """Fold a successful attempt's duration into ``plan.est[i]``, the node's typical task
-        time (an exponential average; racy by design, see ``Plan.est``). The fast path of
-        ``complete`` inlines it."""
-        if began is not None:
-            est = self.plan.est
-            e = est[i]
-            d = now - began
-            est[i] = d if e < 0.0 else e + (d - e) * 0.25
 
     def record_success(self, i: int, wr: WorkResult[Any], value: Any,
                        degraded: BaseException | None, now: float) -> None:
@@ -955,6 +966,7 @@ if TYPE_CHECKING:
     _settling: type[settling.SettlingRun] = Run
     _timed: type[deadlines.TimedRun] = Run
     _budgeted: type[retrying.BudgetedRun] = Run
+    _watched: type[attempts.WatchedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

@@ -9,6 +9,10 @@ all skipped is skipped. All that settles without running is handled in the same 
 with an explicit work list, and appended to ``hooks``: outside the lock ``after_settle`` logs
 those nodes, runs their on_fail hooks, then settles their sons and marks them SETTLED.
 
+A father cancelled because nobody needs it any more has its running attempt abandoned
+(``attempts.abandon``, under the lock: it only hands that attempt's ``ctx.on_cancel`` callbacks
+to a coordinator thread).
+
 Invariants: everything here but ``after_settle`` runs under the run's lock and never calls user
 code or ``submit`` (what must happen outside it is ``post``-ed to the owner); a son's join is
 decided once (only WAITING sons move); a node's on_fail hook runs before its sons move.
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from taskflow.engine import events, guards, timer
+from taskflow.engine import attempts, events, guards, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import QUEUED, SETTLED, TERMINAL, WAITING
@@ -45,7 +49,7 @@ _decide = joins.decide
 _monotonic = time.monotonic
 
 
-class SettlingRun(guards.GuardedRun, hooking.HookedRun, Protocol):
+class SettlingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
     """Exactly what settling uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
     check that): what the gates and the hooks need, and the join state. Every field here is
     guarded by ``lock`` but ``debug`` and ``node_observers`` (fixed before any node is
@@ -240,6 +244,8 @@ def _cancel_unneeded(run: SettlingRun, s: int, hooks: list[int], now: float) -> 
                 t.cancel()
             if p in run.guards:  # its slot, token or shared-call place goes back
                 run.post(guards.release, run, (p,), False)
+            if run.watch is not None:  # its running attempt is abandoned (lock order: run's
+                attempts.abandon(run, (p,))  # then the watch's; callbacks: a coordinator)
             work.append(p)  # its own fathers may be unneeded now
 
 

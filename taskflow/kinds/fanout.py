@@ -16,11 +16,11 @@ An item id seen twice is counted in ``duplicates`` and run once. Dedupe keeps no
 own: a new item is put in flight (``inflight``) in the same critical section that checks its id,
 so an id already in ``succeeded``, ``failed`` or ``inflight`` is a duplicate, and beyond the
 FanInResult it hands over a fan-out holds only its items in flight, whatever the item count.
-``item_timeout`` fails a slow item (its thread is abandoned, its late result dropped) and a new
-item loop takes its place. When
-the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
-``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
-is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
+``item_timeout`` fails a slow item (its thread is abandoned, its late result dropped, its
+``ctx.on_cancel`` callbacks handed to a coordinator thread) and a new item loop takes its place.
+When the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy
+decides: ``best_effort`` (or a quorum already reached) succeeds with ``complete=False``;
+otherwise the node is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
 ``work_result.result``.
 
 With ``batch=`` (thread executors) an item loop pulls up to the batch's ``max_size`` items at
@@ -49,7 +49,7 @@ from functools import partial
 from time import monotonic as timer_now
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
-from taskflow.engine import batching, events, executors, loops, remote, timer
+from taskflow.engine import attempts, batching, events, executors, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeTimeoutError,
@@ -166,8 +166,9 @@ def policy_met(policy: str | float, succeeded: int, total: int, failed: int, mis
     return succeeded >= math.ceil(policy * total - 1e-9)
 
 
-class FanHost(Protocol):
-    """What a fan-out needs from the run it belongs to (the engine's run satisfies it)."""
+class FanHost(attempts.WatchedRun, Protocol):
+    """What a fan-out needs from the run it belongs to (the engine's run satisfies it): what
+    the attempts' watch needs (an item timeout abandons the item's attempt), and more."""
 
     executor: Executor
     caps: executors.Capabilities
@@ -382,6 +383,17 @@ class FanOut:
             t.cancel()
         self._leave(seats)
         return result, [f for f in running if not f.done()]
+
+    def item_deadline(self, item_id: Hashable) -> float:
+        """The ``time.monotonic()`` deadline of an item in flight (``inf`` without
+        ``item_timeout``), ``-inf`` once it is not in flight (timed out, or the fan-in ended).
+        Single dict reads, without ``lock``: the attempts' watch asks under its own lock."""
+        if self.done or item_id not in self.inflight:
+            return -math.inf
+        began = self.started.get(item_id)
+        if began is None or self.item_timeout is None:
+            return math.inf
+        return began + self.item_timeout
 
     def finish(self, timed_out: bool = False) -> None:
         """Fan in once: evaluate the policy and complete the node (never on the timer thread)."""
@@ -717,6 +729,8 @@ class FanOut:
                 fut = self.remote_futs.pop(item_id, None)
                 replace = False
             fin = self.exhausted and not self.inflight and (self.loops == 0 or self.remote)
+        if self.run.watch is not None:  # the item's attempt is abandoned (its on_cancel)
+            attempts.abandon(self.run, (self.i,), item=item_id)
         self.run.post(self._after_item_timeout, fut, fin, replace)
 
     def _after_item_timeout(self, fut: Future[Any] | None, fin: bool, replace: bool) -> None:

@@ -1,4 +1,10 @@
-"""``TaskContext`` — the task bus shared by the nodes of one run — and ``TaskSupport`` for hooks."""
+"""``TaskContext`` — the task bus shared by the nodes of one run — and ``TaskSupport`` for hooks.
+
+Deadlines out and abandonment (``ctx.timeout``, ``ctx.deadline_headers``, ``ctx.on_cancel``)
+are answered by the run the asking thread belongs to (``ContextView.asking``: the attempt of
+the run that runs on this thread, as an ``AttemptView``): the engine knows the attempt's node,
+its first start and the run's deadline. Nothing is stored per node unless a task asks.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +15,48 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, Protocol
 
-from taskflow.errors import FlowDefinitionError, NodeCancelledError, ResultNotAvailableError
+from taskflow.errors import (
+    BudgetExhaustedError,
+    FlowDefinitionError,
+    InvalidArgumentError,
+    NodeCancelledError,
+    ResultNotAvailableError,
+)
+from taskflow.model.deadlines import check_seconds, deadline_headers_for
 from taskflow.model.result import RunRecord, WorkResult
 
 __all__ = [
+    "AttemptView",
     "ContextView",
     "RunView",
     "TaskContext",
     "TaskSupport",
     "attach_view",
+    "attempt_context",
     "bind_context",
     "current",
     "detach_run",
+    "note_clamp",
 ]
 
 # The engine sets ``current.run``/``current.idx`` around each task and hook call on the thread
 # running it, so ``ctx.cancelled`` can also answer for the node that asks, and a task abandoned by
 # an earlier run of a reused context still sees its own run.
 current = threading.local()
+
+
+class AttemptView(Protocol):
+    """One attempt of a node, as its run sees it (``ContextView.asking``)."""
+
+    def deadline(self) -> float:
+        """Its ``time.monotonic()`` deadline: the nearer of its node's and the run's (``inf``:
+        none; ``-inf``: the run gave up on it)."""
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once if the run gives up on it (at once if it already has)."""
+
+    def note_clamp(self, seconds: float) -> None:
+        """A client clamped one of its calls to ``seconds`` (for the report)."""
 
 
 class ContextView(Protocol):
@@ -51,6 +81,10 @@ class ContextView(Protocol):
     def cancel(self, reason: str | None) -> None:
         """``ctx.cancel``: end the run early."""
 
+    def asking(self) -> AttemptView | None:
+        """The attempt of this run that runs on this thread (None when none asks: the
+        caller, a hook, another thread)."""
+
 
 class RunView(ContextView, RunRecord, Protocol):
     """What the model classes (nodes, contexts, results, hook supports) see of a run."""
@@ -63,6 +97,25 @@ class RunView(ContextView, RunRecord, Protocol):
 
     def sons_of(self, i: int) -> tuple[int, ...]:
         """Indices of the sons of node ``i``."""
+
+
+def attempt_context() -> TaskContext | None:
+    """The context of the run whose attempt runs on this thread (a task, not a hook); None
+    elsewhere, and in another process (where a task only has the context it was given)."""
+    run = getattr(current, "run", None)
+    if run is None or getattr(current, "hooking", None) is run:
+        return None
+    ctx: TaskContext = run.ctx
+    return ctx
+
+
+def note_clamp(ctx: TaskContext, seconds: float) -> None:
+    """A client limited a call of the attempt asking on this thread to ``seconds`` (its
+    deadline): the run's report says so."""
+    view = ctx._view()
+    attempt = view.asking() if view is not None else None
+    if attempt is not None:
+        attempt.note_clamp(seconds)
 
 
 def attach_view(ctx: TaskContext, view: ContextView) -> None:
@@ -106,7 +159,8 @@ class TaskContext(MutableMapping[str, Any]):
     """A thread-safe mutable mapping shared by every node of one run.
 
     One context belongs to one run at a time. Beyond the mapping it tells a task about its run:
-    ``flow_id``, ``flow_name``, ``remaining()``, ``cancelled``, ``cancel()``, ``result_of()``.
+    ``flow_id``, ``flow_name``, ``remaining()``, ``cancelled``, ``cancel()``, ``result_of()``,
+    and to the asking attempt: ``timeout()``, ``deadline_headers()``, ``on_cancel()``.
 
     On executors that run tasks in other processes, a task gets a picklable snapshot: its
     writes are not seen by other nodes, so results travel as return values.
@@ -237,6 +291,91 @@ class TaskContext(MutableMapping[str, Any]):
         run = self._view()
         if run is not None:
             run.cancel(reason)
+
+    # -- deadlines out, and abandonment -----------------------------------------------------
+    def _time_left(self, cap: float | None) -> tuple[ContextView | None, float | None]:
+        """(the asking attempt's run, its seconds left at most ``cap``); (None, cap) outside
+        an attempt."""
+        limit = check_seconds(cap, "cap", positive=True)
+        view = self._view()
+        attempt = view.asking() if view is not None else None
+        if view is None or attempt is None:
+            return None, limit
+        deadline = attempt.deadline()
+        left = deadline - time.monotonic()
+        if left <= 0.0:
+            why = ("the run gave up on this attempt" if deadline == -math.inf
+                   else f"its deadline passed {-left:.3f}s ago")
+            raise BudgetExhaustedError(view.caller_name(), view.flow_id, why)
+        if math.isinf(left):
+            return view, limit
+        return view, left if limit is None else min(left, limit)
+
+    def timeout(self, cap: float | None = None) -> float | None:
+        """Seconds the asking attempt may still take: pass it as a backend call's timeout.
+
+        The nearer of its node's deadline (``timeout=`` counts from the node's first start
+        and covers all its attempts; in a fan-out item, ``item_timeout`` from the item's
+        start) and the run's, at most ``cap``. Asked outside an attempt of a run using this
+        context (the caller's thread, a hook, a thread the task started, after the run) it is
+        ``cap``: there is no deadline to pass on (read ``timeout()`` in the task and hand the
+        number to its threads). In another process (process pools, dask) it is the run's budget
+        left when the task was sent.
+
+        Args:
+            cap: the most to give (seconds, > 0); None: no cap.
+
+        Returns:
+            Seconds (> 0), or None with no deadline and no ``cap``.
+
+        Raises:
+            BudgetExhaustedError: no time is left: a deadline has passed, or the run has
+                given up on the attempt (also a ``TimeoutError``). Let it propagate.
+            FlowDefinitionError: ``cap`` is zero, negative or NaN.
+        """
+        return self._time_left(cap)[1]
+
+    def deadline_headers(self, cap: float | None = None) -> dict[str, str]:
+        """The request headers that carry the asking attempt's deadline to the next service:
+        ``grpc-timeout``, ``x-envoy-expected-rq-timeout-ms`` and ``X-Request-Deadline``, for
+        ``timeout(cap)`` seconds (what ``taskflow.budget_from_headers`` reads on the other
+        side). Empty outside an attempt, or with no deadline.
+
+        Raises:
+            BudgetExhaustedError: as ``timeout``.
+        """
+        view, seconds = self._time_left(cap)
+        if view is None or seconds is None:
+            return {}
+        return deadline_headers_for(seconds)
+
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """Have ``fn()`` called once if the run gives up on the asking attempt: the way to close
+        a socket or a response its thread is blocked on.
+
+        The attempt is abandoned when the run's deadline passes, its node's own timeout
+        passes (or its fan-out item's), a hedged duplicate of it won, ``ctx.cancel`` ends the
+        run (the node that called it is not abandoned), or a join no longer needs its node.
+        ``fn`` then runs on a ``taskflow-coordinator`` thread, in the caller's contextvars,
+        holding no lock of taskflow's, never on the timer thread; an exception in it is
+        logged and counted (``report().nodes[].on_cancel``), never raised. It is not called
+        when the attempt ends by itself (returning or raising) and the run takes its
+        outcome. Registered after the attempt was abandoned, it runs at once, on this thread.
+        Each attempt has its own callbacks: a retry starts with none.
+
+        Outside an attempt (the caller, a hook, a thread the task started) and in another
+        process it does nothing: there is no attempt to abandon, or no way to reach it.
+
+        Raises:
+            InvalidArgumentError: ``fn`` is not callable (also a TypeError).
+        """
+        if not callable(fn):
+            raise InvalidArgumentError(
+                f"on_cancel needs a callable taking no arguments, got {type(fn).__name__}")
+        view = self._view()
+        attempt = view.asking() if view is not None else None
+        if attempt is not None:
+            attempt.on_cancel(fn)
 
     def result_of(self, name: str) -> Any:
         """The value of node ``name`` if it finished with SUCCESS (or DEGRADED).

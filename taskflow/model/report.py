@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-__all__ = ["FlowReport", "HookErrorReport", "NodeReport", "json_value", "short"]
+__all__ = ["ClampReport", "FlowReport", "HookErrorReport", "NodeReport", "OnCancelReport",
+           "json_value", "short"]
 
 # how deep a value may nest and still be carried as JSON
 MAX_DEPTH = 100
@@ -34,6 +35,30 @@ class HookErrorReport(BaseModel):
     """The exception's class name."""
     message: str
     """``str()`` of the exception."""
+
+
+class ClampReport(BaseModel):
+    """A call a clamped client (``taskflow.http``) limited to its attempt's deadline."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    """The node's attempt that made the call (1-based; a hedged duplicate has its number)."""
+    timeout: float
+    """The seconds the call was given (connect and read), at most the time the attempt had."""
+
+
+class OnCancelReport(BaseModel):
+    """``ctx.on_cancel`` callbacks: registered, run (the attempt was abandoned) and raised."""
+
+    model_config = ConfigDict(frozen=True)
+
+    registered: int
+    ran: int
+    """Those called (``raised`` included); a callback of an attempt abandoned at the deadline
+    may still be running when ``start`` returns."""
+    raised: int
+    """Those that raised (logged, never propagated)."""
 
 
 class NodeReport(BaseModel):
@@ -76,6 +101,12 @@ class NodeReport(BaseModel):
     answered by one call (``batch``)."""
     retry_refused: bool = False
     """A retry was refused by its ``retry_budget``: it ended with its last error."""
+    clamps: list[ClampReport] = []
+    """The first calls (at most 16) a clamped client limited to their attempt's deadline."""
+    clamped: int = 0
+    """How many calls were clamped in all."""
+    on_cancel: OnCancelReport | None = None
+    """Its ``ctx.on_cancel`` callbacks (None: its attempts registered none)."""
 
 
 class FlowReport(BaseModel):
@@ -105,6 +136,8 @@ class FlowReport(BaseModel):
     summary: str | None = None
     """What failed and why, in one line (see ``FlowResult.summary``); None when nothing failed
     or degraded."""
+    on_cancel: OnCancelReport | None = None
+    """Every node's ``ctx.on_cancel`` callbacks added up (None: none registered)."""
 
 
 def short(value: Any, limit: int = 200) -> str | None:

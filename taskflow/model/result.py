@@ -18,7 +18,9 @@ from taskflow.errors import NodeTimeoutError, UpstreamFailedError
 if TYPE_CHECKING:
     from taskflow.model.report import FlowReport
 
-__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "FlowResult", "FlowStatus", "HookError",
+__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "AttemptNotes", "AttemptRecord", "FlowResult",
+           "FlowStatus",
+           "HookError",
            "ResultState", "RunRecord", "WorkResult", "failure_summary", "not_run_reason"]
 
 V = TypeVar("V")
@@ -240,6 +242,41 @@ def _clip(text: str, limit: int) -> str:
 
 
 
+class AttemptNotes:
+    """What a node's attempts did with their deadline (``FlowResult.attempt_notes``): only
+    nodes whose tasks made clamped calls or registered ``ctx.on_cancel`` callbacks have one.
+
+    Attributes:
+        clamps: ``(attempt, seconds)`` of the first calls a clamped client (``taskflow.http``)
+            limited to the attempt's deadline, in order (at most 16 kept).
+        clamped: how many calls were clamped in all.
+        registered: ``on_cancel`` callbacks registered by its attempts.
+        ran: callbacks that ran (the attempt was abandoned), ``raised`` included.
+        raised: callbacks that raised (logged, never propagated).
+    """
+
+    __slots__ = ("clamped", "clamps", "ran", "raised", "registered")
+
+    def __init__(self, clamps: tuple[tuple[int, float], ...], clamped: int, registered: int,
+                 ran: int, raised: int) -> None:
+        self.clamps = clamps
+        self.clamped = clamped
+        self.registered = registered
+        self.ran = ran
+        self.raised = raised
+
+    def __repr__(self) -> str:
+        return (f"<AttemptNotes clamped={self.clamped} on_cancel registered={self.registered} "
+                f"ran={self.ran} raised={self.raised}>")
+
+
+class AttemptRecord(Protocol):
+    """What a run keeps of its attempts' deadlines (the engine's ``attempts.Watch``)."""
+
+    def notes(self) -> dict[int, AttemptNotes]:
+        """Node index -> its clamped calls and ``on_cancel`` callbacks (nodes with any)."""
+
+
 class RunRecord(Protocol):
     """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
@@ -267,6 +304,10 @@ class RunRecord(Protocol):
 
     def is_sink(self, i: int) -> bool:
         """Node ``i`` has no sons."""
+
+    @property
+    def watch(self) -> AttemptRecord | None:
+        """What its attempts did with their deadline (None: no task of the run asked)."""
 
 
 class FlowResult(Mapping[str, Any]):
@@ -467,6 +508,16 @@ class FlowResult(Mapping[str, Any]):
             raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
         raise FlowFailedError(failed)
 
+    @property
+    def attempt_notes(self) -> dict[str, AttemptNotes]:
+        """Node name -> what its attempts did with their deadline: the calls a clamped client
+        limited to it and the ``ctx.on_cancel`` callbacks registered, run and raised (only
+        nodes with any; callbacks of attempts abandoned at the deadline may still be running
+        when ``start`` returns, so the counts can still grow)."""
+        names = self._run.names
+        watch = self._run.watch
+        return {} if watch is None else {names[i]: n for i, n in watch.notes().items()}
+
     def report(self, *, show_context: bool = False) -> FlowReport:
         """A JSON-ready pydantic model of the run (``.model_dump_json()``).
 
@@ -479,7 +530,14 @@ class FlowResult(Mapping[str, Any]):
                 ``context_repr`` for values JSON cannot carry). Off by default: contexts often
                 hold the request (cookies, tokens).
         """
-        from taskflow.model.report import FlowReport, HookErrorReport, NodeReport, json_value
+        from taskflow.model.report import (
+            ClampReport,
+            FlowReport,
+            HookErrorReport,
+            NodeReport,
+            OnCancelReport,
+            json_value,
+        )
 
         run = self._run
         t0 = run.t0
@@ -491,12 +549,24 @@ class FlowResult(Mapping[str, Any]):
         nodes = []
         counts: dict[str, int] = {}
         hook_errors = run.hook_errors
+        notes = {} if run.watch is None else run.watch.notes()
+        totals = [0, 0, 0]
         for i, wr in enumerate(run.results):
             counts[wr.state.name] = counts.get(wr.state.name, 0) + 1
             exc = wr.exception
             cause = exc.__cause__ if exc is not None else None
             value, value_repr = json_value(wr.result)
             hook = hook_errors.get(i)
+            note = notes.get(i)
+            clamps: list[ClampReport] = []
+            on_cancel = None
+            if note is not None:
+                clamps = [ClampReport(attempt=a, timeout=round(t, 6)) for a, t in note.clamps]
+                if note.registered:
+                    on_cancel = OnCancelReport(registered=note.registered, ran=note.ran,
+                                               raised=note.raised)
+                    totals = [totals[0] + note.registered, totals[1] + note.ran,
+                              totals[2] + note.raised]
             nodes.append(
                 NodeReport(
                     name=names[i],
@@ -522,6 +592,9 @@ class FlowResult(Mapping[str, Any]):
                     shared=wr.shared,
                     batch=wr.batch,
                     retry_refused=wr.retry_refused,
+                    clamps=clamps,
+                    clamped=0 if note is None else note.clamped,
+                    on_cancel=on_cancel,
                 )
             )
         context: dict[str, Any] | None = None
@@ -548,6 +621,8 @@ class FlowResult(Mapping[str, Any]):
             context_repr=context_repr,
             degraded=list(self.degraded),
             summary=self.summary,
+            on_cancel=OnCancelReport(registered=totals[0], ran=totals[1], raised=totals[2])
+            if totals[0] else None,
         )
 
     def to_mermaid(self) -> str:

@@ -130,7 +130,8 @@ class _Row:
     ``look`` the key of its colours.
     """
 
-    __slots__ = ("critical", "error", "fathers", "index", "label", "look", "name", "state", "wr")
+    __slots__ = ("critical", "error", "fathers", "index", "label", "look", "marks", "name",
+                 "state", "wr")
 
     def __init__(self, index: int, name: str, wr: WorkResult[Any], fathers: list[str]) -> None:
         self.index = index
@@ -143,14 +144,35 @@ class _Row:
         self.fathers = fathers
         self.error = _error_text(wr.exception)
         self.critical = False
+        self.marks: tuple[str, ...] = wr.marks  # and what its attempts did with the deadline
+
+
+def _attempt_marks(note: Any) -> tuple[str, ...]:
+    """What a node's attempts did with their deadline (``FlowResult.attempt_notes``): the first
+    clamped call and how many there were, the ``on_cancel`` callbacks that ran or raised."""
+    marks: tuple[str, ...] = ()
+    if note.clamps:
+        attempt, seconds = note.clamps[0]
+        more = f", {note.clamped} calls" if note.clamped > 1 else ""
+        marks += (f"clamped to {seconds * 1000:.0f} ms (attempt {attempt}{more})",)
+    if note.registered:
+        mark = f"on_cancel ran {note.ran} of {note.registered}"
+        if note.raised:
+            mark += f", {note.raised} raised"
+        marks += (mark,)
+    return marks
 
 
 def _rows(result: FlowResult) -> list[_Row]:
     rows = []
     hook_errors = getattr(result, "hook_errors", {})
+    notes = getattr(result, "attempt_notes", {})
     for i, (name, node) in enumerate(result.items()):
         fathers = [f.name for f in node.father_handler if f.name in result]
         row = _Row(i, name, node.work_result, fathers)
+        note = notes.get(name)
+        if note is not None:
+            row.marks += _attempt_marks(note)
         hook = hook_errors.get(name)
         if hook is not None:  # a hook that raised did not change the state: say so anyway
             text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
@@ -181,8 +203,8 @@ def _tooltip(row: _Row, t0: float, show_values: bool) -> str:
                  f"duration {_ms(wr.duration)}")
     if wr.attempts > 1:
         lines.append(f"attempts {wr.attempts}")
-    if wr.marks:
-        lines.append(", ".join(wr.marks))
+    if row.marks:
+        lines.append(", ".join(row.marks))
     if wr.thread:
         lines.append(f"thread {wr.thread}")
     if row.error:
@@ -392,7 +414,7 @@ def _table(rows: list[_Row], t0: float, show_values: bool) -> str:
             (f"<td>{_e(r.name)}{' <span class=note>(critical path)</span>' if r.critical else ''}"
             "</td>"),
             (f"<td>{_chip(r)}"
-            f"{''.join(f' <span class=note>{_e(m)}</span>' for m in wr.marks)}</td>"),
+            f"{''.join(f' <span class=note>{_e(m)}</span>' for m in r.marks)}</td>"),
             f"<td><pre>{_e(r.error) if r.error else '-'}</pre></td>",
             f'<td class="num">{wr.attempts}</td>',
             f'<td class="num">{_ms(wait)}</td>',

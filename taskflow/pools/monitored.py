@@ -60,18 +60,21 @@ class _Tracked:
     """A task submitted through a ``MonitoredExecutor`` that runs out of process.
 
     Its outcome is counted by ``done``, a done-callback on the inner Future. ``state`` is
-    guarded by the monitor's lock.
+    guarded by the monitor's lock. It holds the monitor weakly: the inner Future keeps its
+    callbacks, and a Future kept by its holder must not keep the monitor and its pool alive.
     """
 
     __slots__ = ("mon", "state")
 
     def __init__(self, mon: MonitoredExecutor) -> None:
-        self.mon = mon
+        self.mon = mon._wref
         self.state = _QUEUED
 
     def done(self, future: Future[Any]) -> None:
         """Done-callback on the inner future (run by whichever thread completes it)."""
-        mon = self.mon
+        mon = self.mon()
+        if mon is None:  # collected: nobody can read its counts
+            return
         cancelled = future.cancelled()
         failed = not cancelled and future.exception() is not None
         with mon._lock:
@@ -142,12 +145,15 @@ class _MonitoredFuture(Future[Any]):
     """The Future of a task a ``MonitoredExecutor`` put on a stdlib pool's queue itself.
 
     It counts its own cancellation before the task started (by its holder, or by the pool's
-    ``shutdown(cancel_futures=True)``), so the monitor keeps no list of pending futures.
+    ``shutdown(cancel_futures=True)``), so the monitor keeps no list of pending futures. It
+    holds its monitor weakly (``_taskflow_monitor`` is the monitor's ``_wref``), as every
+    Future a monitor returns: a Future kept by its holder keeps neither the monitor nor the
+    pool alive, so a pool dropped without ``shutdown`` lets its threads exit as the stdlib's do.
     """
 
     __slots__ = ("_taskflow_monitor",)
 
-    _taskflow_monitor: MonitoredExecutor
+    _taskflow_monitor: weakref.ref[MonitoredExecutor]
 
     def cancel(self) -> bool:
         """Cancel the task if it has not started; counted once, as cancelled before start."""
@@ -155,9 +161,10 @@ class _MonitoredFuture(Future[Any]):
             pending = self._state == _cfb.PENDING
             cancelled = super().cancel()
         if pending and cancelled:
-            mon = self._taskflow_monitor
-            with mon._lock:
-                mon._cancelled += 1
+            mon = self._taskflow_monitor()
+            if mon is not None:
+                with mon._lock:
+                    mon._cancelled += 1
         return cancelled
 
 
@@ -542,6 +549,18 @@ class MonitoredExecutor(Executor):
         stdlib pool."""
         return _max_workers_of(self._inner)
 
+    @property
+    def _threads(self) -> Any:
+        """The inner pool's threads under the stdlib pool's private name (as ``_max_workers``),
+        for code written against ``ThreadPoolExecutor``; an empty set when it has none."""
+        return getattr(self._inner, "_threads", frozenset())
+
+    @property
+    def _broken(self) -> Any:
+        """Whether the inner pool is broken, under the stdlib pool's private name (its
+        ``_broken``: false while it is not)."""
+        return getattr(self._inner, "_broken", False)
+
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Submit ``fn(*args, **kwargs)`` to the inner executor, counting it.
 
@@ -557,7 +576,7 @@ class MonitoredExecutor(Executor):
                 if inner._broken or inner._shutdown or _cft._shutdown:
                     self._reject_direct(inner)
                 direct = _MonitoredFuture()
-                direct._taskflow_monitor = self
+                direct._taskflow_monitor = self._wref
                 inner._work_queue.put(_TimedWorkItem(direct, fn, args, kwargs, self, _monotonic()))
                 _adjust_monitored_threads(inner, self._wref)
             return direct
@@ -576,7 +595,7 @@ class MonitoredExecutor(Executor):
                 self._rejected += 1
             raise
         try:
-            future._taskflow_monitor = self  # type: ignore[attr-defined]
+            future._taskflow_monitor = self._wref  # type: ignore[attr-defined]
         except AttributeError:  # a future class with __slots__: mark_abandoned ignores it
             pass
         if item is None:
@@ -665,7 +684,7 @@ class MonitoredExecutor(Executor):
         A task still queued is counted if it starts; out of process, a task not done yet
         counts as running. A finished task, or a future of another executor, is ignored.
         """
-        if getattr(future, "_taskflow_monitor", None) is not self:
+        if getattr(future, "_taskflow_monitor", None) is not self._wref:
             return
         with self._lock:
             if future in self._abandoned or future.done():

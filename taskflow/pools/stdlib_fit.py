@@ -21,6 +21,10 @@ its signatures:
   where the stdlib's loop waits for the sentinel.) Their traces (queue calls, tasks run, idle tokens released, ``_shutdown`` set,
   ``_initializer_failed`` calls, messages logged) must be equal.
 
+The probes keep no error past their return: a traceback left in a cycle would keep the frames
+of their caller (the first ``MonitoredExecutor`` of the process, with its pool) alive until the
+cycle collector runs.
+
 The recording queue never blocks: a blocking ``get`` on it when empty raises, which both loops
 catch and log, so a loop of another shape ends too. The probes' log records are kept off the
 ``concurrent.futures`` logger's handlers.
@@ -194,9 +198,11 @@ def _work_items_match() -> bool:
     cancelled = pool.submit(task, 3)
     cancelled.cancel()
     pool._work_queue.get_nowait().run()
-    return fits and ok.result(0) == (1,) and isinstance(failing.exception(0), LookupError) and (
-        cancelled.cancelled() and len(ran) == 2
-    )
+    failed = isinstance(failing.exception(0), LookupError)
+    # the error's traceback holds the frames down from here (and, through them, the callers'):
+    # drop it now rather than leave a cycle for the collector
+    del failing
+    return fits and ok.result(0) == (1,) and failed and cancelled.cancelled() and len(ran) == 2
 
 
 def _initializer_failure_matches() -> bool:

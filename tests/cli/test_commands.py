@@ -51,7 +51,7 @@ REQUEST_TIMEOUT = 15.0  # seconds per request
 CONSOLE_SCRIPTS = ("flask", "gunicorn", "uvicorn", "taskflow")
 SERVERS = ("flask", "gunicorn", "uvicorn")
 EXAMPLES_WITH_COMMANDS = ("flask_app", "django_app", "asgi_app", "gunicorn.conf",
-                          "conductor_notifications")
+                          "conductor_notifications", "backend_calls")
 OUTPUT_OPTIONS = ("--html",)  # options naming a file the command writes
 
 

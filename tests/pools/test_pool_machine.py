@@ -1,7 +1,9 @@
 """A hypothesis state machine over ThreadPool against a model of JUC ThreadPoolExecutor (P5).
 
 Rules: submit, burst (several submits with no pause), finish (the task returns), fail (it
-raises), finish all, prestart core threads, cancel, resize (core or max), and shutdown. Every
+raises), finish all, prestart core threads, cancel, mark abandoned, resize (core or max), and
+shutdown; a cancel or a mark may be made while another thread holds the pool's lock, and must
+then return without waiting for it (the pool counts it in its next lock section). Every
 task blocks on its own gate, so the model knows exactly which tasks run and which wait; after
 every step the machine lets the pool settle (waits for the tasks the model says run to have
 started, by Event, and for retiring threads to exit) and then checks the snapshot against the
@@ -15,6 +17,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from lock_holder import lock_held_elsewhere
 
 from taskflow.errors import RejectedExecutionError
 from taskflow.metrics import PoolMetrics
@@ -54,6 +58,7 @@ class Task:
     gate: threading.Event = field(default_factory=threading.Event)
     started: threading.Event = field(default_factory=threading.Event)
     fail: bool = False
+    abandoned: bool = False
     future: Future[Any] | None = None
 
     def __call__(self) -> int:
@@ -67,7 +72,7 @@ class Task:
 
 COUNTERS = (
     "task_count", "completed_task_count", "failed_task_count", "cancelled_task_count",
-    "rejected_count", "largest_pool_size",
+    "rejected_count", "largest_pool_size", "abandoned_total",
 )
 
 
@@ -120,14 +125,20 @@ class PoolMachine(RuleBasedStateMachine):
         self.largest = max(self.largest, self.pool_size)
         self.counts["largest_pool_size"] = self.largest
         if task is not None:
-            self.running.append(task)
+            self.to_running(task)
+
+    def to_running(self, task: Task) -> None:
+        """A model thread takes ``task``; one marked abandoned while queued counts now."""
+        self.running.append(task)
+        if task.abandoned:
+            self.counts["abandoned_total"] += 1
 
     def thread_freed(self) -> None:
         """A model thread finished its task: retire it, or give it the next queued task."""
         if self.pool_size > self.max or (self.shut and not self.queue):
             self.pool_size -= 1
         elif self.queue:
-            self.running.append(self.queue.popleft())
+            self.to_running(self.queue.popleft())
 
     # ------------------------------------------------------------------ rules
     @rule(n=st.integers(1, 4))
@@ -165,7 +176,7 @@ class PoolMachine(RuleBasedStateMachine):
         elif (self.idle > 0 if self.capacity == 0 else
               self.capacity is None or len(self.queue) < self.capacity):
             if self.idle > 0:
-                self.running.append(task)  # the queue is empty: an idle thread takes it
+                self.to_running(task)  # the queue is empty: an idle thread takes it
             else:
                 self.queue.append(task)
                 if self.pool_size == 0:
@@ -231,17 +242,34 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.pool.prestart_core_threads() == started
 
     @precondition(lambda self: bool(self.queue) or bool(self.running))
-    @rule(i=st.integers(0, 50), queued=st.booleans())
-    def cancel(self, i: int, queued: bool) -> None:
+    @rule(i=st.integers(0, 50), queued=st.booleans(), contended=st.booleans())
+    def cancel(self, i: int, queued: bool, contended: bool) -> None:
+        assert self.pool is not None
         if queued and self.queue:
             task = self.queue[i % len(self.queue)]
             self.queue.remove(task)
-            assert task.future is not None and task.future.cancel()
+            with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
+                assert task.future is not None and task.future.cancel()
             self.counts["cancelled_task_count"] += 1
             self.done.append(task)
         elif self.running:
             task = self.running[i % len(self.running)]
-            assert task.future is not None and not task.future.cancel()
+            with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
+                assert task.future is not None and not task.future.cancel()
+
+    @precondition(lambda self: bool(self.queue) or bool(self.running))
+    @rule(i=st.integers(0, 50), queued=st.booleans(), contended=st.booleans())
+    def mark_abandoned(self, i: int, queued: bool, contended: bool) -> None:
+        """The flow gave up on a task: counted while it runs (a queued one once it starts)."""
+        assert self.pool is not None
+        tasks = self.queue if queued and self.queue else self.running or self.queue
+        task = tasks[i % len(tasks)]
+        with lock_held_elsewhere(self.pool, SETTLE) if contended else nullcontext():
+            assert task.future is not None
+            self.pool.mark_abandoned(task.future)
+        if not task.abandoned and task in self.running:
+            self.counts["abandoned_total"] += 1
+        task.abandoned = True
 
     @rule(core=st.integers(0, 4))
     def set_core_size(self, core: int) -> None:
@@ -283,16 +311,17 @@ class PoolMachine(RuleBasedStateMachine):
     def pool_matches_the_model(self) -> None:
         if self.pool is None:
             return
+        m = self._settle()
         for task in self.done:  # counters are updated before a future resolves
             if task.future is not None:
                 assert _settled(task.future), f"task {task.tid} should be done"
-        m = self._settle()
         assert m.pool_size is not None and m.active_count is not None
         # no worker idles while a task waits (a lost wake-up once broke this)
         assert not m.queue_size or m.active_count == m.pool_size, f"idle thread, queued task: {m}"
         assert (m.pool_size, m.active_count, m.queue_size) == (
             self.pool_size, len(self.running), len(self.queue)
         ), str(m)
+        assert m.abandoned_running == sum(t.abandoned for t in self.running), str(m)
         for name, expected in self.counts.items():
             assert getattr(m, name) == expected, f"{name}: {getattr(m, name)} != {expected}"
         assert (m.core_size, m.max_size, m.is_shutdown) == (self.core, self.max, self.shut)

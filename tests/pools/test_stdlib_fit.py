@@ -5,10 +5,12 @@ counting) elsewhere."""
 from __future__ import annotations
 
 import concurrent.futures.thread as cft
+import gc
 import logging
 import platform
 import queue
 import sys
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -185,3 +187,30 @@ def test_deciding_logs_nothing(
     with caplog.at_level(logging.DEBUG):
         stdlib_copy_fits()
     assert caplog.records == []
+
+
+class _Caller:
+    """Stands for the MonitoredExecutor whose constructor runs the probes first."""
+
+
+def _probe_for(caller: _Caller) -> bool:
+    from taskflow.pools.monitored import _monitored_worker, _no_monitor
+
+    return stdlib_pool_matches() and any(
+        worker_loop_matches(_monitored_worker, _no_monitor(), polls) for polls in (False, True)
+    )
+
+
+def test_probing_leaves_no_cycle_that_holds_the_callers_frame() -> None:
+    # the probes raise and catch errors; a cycle through a traceback would keep the frames
+    # of the probe's callers (the first MonitoredExecutor of the process, its pool and that
+    # pool's threads) alive until the cycle collector ran
+    caller = _Caller()
+    held = weakref.ref(caller)
+    gc.disable()
+    try:
+        _probe_for(caller)
+        del caller
+        assert held() is None
+    finally:
+        gc.enable()

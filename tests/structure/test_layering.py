@@ -22,6 +22,8 @@ ROOT = pathlib.Path(taskflow.__file__).parent
 BASE, ROOT_PART, FACADE, CLI = "base", "root", "facade", "cli"
 MODEL, KINDS, ENGINE, POOLS = "model", "kinds", "engine", "pools"
 RESILIENCE, OBSERVE, DECLARE = "resilience", "observe", "declare"
+HTTP = "http"
+TESTING = "testing"
 
 # top-level modules: the leaves, the facade, the root and ``python -m taskflow``
 TOP_LEVEL = {
@@ -35,25 +37,29 @@ TOP_LEVEL = {
     "taskflow.metrics": BASE,
     "taskflow.scheduling": FACADE,
 }
-FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE}
+FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP, TESTING}
 
 # part -> the parts it may import (its own always allowed)
 ALLOWED: dict[str, set[str]] = {
     CLI: {ROOT_PART, FACADE, DECLARE, MODEL, POOLS, OBSERVE, BASE},
-    ROOT_PART: {FACADE, MODEL, KINDS, BASE, POOLS, RESILIENCE, OBSERVE, DECLARE},
+    ROOT_PART: {FACADE, MODEL, KINDS, BASE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP},
     DECLARE: {FACADE, MODEL, KINDS, OBSERVE, BASE},
+    # the test kit: an executor that declares its capabilities, the facade it drives
+    TESTING: {FACADE, ENGINE, MODEL, BASE},
     OBSERVE: {MODEL, KINDS, ENGINE, POOLS, RESILIENCE, BASE},
     FACADE: {ENGINE, MODEL, BASE},
     KINDS: {MODEL, ENGINE, BASE},
     ENGINE: {MODEL, RESILIENCE, BASE},
     MODEL: {RESILIENCE, BASE},
+    # clients that clamp a node's calls to its deadline: they read the asking context only
+    HTTP: {MODEL, BASE},
     POOLS: {BASE},
     RESILIENCE: {BASE},
     BASE: set(),
 }
 # the root imports these parts only lazily (inside functions or for type checkers), so that
 # ``import taskflow`` stays light
-LAZY_ONLY: dict[str, set[str]] = {ROOT_PART: {POOLS, RESILIENCE, OBSERVE, DECLARE}}
+LAZY_ONLY: dict[str, set[str]] = {ROOT_PART: {POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP}}
 # observability sees the engine through its instrumentation points only
 ENGINE_FOR_OBSERVE = {"taskflow.engine.events"}
 # (importer, function) -> modules it may import lazily against the table

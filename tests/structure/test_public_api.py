@@ -14,6 +14,8 @@ PUBLIC = [
     "BatchCallError",
     "BatchKeyError",
     "BatchResultError",
+    "BrokenPoolError",
+    "BudgetExhaustedError",
     "Bulkhead",
     "BulkheadFullError",
     "CircuitBreaker",
@@ -67,8 +69,10 @@ PUBLIC = [
     "UnknownCaseError",
     "UpstreamFailedError",
     "WorkResult",
+    "budget_from_headers",
     "conductor",
     "fork_join",
+    "http",
     "load_spec",
     "run_async",
 ]
@@ -103,10 +107,13 @@ NAMESPACES = {
     ],
     "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
     "taskflow.observe.web": ["make_app"],
+    "taskflow.http": ["httpx_client", "session"],
+    "taskflow.testing": ["DEFAULT_MAX_STEPS", "ManualExecutor", "StepLimitError"],
 }
 # ``taskflow.conductor`` and friends are these modules, loaded on first access
 REACHED_AS = {"conductor": "taskflow.declare.conductor", "stats": "taskflow.observe.stats",
-              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web"}
+              "otel": "taskflow.observe.otel", "web": "taskflow.observe.web",
+              "http": "taskflow.http"}
 
 
 @pytest.mark.parametrize("module", sorted(NAMESPACES))
