@@ -592,6 +592,21 @@ def test_a_subclass_node_is_answered_by_its_batch_without_its_task() -> None:
     assert result["price"].work_result.attempts == 1
 
 
+def test_an_overridden_batched_node_does_the_overrides_work_and_the_others_batch() -> None:
+    backend = Backend()
+    batch = Batch("prices-override", backend)
+    root, _ = fan_of(batch, ["a", "b", "c"])
+    fan = SkuFan(["x", "y"], name="items", batch=batch)
+    root >> fan
+    with ThreadPoolExecutor(1, thread_name_prefix="batch-override") as pool:
+        result = TaskScheduling.start(root, executor=pool, timeout=LONG,
+                                      overrides={"price-b": 1.5, "items": "stub"})
+    assert result.ok, result.summary
+    assert result.outputs["price-b"] == 1.5 and result.outputs["items"] == "stub"
+    assert result["price-b"].work_result.batch is None
+    assert [sorted(call) for call in backend.calls] == [["a", "c"]]
+
+
 # -- random flows --------------------------------------------------------------------------------
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
