@@ -6,8 +6,7 @@ each node with its cause."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from conftest import LONG, MEDIUM, SHORT, parse_prometheus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from resilience_helpers import wait_until
 
 from taskflow import (
     Batch,
@@ -40,13 +40,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = LONG) -> None:
-    """Poll ``cond`` (a figure another thread moves) until it holds or ``timeout`` passes."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 class Backend:
@@ -159,15 +152,17 @@ def test_a_key_function_reads_the_key_and_nodes_with_one_key_share_it() -> None:
     assert [result.outputs[f"tile-{n}"] for n in range(6)] == [f"v-s{n % 3}" for n in range(6)]
 
 
+def sku_key(ctx: Any, p: Any) -> Any:
+    """A key function that cannot read the key of the param ``"bad"``."""
+    if p == "bad":
+        raise LookupError("no sku in param")
+    return p
+
+
 def test_a_key_function_that_fails_fails_its_node_only() -> None:
     backend = Backend()
 
-    def key(ctx: Any, p: Any) -> Any:
-        if p == "bad":
-            raise LookupError("no sku in param")
-        return p
-
-    batch = Batch("prices-badkey", backend, key=key)
+    batch = Batch("prices-badkey", backend, key=sku_key)
     root, _ = fan_of(batch, ["a", "bad", "b"])
     root >> FunctionNode(unused, param=["unhashable"], name="price-list", batch=batch)
     with ThreadPoolExecutor(1, thread_name_prefix="batch-badkey") as pool:
@@ -183,12 +178,7 @@ def test_a_key_function_that_fails_fails_its_node_only() -> None:
 def test_a_first_node_whose_key_fails_lets_the_others_go_on_without_it() -> None:
     backend = Backend()
 
-    def key(ctx: Any, p: Any) -> Any:
-        if p == "bad":
-            raise LookupError("no sku in param")
-        return p
-
-    batch = Batch("prices-leader", backend, key=key)
+    batch = Batch("prices-leader", backend, key=sku_key)
     root = FunctionNode(lambda ctx, p: None, name="page")
     # popped first (highest priority), it takes the others along, then its own key fails
     bad = FunctionNode(unused, param="bad", name="bad", batch=batch, priority=10)

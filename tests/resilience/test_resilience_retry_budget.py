@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,7 +15,7 @@ from conftest import LONG, MEDIUM, parse_prometheus
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from resilience_helpers import FakeClock
+from resilience_helpers import FakeClock, wait_until
 
 from taskflow import (
     FlowDefinitionError,
@@ -34,12 +33,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = LONG) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 class Down:
