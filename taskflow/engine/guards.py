@@ -55,7 +55,8 @@ The one rule: every resource has exactly one owner
 ==================================================
 What a gate takes — a bulkhead slot (``Permit``) or place in its queue (``Ticket``), a
 rate-limit ``Reservation``, a ``BreakerPermit``, a place in a single flight (``Member``; a
-leader's is the duty to resolve the call) — has exactly one owner at any time, and its owner
+leader's is the duty to resolve the call), a seat in a batch's call (``Guard.seat``,
+``batching.py``), a retry-budget token (``Guard.retry``, ``retrying.py``) — has exactly one owner at any time, and its owner
 gives it back on every way the node ends: success, failure, timeout, ``min_budget``, cancel,
 the run closed before, during or after admission, a hedge that lost. The owners, in order:
 
