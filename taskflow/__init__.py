@@ -20,6 +20,9 @@ from loguru import logger
 
 from taskflow._version import __version__ as __version__
 from taskflow.errors import (
+    BatchCallError,
+    BatchKeyError,
+    BatchResultError,
     BrokenPoolError,
     BudgetExhaustedError,
     BulkheadFullError,
@@ -62,10 +65,12 @@ if TYPE_CHECKING:
     from taskflow.observe.snapshots import Alarm, PoolSnapshot, ProcessMetrics, Thresholds
     from taskflow.pools.monitored import MonitoredExecutor
     from taskflow.pools.threadpool import RejectionPolicy, ThreadPool
+    from taskflow.resilience.batch import Batch
     from taskflow.resilience.breaker import CircuitBreaker
     from taskflow.resilience.bulkhead import Bulkhead
     from taskflow.resilience.hedge import Hedge
     from taskflow.resilience.ratelimit import RateLimit
+    from taskflow.resilience.retrybudget import RetryBudget
 
 logger.disable("taskflow")
 
@@ -85,10 +90,12 @@ _LAZY = {
     "NodeReport": "taskflow.model.report",
     "FlowSpec": "taskflow.declare.spec",
     "load_spec": "taskflow.declare.spec",
+    "Batch": "taskflow.resilience.batch",
     "Bulkhead": "taskflow.resilience.bulkhead",
     "CircuitBreaker": "taskflow.resilience.breaker",
     "Hedge": "taskflow.resilience.hedge",
     "RateLimit": "taskflow.resilience.ratelimit",
+    "RetryBudget": "taskflow.resilience.retrybudget",
 }
 
 # module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
@@ -147,6 +154,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Alarm",
+    "Batch",
+    "BatchCallError",
+    "BatchKeyError",
+    "BatchResultError",
     "BrokenPoolError",
     "BudgetExhaustedError",
     "Bulkhead",
@@ -189,6 +200,7 @@ __all__ = [
     "RejectionPolicy",
     "ResultNotAvailableError",
     "ResultState",
+    "RetryBudget",
     "SchedulingNode",
     "SwitchNode",
     "TaskContext",

@@ -9,6 +9,9 @@ from concurrent.futures import CancelledError
 from concurrent.futures.thread import BrokenThreadPool
 
 __all__ = [
+    "BatchCallError",
+    "BatchKeyError",
+    "BatchResultError",
     "BrokenPoolError",
     "BudgetExhaustedError",
     "BulkheadFullError",
@@ -253,3 +256,49 @@ class FallbackError(TaskflowError, RuntimeError):
             f"node {node!r}: fallback raised {type(fallback_error).__name__}: {fallback_error}"
             f" while standing in for {type(error).__name__}: {error}"
         )
+
+
+class BatchCallError(TaskflowError, RuntimeError):
+    """A batch's call failed (its function raised, or it could not be run), so each of its
+    members fails with one of these, naming the batch and the member's key; the call's own
+    exception is the ``__cause__``."""
+
+    def __init__(self, batch: str, key: object, error: BaseException) -> None:
+        self.batch = batch
+        self.key = key
+        super().__init__(f"batch {batch!r}: the call for key {key!r} failed: "
+                         f"{type(error).__name__}: {error}")
+        self.__cause__ = error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (BatchCallError, (self.batch, self.key, self.__cause__))
+
+
+class BatchKeyError(TaskflowError, KeyError):
+    """A batch's function answered without a value for one of the keys it was given."""
+
+    def __init__(self, batch: str, key: object) -> None:
+        self.batch = batch
+        self.key = key
+        super().__init__(key)
+        self.message = f"batch {batch!r} returned no value for key {key!r}"
+
+    def __str__(self) -> str:  # KeyError's own would print only the key's repr
+        return self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (BatchKeyError, (self.batch, self.key))
+
+
+class BatchResultError(TaskflowError, TypeError):
+    """A batch's function returned something other than a mapping of key to value;
+    ``got_type`` names what it returned."""
+
+    def __init__(self, batch: str, got_type: str) -> None:
+        self.batch = batch
+        self.got_type = got_type
+        super().__init__(f"batch {batch!r}: its function returned {got_type}, not a mapping "
+                         "of key -> value")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (BatchResultError, (self.batch, self.got_type))

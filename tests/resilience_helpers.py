@@ -1,12 +1,15 @@
-"""Helpers shared by the tests of taskflow.resilience: a fake clock, a thread runner and the
-ERROR lines taskflow logs."""
+"""Helpers shared by the tests of taskflow.resilience: a fake clock, a thread runner, a poll
+for a figure another thread moves and the ERROR lines taskflow logs."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
+
+from conftest import LONG
 
 
 class FakeClock:
@@ -70,3 +73,12 @@ def logged_errors() -> Iterator[list[str]]:
     finally:
         logger.remove(sink)
         logger.disable("taskflow")
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = LONG) -> None:
+    """Poll ``cond`` (a figure another thread moves) until it holds or ``timeout`` passes."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        time.sleep(0.001)

@@ -22,7 +22,12 @@ Fields (all under ``lock``)
   entry, armed while ready nodes are left to busy loops.
 ``loop_node``: the node each loop runs (by token); ``abandoned``: loops stuck in a node that
   timed out (no longer counted in ``loops``).
-``ranks``: each node's dispatch rank (``guards.rank``) or None (FIFO); set by the run's ``begin``.
+``ranks``: each node's dispatch rank (``ranking.rank``) or None (FIFO); set by the run's ``begin``.
+``batch_of``: each node's ``Batch`` (None: none), or None when the plan has no batched node;
+  ``joinable(i)``: whether ready node ``i`` may take a seat now (``batching.joinable``); both set
+  by the run's ``begin``. ``gathered[i]``: the ready nodes of its batch that node ``i`` took
+  along when it was popped (PARKED since), until its batch gate takes them (``batching.gate``)
+  or it ends first (``regather``: they are ready again).
 ``closed``: the run closed; no watchdog is armed any more.
 ``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
   ``next_node``).
@@ -35,6 +40,8 @@ Invariants
 * While nodes are ready and fewer loops are on their way than ready nodes, a watchdog is armed
   (unless the run closed): a ready node never waits for a loop that does not come.
 * ``nslow`` equals the number of ``ready`` entries whose ``slowq`` flag is set.
+* A batched node is popped together with every ready node of its batch that may join it (one
+  critical section: no other loop can take one of them and make a call of its own).
 """
 
 from __future__ import annotations
@@ -42,11 +49,11 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from taskflow.engine import guards, timer
-from taskflow.engine.states import QUEUED, RUNNING
+from taskflow.engine import ranking, timer
+from taskflow.engine.states import PARKED, QUEUED, RUNNING
 
 __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy", "learn_duration"]
 
@@ -115,6 +122,9 @@ class Economy:
         self.loop_node: dict[int, int] = {}
         self.abandoned: set[int] = set()
         self.ranks: list[tuple[float, float]] | None = None
+        self.batch_of: Sequence[Any] | None = None
+        self.joinable: Callable[[int], bool] | None = None
+        self.gathered: dict[int, list[int]] = {}
         self.closed = False
 
     # -- arrivals ---------------------------------------------------------------------------------
@@ -240,16 +250,50 @@ class Economy:
                 return -1
         ranks = self.ranks
         while ready:
-            i = ready.popleft() if ranks is None else guards.pop_best(ready, ranks)
+            i = ready.popleft() if ranks is None else ranking.pop_best(ready, ranks)
             if self.slowq[i]:
                 self.slowq[i] = 0
                 self.nslow -= 1
             if code[i] == QUEUED:
                 code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
                 self.loop_node[token] = i
+                if self.batch_of is not None and self.batch_of[i] is not None:
+                    self._gather(i)
                 return i
         self.loop_exits(token)
         return -1
+
+    def _gather(self, i: int) -> None:
+        """Batched node ``i`` was just popped: the ready nodes of its batch that may join it go
+        along (QUEUED -> PARKED), kept in ``gathered[i]`` for its batch gate."""
+        joinable, batch_of, code = self.joinable, self.batch_of, self.code
+        assert joinable is not None and batch_of is not None
+        if not joinable(i):
+            return
+        b = batch_of[i]
+        taken = [j for j in self.ready if code[j] == QUEUED and batch_of[j] is b and joinable(j)]
+        if not taken:
+            return
+        gone = set(taken)
+        kept = [j for j in self.ready if j not in gone]
+        self.ready.clear()
+        self.ready.extend(kept)
+        slowq = self.slowq
+        for j in taken:
+            if slowq[j]:
+                slowq[j] = 0
+                self.nslow -= 1
+            code[j] = PARKED  # QUEUED -> PARKED: taken along into node i's batch call
+        self.gathered[i] = taken
+
+    def regather(self, i: int) -> None:
+        """Node ``i`` ended (or will not take a seat) before its batch gate took the nodes it
+        took along: those still PARKED are ready again (the caller reserves loops)."""
+        code = self.code
+        for j in self.gathered.pop(i, ()):
+            if code[j] == PARKED:
+                code[j] = QUEUED  # PARKED -> QUEUED: it waited for nothing yet
+                self.enqueue(j)
 
     def first_node(self, token: int) -> int:
         """A reserved loop started: its first node (``next_node``), or -1."""

@@ -8,7 +8,10 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   the attempt through the gates, in this order, and answers at once:
 
   1. an outcome already decided (``DONE``): a failed father for a node with a fallback
-     (``doom``), a shared call that resolved, a cached value;
+     (``doom``), a shared call that resolved, a cached value, a batch call's answer;
+  1b. ``batch`` (``batching.gate``, first: it takes the nodes its node was popped with): a
+     seat in a call of the batch -> ``PARKED`` until the answer, or ``DONE`` with it (a
+     batched node never goes on to an attempt of its own);
   2. ``min_budget``: too little budget left -> ``DONE`` with a TIMEOUT error;
   3. ``share_key`` (single flight): the first run of a key leads; another waits for the
      leader's outcome (``PARKED``) or takes a cached value (``DONE``);
@@ -52,7 +55,8 @@ The one rule: every resource has exactly one owner
 ==================================================
 What a gate takes — a bulkhead slot (``Permit``) or place in its queue (``Ticket``), a
 rate-limit ``Reservation``, a ``BreakerPermit``, a place in a single flight (``Member``; a
-leader's is the duty to resolve the call) — has exactly one owner at any time, and its owner
+leader's is the duty to resolve the call), a seat in a batch's call (``Guard.seat``,
+``batching.py``), a retry-budget token (``Guard.retry``, ``retrying.py``) — has exactly one owner at any time, and its owner
 gives it back on every way the node ends: success, failure, timeout, ``min_budget``, cancel,
 the run closed before, during or after admission, a hedge that lost. The owners, in order:
 
@@ -102,8 +106,16 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from taskflow.engine import events, timer
-from taskflow.engine.states import NO_LOOP, QUEUED, RUNNING, TERMINAL
+from taskflow.engine import batching, events, timer
+from taskflow.engine.states import (
+    ADMIT_DONE,
+    ADMIT_GO,
+    ADMIT_PARKED,
+    NO_LOOP,
+    QUEUED,
+    RUNNING,
+    TERMINAL,
+)
 from taskflow.engine.states import PARKED as PARKED_STATE
 from taskflow.errors import (
     BulkheadFullError,
@@ -134,15 +146,13 @@ __all__ = [
     "doom",
     "end_timed_out",
     "finish",
-    "pop_best",
-    "rank",
     "release",
     "stand_in",
     "take_outcome",
     "timeout_stand_in",
 ]
 
-GO, PARKED, DONE = 0, 1, 2
+GO, PARKED, DONE = ADMIT_GO, ADMIT_PARKED, ADMIT_DONE
 # inside admit only: DONE, and the node also withdraws from its single flight
 _QUIT = 3
 # what a parked node waits for (``Guard.wait``)
@@ -172,7 +182,8 @@ class Guard:
     """One node's resilience bookkeeping in one run (see the module: who owns what)."""
 
     __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "member", "outcome", "permit",
-                 "race", "reservation", "shared", "ticket", "token_timer", "wait")
+                 "race", "reservation", "retry", "seat", "shared", "ticket", "token_timer",
+                 "wait")
 
     def __init__(self) -> None:
         self.wait = 0  # what the node is parked for (0: nothing)
@@ -189,11 +200,14 @@ class Guard:
         self.hedges: list[Attempt] = []  # duplicates in flight
         self.race: Any = None  # HedgeRace of the current attempt
         self.hedge_timer: timer.Timer | None = None
+        self.seat: Any = None  # its seat in a batch's call (``batching``)
+        self.retry: Any = None  # a retry-budget token for its next attempt (``retrying``)
 
 
-class ReadyCounter(Protocol):
+class ReadyCounter(batching.GatheringEconomy, Protocol):
     """What the gates need of the run's loop economy (``economy.Economy``): a node that comes
-    back from PARKED is queued and counted, and loops are reserved for it."""
+    back from PARKED is queued and counted, and loops are reserved for it; a batched node
+    takes the ready nodes of its batch along."""
 
     def enqueue(self, i: int) -> None:
         """Under lock: append QUEUED node ``i`` to the ready nodes."""
@@ -202,7 +216,7 @@ class ReadyCounter(Protocol):
         """Under lock: how many new loops to start for the ready nodes (counted)."""
 
 
-class GuardedRun(Protocol):
+class GuardedRun(batching.BatchedRun, Protocol):
     """Exactly what the gates, races, stand-ins and releases of this module use of a run
     (``run.Run`` satisfies it; ``run.py`` has mypy check that). Fixed at creation and read
     without the lock: ``plan``, ``names``, ``executor``, ``budget``, ``deadline``, ``ctx``,
@@ -448,9 +462,15 @@ def _bulkhead_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> i
     return GO
 
 
+def _batch_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
+    """``batch``: a seat in a call of the batch -> PARKED until answered, or DONE (first: it
+    takes along the nodes its node was popped with, whatever the other gates say)."""
+    return GO if pol.batch is None else batching.gate(run, i, g, pol, now, _guard)
+
+
 # the gates in the order an attempt passes them (see the module)
 _GATES: tuple[Callable[[GuardedRun, int, Guard, Any, float], int], ...] = (
-    _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
+    _batch_gate, _min_budget_gate, _share_gate, _breaker_gate, _rate_gate, _bulkhead_gate)
 
 
 def _go(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
@@ -618,6 +638,7 @@ def release(run: GuardedRun, nodes: Iterable[int], failed: bool = True) -> None:
             live = [*g.hedges, g.current] if g.current is not None else list(g.hedges)
             # a leader with an attempt in flight keeps the lead: that attempt resolves the call
             held = _take_next(g, withdraw=not live)
+            seat, g.seat, token, g.retry = g.seat, None, g.retry, None
             hedge_timer, g.hedge_timer = g.hedge_timer, None
             slots = [a.permit for a in live if a.permit is not None]
             timed_out = []
@@ -628,6 +649,10 @@ def release(run: GuardedRun, nodes: Iterable[int], failed: bool = True) -> None:
                         a.bpermit = None
         if hedge_timer is not None:
             hedge_timer.cancel()
+        if seat is not None:
+            batching.release(pol.batch, seat)
+        if token is not None:
+            token.give_back()  # the retry it was for will not be made
         _give_back(pol, held)
         for permit in slots:
             permit.abandon()  # held until the attempt returns (its owner releases it)
@@ -934,45 +959,18 @@ def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
     return True
 
 
-# -- dispatch order -----------------------------------------------------------------------------
-
-def rank(plan: Plan) -> list[tuple[float, float]]:
-    """Each node's dispatch rank in a run of a plan with resilience options: (``priority``,
-    longest remaining path to a sink), the path weighted by each node's typical duration so
-    far (``plan.est``; an unmeasured node counts as the median of the measured ones)."""
-    from taskflow.resilience.dispatch import node_weights, remaining_paths
-
-    est = plan.est
-    n = len(plan.nodes)
-    weights = node_weights(range(n), lambda i: est[i] if est[i] >= 0.0 else None)
-    paths = remaining_paths(dict(enumerate(plan.sons)), weights)
-    return [(0.0 if p is None else p.priority, paths[i]) for i, p in enumerate(plan.policy)]
-
-
-def pop_best(ready: Any, ranks: list[tuple[float, float]]) -> int:
-    """Under the run's lock: remove and return the ready node to start first (highest rank,
-    then the earliest queued)."""
-    if len(ready) == 1:
-        return int(ready.popleft())
-    best = 0
-    top = ranks[ready[0]]
-    for k in range(1, len(ready)):
-        r = ranks[ready[k]]
-        if r > top:
-            best, top = k, r
-    i = int(ready[best])
-    del ready[best]
-    return i
-
+# -- executors ------------------------------------------------------------------------------------
 
 def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
-    """Before a run starts: hedging needs the run's own threads (duplicates are cancelled
-    through ``ctx.cancelled``), so a hedged node cannot run on a remote executor."""
+    """Before a run starts: hedging and batching need the run's own threads (duplicates are
+    cancelled through ``ctx.cancelled``; a batch's call runs in this process), so a hedged or
+    batched node cannot run on a remote executor."""
     if not remote:
         return
     for pol in plan.policy:
-        if pol is not None and pol.hedge is not None:
+        if pol is not None and (pol.hedge is not None or pol.batch is not None):
+            what = "hedge" if pol.hedge is not None else "batch"
             raise FlowDefinitionError(
-                f"node {pol.name!r}: hedge is not supported on {executor_name} (a process "
-                "executor); run the node on a thread pool, or drop hedge"
+                f"node {pol.name!r}: {what} is not supported on {executor_name} (a process "
+                f"executor); run the node on a thread pool, or drop {what}"
             )

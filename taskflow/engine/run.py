@@ -85,11 +85,12 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   (``executors.backlog``; None when unknown or not in LOOPS mode), fixed at creation.
 ``remote_futs[i]``: node ``i``'s attempt future on a remote executor.
 ``ranks``: with resilience options in the plan, each node's dispatch rank (priority, longest
-  remaining path): a loop pops the highest-ranked ready node (``guards.pop_best``, in
+  remaining path): a loop pops the highest-ranked ready node (``ranking.pop_best``, in
   ``Economy.next_node``), remote executors get a batch in rank order; None (FIFO) otherwise.
   Fixed at ``begin`` (the economy holds the same list).
 ``guards[i]``: node ``i``'s resilience bookkeeping (``guards.Guard``; only for nodes with a
-  ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``).
+  ``NodePolicy``; some of its fields are guarded by ``lock``, see ``guards.py``): what its gates
+  hold, its seat in a batch's call (``batching.py``), its retry-budget token (``retrying.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
 ``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
@@ -151,13 +152,16 @@ from loguru import logger
 from taskflow import logs
 from taskflow.engine import (
     attempts,
+    batching,
     closing,
     deadlines,
     events,
     executors,
     guards,
     loops,
+    ranking,
     remote,
+    retrying,
     settling,
     timer,
 )
@@ -314,7 +318,7 @@ class Run:
         self.loop_futs: dict[int, Future[Any]] = {}
         self.remote_futs: dict[int, Future[Any]] = {}
         self.guards: dict[int, guards.Guard] = {}
-        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (guards.rank)
+        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
@@ -452,7 +456,10 @@ class Run:
         results = self.results
         eco = self.economy
         if plan.any_policy:
-            self.ranks = eco.ranks = guards.rank(plan)
+            self.ranks = eco.ranks = ranking.rank(plan)
+            if plan.batches is not None:
+                eco.batch_of = plan.batches
+                eco.joinable = partial(batching.joinable, plan.policy, self.guards, self.deadline)
         code = self.code
         with self.lock:
             for i in plan.roots:
@@ -633,10 +640,15 @@ class Run:
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
         ``on_begin``."""
+        plan = self.plan
+        if plan.any_policy:
+            pol = plan.policy[i]
+            if pol is not None and pol.retry_budget is not None:
+                retrying.attempt_begins(self, i, pol, wr.attempts == 0)
         if wr.started_at is None:
             now = _monotonic()
             wr.started_at = now
-            if self.plan.timeout[i] is not None:
+            if plan.timeout[i] is not None:
                 deadlines.arm_node_timeout(self, i, now)
         wr.attempts += 1
         wr.thread = thread
@@ -645,7 +657,7 @@ class Run:
         if self.debug:
             name = self.names[i]
             self.log.bind(node=name).debug("node {} attempt {} started", name, wr.attempts)
-        if self.plan.has_begin[i] and not self.closed:
+        if plan.has_begin[i] and not self.closed:
             hooking.hook(self, node.on_begin, i, wr.attempts, False)
 
     def route(self, i: int, node: Any, value: Any) -> None:
@@ -683,6 +695,11 @@ class Run:
             limit = min(limit, wr.started_at + t)
         if _monotonic() + delay >= limit:
             return -1.0
+        if plan.any_policy:
+            pol = plan.policy[i]
+            if pol is not None and pol.retry_budget is not None and not retrying.allow(
+                    self, i, pol, wr.attempts):
+                return -1.0  # the budget refused it: the node ends with this error
         if self.debug:
             self.log.bind(node=plan.names[i]).debug(
                 "node {} failed attempt {}, retrying in {:.3f}s: {!r}",
@@ -908,6 +925,8 @@ class Run:
         wr.finished_at = now
         wr.state = state
         self.move(i, TERMINAL)
+        if self.economy.gathered:  # a batched node ended before its gate took its batch along
+            self.economy.regather(i)
 
     def mark_settled(self, i: int) -> bool:
         """Under lock: move node ``i`` to SETTLED (its hook returned, its sons were updated) and
@@ -946,6 +965,7 @@ if TYPE_CHECKING:
     _closing: type[closing.ClosingRun] = Run
     _settling: type[settling.SettlingRun] = Run
     _timed: type[deadlines.TimedRun] = Run
+    _budgeted: type[retrying.BudgetedRun] = Run
     _watched: type[attempts.WatchedRun] = Run
 
 

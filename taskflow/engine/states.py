@@ -8,10 +8,12 @@ so at the write. Any other move is a bug in taskflow.
 from                  to
 ====================  =====================================================================
 WAITING               QUEUED (its join fired), TERMINAL (failed fast, skipped, cancelled)
-QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed)
+QUEUED                RUNNING (popped), TERMINAL (cancelled, timed out, refused, closed),
+                      PARKED (taken into a batch call by a node of its batch)
 RUNNING               TERMINAL (its outcome, its timeout), BACKOFF (retry later),
                       QUEUED (retry at once on a remote executor), PARKED (waits for a
-                      bulkhead slot, a rate-limit token or another run's shared call)
+                      bulkhead slot, a rate-limit token, another run's shared call or the
+                      answer of its batch's call)
 BACKOFF               QUEUED (back-off over), TERMINAL (timed out, closed)
 PARKED                QUEUED (what it waited for arrived), TERMINAL (timed out, closed)
 TERMINAL              SETTLED (its hook returned and its sons were updated)
@@ -20,7 +22,9 @@ SETTLED               (none)
 
 A PARKED node holds no worker: its loop went on with another node. The callback that ends its
 wait (a releasing thread, the timer, a resolving thread) moves it to QUEUED under the run's lock
-and hands ``dispatch`` to the run's owner (``guards.py``). A node with a fallback whose father
+and hands ``dispatch`` to the run's owner (``guards.py``, ``batching.py``). A batched node
+ready when another node of its batch is dispatched goes QUEUED -> PARKED without running: that
+node takes it into its call (``batching.py``). A node with a fallback whose father
 failed moves WAITING -> QUEUED with its failure decided; its worker computes the stand-in, and it
 ends DEGRADED (TERMINAL), its sons running on that value.
 
@@ -33,6 +37,9 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ADMIT_DONE",
+    "ADMIT_GO",
+    "ADMIT_PARKED",
     "BACKOFF",
     "LEGAL_BITS",
     "LEGAL_MOVES",
@@ -61,7 +68,7 @@ STATE_NAMES: Final = ("WAITING", "QUEUED", "RUNNING", "BACKOFF", "TERMINAL", "SE
 
 LEGAL_MOVES: Final[dict[int, frozenset[int]]] = {
     WAITING: frozenset({QUEUED, TERMINAL}),
-    QUEUED: frozenset({RUNNING, TERMINAL}),
+    QUEUED: frozenset({RUNNING, TERMINAL, PARKED}),
     RUNNING: frozenset({TERMINAL, BACKOFF, QUEUED, PARKED}),
     BACKOFF: frozenset({QUEUED, TERMINAL}),
     TERMINAL: frozenset({SETTLED}),
@@ -70,6 +77,12 @@ LEGAL_MOVES: Final[dict[int, frozenset[int]]] = {
 }
 LEGAL_BITS: Final = tuple(sum(1 << b for b in LEGAL_MOVES[a]) for a in range(len(STATE_NAMES)))
 """``LEGAL_MOVES`` as bit masks: ``(LEGAL_BITS[old] >> new) & 1`` says whether a move is legal."""
+
+ADMIT_GO: Final = 0
+ADMIT_PARKED: Final = 1
+ADMIT_DONE: Final = 2
+"""What a gate answers about a node's next attempt (``guards.admit``, ``batching.gate``): let it
+start, it waits holding no worker (PARKED), or its outcome is decided without it."""
 
 NO_LOOP: Final = -2
 """The loop token of work done outside any worker loop (remote outcomes, fan-in)."""

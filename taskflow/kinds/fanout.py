@@ -15,13 +15,22 @@ executors that run tasks in other processes each item is its own submission (at 
 An item id seen twice is counted in ``duplicates`` and run once. Dedupe keeps no id set of its
 own: a new item is put in flight (``inflight``) in the same critical section that checks its id,
 so an id already in ``succeeded``, ``failed`` or ``inflight`` is a duplicate, and beyond the
-FanInResult it hands over a fan-out holds only its items in flight, whatever the item count. ``item_timeout`` fails a slow
-item (its thread is abandoned, its late result dropped, its ``ctx.on_cancel`` callbacks handed
-to a coordinator thread) and a new item loop takes its place. When
-the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy decides:
-``best_effort`` (or a quorum already reached) succeeds with ``complete=False``; otherwise the node
-is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
+FanInResult it hands over a fan-out holds only its items in flight, whatever the item count.
+``item_timeout`` fails a slow item (its thread is abandoned, its late result dropped, its
+``ctx.on_cancel`` callbacks handed to a coordinator thread) and a new item loop takes its place.
+When the node's own ``timeout`` passes, items still in flight are ``missing`` and the policy
+decides: ``best_effort`` (or a quorum already reached) succeeds with ``complete=False``;
+otherwise the node is TIMEOUT. The run's budget ending makes the node TIMEOUT with the partial FanInResult as its
 ``work_result.result``.
+
+With ``batch=`` (thread executors) an item loop pulls up to the batch's ``max_size`` items at
+once and seats them in a call of the batch (``taskflow.engine.batching.seat_items``) instead of
+calling ``work``: a call it closed runs on that loop's worker, an open one is answered later
+(``items_answered``, on the thread that resolved it, which only settles items and hands the
+rest to the run's owner). A loop that pulled a full chunk starts another, at most
+``max_concurrency`` (calls in flight); a loop that finds ``max_concurrency * max_size`` items in
+flight exits, and an answer starts one again. The items of a fan-out that ends leave their
+seats (``seal``, ``abort``).
 
 Locks: ``_FanOut.lock`` guards the counters and maps; ``pull_lock`` only serialises ``next()`` on
 the user's iterator (a generator cannot run in two threads at once). Lock order: the run's lock
@@ -40,7 +49,7 @@ from functools import partial
 from time import monotonic as timer_now
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
-from taskflow.engine import attempts, events, executors, loops, remote, timer
+from taskflow.engine import attempts, batching, events, executors, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
     NodeTimeoutError,
@@ -134,6 +143,14 @@ def _check_concurrency(n: object) -> int:
     return n
 
 
+def _check_batched_items(node: str, item_timeout: float | None, batch: object) -> None:
+    """A batched fan-out's items share calls: one item's own time limit cannot be kept."""
+    if batch is not None and item_timeout is not None:
+        raise FlowDefinitionError(
+            f"node {node!r}: item_timeout does not apply to batched items (they share calls); "
+            "bound them with the node's timeout, or drop batch")
+
+
 def policy_met(policy: str | float, succeeded: int, total: int, failed: int, missing: int,
                exhausted: bool = True) -> bool:
     """Whether a fan-in with these counts satisfies ``policy``. A source not read to its end
@@ -189,6 +206,9 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
             items pulled, or ``"best_effort"`` (always succeeds, listing what failed/is missing).
         timeout: the node's own deadline for the whole fan-out (None: the run's budget).
         join: the join policy over the node's fathers.
+        batch: a [`Batch`][taskflow.Batch] that answers the items instead of ``work`` (each
+            item's key: the item, or the batch's ``key(ctx, item)``); ``max_concurrency`` then
+            bounds the batch calls in flight. Not with ``item_timeout``.
     """
 
     node_kind: ClassVar[NodeKind] = NodeKind.FANOUT
@@ -201,15 +221,17 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
     def __init__(self, param: T | None = None, *, name: str | None = None,
                  max_concurrency: int = 8, item_timeout: float | None = None,
                  policy: str | float = "all", timeout: float | None = None,
-                 join: Join = Join.ALL, **unknown: NoReturn) -> None:
+                 join: Join = Join.ALL, batch: Any = None,
+                 **unknown: NoReturn) -> None:
         if unknown:
             refuse_options(name if name is not None else type(self).__name__, type(self),
                            unknown, upto=FanOutNode)
-        super().__init__(param, name=name, timeout=timeout, join=join)
+        super().__init__(param, name=name, timeout=timeout, join=join, batch=batch)
         d = self.__dict__
         d["max_concurrency"] = _check_concurrency(max_concurrency)
         d["item_timeout"] = check_node_timeout(item_timeout, self.name, "item_timeout")
         d["policy"] = _check_policy(policy)
+        _check_batched_items(self.name, d["item_timeout"], batch)
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key == "retries" and value != 0 and self.__dict__.get("_run", 1) is None:
@@ -224,9 +246,13 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                 value = check_node_timeout(value, self.name, "item_timeout")
             else:
                 value = _check_policy(value)
+            if key == "item_timeout":
+                _check_batched_items(self.name, value, self.__dict__.get("batch"))
             self.__dict__[key] = value
             self._touch()
             return
+        if key == "batch" and self.__dict__.get("_run", 1) is None:
+            _check_batched_items(self.name, self.__dict__.get("item_timeout"), value)
         super().__setattr__(key, value)
 
     def items(self, ctx: TaskContext, param: T) -> Iterable[tuple[Hashable, Any]]:
@@ -260,7 +286,7 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
 
     def _check_definition(self) -> None:
         cls = type(self)
-        for method in ("items", "work"):
+        for method in ("items", "work") if self.__dict__.get("batch") is None else ("items",):
             if getattr(cls, method) is getattr(FanOutNode, method):
                 raise FlowDefinitionError(
                     f"node {self.name!r}: {cls.__name__} does not implement {method}()"
@@ -306,6 +332,8 @@ class FanOut:
         self.reserved = 0  # remote: slots taken by a pump while it pulls (then the item's, in flight)
         self.blob: bytes | None = None  # remote: the node pickled once, without its param
         self.error: BaseException | None = None
+        self.batch: Any = node.__dict__.get("batch")  # a taskflow.Batch, or None
+        self.seats: dict[Hashable, Any] = {}  # batched: item id -> its seat, until answered
 
     # -- start and finish -----------------------------------------------------------------------
 
@@ -350,8 +378,10 @@ class FanOut:
             running = [self.loop_futs[t] for t in set(self.inflight.values())
                        if t in self.loop_futs]
             running += list(self.remote_futs.values())
+            seats = self._take_seats_locked()
         for t in timers:
             t.cancel()
+        self._leave(seats)
         return result, [f for f in running if not f.done()]
 
     def item_deadline(self, item_id: Hashable) -> float:
@@ -386,6 +416,8 @@ class FanOut:
                        if t in self.loop_futs]
             abandon += list(self.remote_futs.values())
             self.inflight.clear()
+            seats = self._take_seats_locked()
+        self._leave(seats)
         return result, abandon, timers, timed_out
 
     def deliver(self, result: FanInResult, abandon: list[Future[Any]], timers: list[timer.Timer],
@@ -407,7 +439,20 @@ class FanOut:
 
     # -- pulling --------------------------------------------------------------------------------
 
-    def _pull(self, token: int) -> tuple[Hashable, Any, bool] | None:
+    def _take_seats_locked(self) -> list[Any]:
+        """Under ``lock``, the fan-in ending: the seats of items still waiting for their batch."""
+        seats = list(self.seats.values())
+        self.seats.clear()
+        return seats
+
+    def _leave(self, seats: list[Any]) -> None:
+        """The items of those seats no longer want an answer (no lock of the fan-out held)."""
+        if seats:
+            assert self.batch is not None
+            for seat in seats:
+                batching.release(self.batch, seat)
+
+    def _pull(self, token: int, spawning: bool = True) -> tuple[Hashable, Any, bool] | None:
         """Next new item, put in flight for loop ``token`` (remote: 0), and whether that item loop
         should start another (then counted in ``loops``); None when the iterator is exhausted or
         failed (recorded) or the fan-in ended. Every id seen is in ``succeeded``, ``failed`` or
@@ -445,8 +490,8 @@ class FanOut:
                     return None
                 # a loop already queued behind this one on this thread (the executor ran it in
                 # ``submit``) will find what is left: do not queue one per item
-                spawn = (token > 0 and self.loops < self.max_c and not self.exhausted
-                         and not loops.queued_here(self))
+                spawn = (spawning and token > 0 and self.loops < self.max_c
+                         and not self.exhausted and not loops.queued_here(self))
                 if spawn:
                     self.loops += 1
                 return item_id, item, spawn
@@ -518,6 +563,9 @@ class FanOut:
         cur.run, cur.idx = run, self.i
         node, ctx, cv = self.node, run.ctx, self.cv
         try:
+            if self.batch is not None:
+                self._batch_loop(token)
+                return
             while True:
                 nxt = self._pull(token)
                 if nxt is None:
@@ -550,6 +598,103 @@ class FanOut:
                             return
         finally:
             cur.run, cur.idx = prev
+
+    # -- batched items ------------------------------------------------------------------------------
+
+    def _batch_loop(self, token: int) -> None:
+        """``_item_loop`` when a batch answers the items: chunks of up to its ``max_size``
+        items take seats in its calls (see the module docstring)."""
+        assert self.batch is not None
+        size = self.batch.max_size
+        while True:
+            chunk = self._pull_chunk(token, size)
+            if chunk:
+                self._seat_chunk(token, chunk)
+            with self.lock:
+                stop = not chunk or self.done or len(self.inflight) >= self.max_c * size
+                if stop:
+                    self.loops -= 1
+                    fin = (self.exhausted or self.error is not None) and not self.inflight \
+                        and self.loops == 0
+            if stop:
+                if fin:
+                    self.finish()
+                return
+
+    def _pull_chunk(self, token: int, size: int) -> list[tuple[Hashable, Any]]:
+        """Up to ``size`` new items, in flight for loop ``token``; after a full chunk another
+        loop starts (at most ``max_concurrency``) for the next one."""
+        chunk: list[tuple[Hashable, Any]] = []
+        while len(chunk) < size:
+            nxt = self._pull(token, spawning=False)
+            if nxt is None:
+                break
+            chunk.append((nxt[0], nxt[1]))
+        if len(chunk) == size:
+            with self.lock:
+                spawn = (not self.exhausted and not self.done and self.loops < self.max_c
+                         and not loops.queued_here(self))
+                if spawn:
+                    self.loops += 1
+            if spawn:
+                loops.spawn(self, 1)
+        return chunk
+
+    def _seat_chunk(self, token: int, chunk: list[tuple[Hashable, Any]]) -> None:
+        """Seat a chunk's items in the batch's calls; run the call this loop closed."""
+        batch = self.batch
+        assert batch is not None
+        ctx = self.run.ctx
+        entries: list[tuple[Hashable, Any]] = []
+        for item_id, item in chunk:
+            try:
+                key = batch.key_of(ctx, item, owner=f"item {item_id!r} of node {self.name!r}")
+            except Exception as exc:  # noqa: BLE001 - the key function's error is the item's
+                self._settle_item(item_id, token, False, exc)
+                continue
+            entries.append((key, (item_id, token)))
+        if not entries:
+            return
+        seats, call = batching.seat_items(self, batch, entries)
+        gone = []
+        with self.lock:
+            for seat in seats:
+                item_id = seat.tag[0]
+                if not self.done and self.inflight.get(item_id) == token:
+                    self.seats[item_id] = seat
+                else:
+                    gone.append(seat)  # answered already, or the fan-in ended
+        self._leave(gone)
+        if call is not None:
+            batch.execute(call)
+
+    def items_answered(self, answers: list[Any]) -> None:
+        """A batch call answered some of the items (the thread that resolved it, which may be
+        one that must not run user code): settle them; the fan-in or a new item loop goes to
+        the run's owner."""
+        fin = False
+        failed = []
+        for seat, value, error in answers:
+            item_id, token = seat.tag
+            with self.lock:
+                self.seats.pop(item_id, None)
+            done = self._settle_item(item_id, token, error is None,
+                                     value if error is None else error)
+            fin = fin or bool(done)
+            if error is not None and done is not None:
+                failed.append((item_id, error))
+        with self.lock:
+            respawn = (not fin and not self.done and not self.exhausted and self.loops == 0
+                       and self.error is None)
+            if respawn:
+                self.loops += 1
+        if failed and self.run.observers:
+            for item_id, error in failed:
+                self.run.post(self._item_failed, item_id, error)
+        if fin:
+            self.run.post(self.finish)
+        elif respawn:
+            self.run.post(loops.spawn, self, 1)
 
     def _item_failed(self, item_id: Hashable, error: BaseException) -> None:
         """Tell the run's observers that an item raised."""

@@ -42,6 +42,7 @@ class Plan:
         "any_policy",
         "any_timeout",
         "backoff",
+        "batches",
         "est",
         "fanout",
         "fathers",
@@ -89,6 +90,11 @@ class Plan:
         # and read by the engine to decide whether a ready node deserves a worker loop of its own
         self.est = [-1.0] * len(nodes)
         self._mark_plain()
+        # each node's batch (``batch=``; a fan-out's answers its items, not itself), or None
+        # when no node of the plan is batched
+        batches = tuple(None if p is None or fo else p.batch
+                        for p, fo in zip(self.policy, self.fanout, strict=True))
+        self.batches = batches if any(b is not None for b in batches) else None
 
     def _wire(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """The edges as indices: fathers, sons (pruned ones left out), optional fathers, roots

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
     from taskflow.model.context import RunView, TaskContext, TaskSupport
     from taskflow.resilience import Bulkhead, CircuitBreaker, Hedge, RateLimit
+    from taskflow.resilience.batch import Batch
+    from taskflow.resilience.retrybudget import RetryBudget
 
 __all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
 
@@ -44,10 +46,12 @@ V = TypeVar("V")
 _PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"})
 # the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
 _POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
-                  "share_key", "cache_ttl", "cache_size", "priority", "min_budget")
+                  "share_key", "cache_ttl", "cache_size", "priority", "min_budget", "batch",
+                  "retry_budget")
 _POLICY_DEFAULTS: dict[str, Any] = {
     "bulkhead": None, "breaker": None, "rate_limit": None, "hedge": None, "idempotent": False,
     "share_key": None, "cache_ttl": None, "cache_size": 1024, "priority": 0, "min_budget": None,
+    "batch": None, "retry_budget": None,
 }
 
 
@@ -303,6 +307,11 @@ class SchedulingNode(Generic[T, V]):
         cache_size: with ``cache_ttl``, at most this many kept successes.
         priority: higher first when more nodes are ready than workers are free.
         min_budget: seconds of budget the node needs to start; less: ``TIMEOUT`` at once.
+        batch: a [`Batch`][taskflow.Batch]: the node is answered by one call shared with the
+            other nodes of that batch that are ready with it (its key: ``param``, or the
+            batch's ``key(ctx, param)``); its ``task`` is not called.
+        retry_budget: a [`RetryBudget`][taskflow.RetryBudget] its retries draw from, shared
+            across nodes and runs; a retry past it is not made.
         **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
             closest option.
     """
@@ -325,6 +334,8 @@ class SchedulingNode(Generic[T, V]):
     cache_size: int
     priority: float
     min_budget: float | None
+    batch: Batch | None
+    retry_budget: RetryBudget | None
     _fathers: list[SchedulingNode[Any, Any]]
     _sons: list[SchedulingNode[Any, Any]]
     _optional: set[int]
@@ -372,6 +383,8 @@ class SchedulingNode(Generic[T, V]):
         cache_size: int = 1024,
         priority: float = 0,
         min_budget: float | None = None,
+        batch: Batch | None = None,
+        retry_budget: RetryBudget | None = None,
         **unknown: NoReturn,
     ) -> None:
         d = self.__dict__
@@ -400,7 +413,8 @@ class SchedulingNode(Generic[T, V]):
             "bulkhead": bulkhead, "breaker": breaker, "rate_limit": rate_limit,
             "fallback": fallback, "hedge": hedge, "idempotent": idempotent,
             "share_key": share_key, "cache_ttl": cache_ttl, "cache_size": cache_size,
-            "priority": priority, "min_budget": min_budget,
+            "priority": priority, "min_budget": min_budget, "batch": batch,
+            "retry_budget": retry_budget,
         })
 
     # -- the work and the hooks -------------------------------------------------------------
@@ -540,6 +554,7 @@ class SchedulingNode(Generic[T, V]):
                 value = check_node_timeout(value, self.name)
             elif key == "retries":
                 value = _check_retries(value, d.get("retry_backoff", 0.0), self.name)[0]
+                _check_batched(self, value, d.get("batch"))
             elif key == "retry_backoff":
                 value = _check_retries(d.get("retries", 0), value, self.name)[1]
             d[key] = value
@@ -584,7 +599,7 @@ class SchedulingNode(Generic[T, V]):
 # lambda fallback or share_key must not stop a node from travelling to a process pool
 _UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
                         "_plan_cache", "_policy", "bulkhead", "breaker", "rate_limit", "fallback",
-                        "hedge", "share_key"})
+                        "hedge", "share_key", "batch", "retry_budget"})
 
 
 def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None:
@@ -609,10 +624,30 @@ def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None
         hedge=options["hedge"], idempotent=options["idempotent"],
         share_key=options["share_key"], cache_ttl=options["cache_ttl"],
         cache_size=options["cache_size"], priority=options["priority"],
-        min_budget=options["min_budget"],
+        min_budget=options["min_budget"], batch=options["batch"],
+        retry_budget=options["retry_budget"],
     )
+    _check_batched(node, d.get("retries", 0), options["batch"])
     d.update(options)
     d["_policy"] = policy
+
+
+def _check_batched(node: SchedulingNode[Any, Any], retries: int, batch: object) -> None:
+    """A batched task node is answered by its batch's call: it does not retry (the call is
+    shared) and runs no attempt of its own for ``on_begin`` to precede."""
+    cls = type(node)
+    if batch is None or cls.node_kind is NodeKind.FANOUT:
+        return
+    name = node.__dict__["name"]
+    if retries:
+        raise FlowDefinitionError(
+            f"node {name!r}: a batched node does not retry (its call is shared with other "
+            f"nodes), got retries={retries}; retry inside the batch's fn, or drop batch")
+    if cls.on_begin is not SchedulingNode.on_begin:
+        raise InvalidNodeError(
+            f"node {name!r}: {cls.__name__} overrides on_begin, which a batched node never "
+            "calls (it runs no attempt of its own: its batch's call answers it); drop "
+            "on_begin or batch")
 
 
 def _check_name(name: object) -> None:
@@ -667,6 +702,10 @@ class FunctionNode(SchedulingNode[Any, Any]):
         cache_size: with ``cache_ttl``, at most this many kept successes.
         priority: higher first when more nodes are ready than workers are free.
         min_budget: seconds of budget the node needs to start.
+        batch: a [`Batch`][taskflow.Batch]: one call ``fn(keys)`` answers the nodes of that
+            batch that are ready together; ``fn`` here is not called.
+        retry_budget: a [`RetryBudget`][taskflow.RetryBudget] shared by the retries of every
+            node that names it.
         **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
             closest option.
     """
@@ -692,6 +731,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
         cache_size: int = 1024,
         priority: float = 0,
         min_budget: float | None = None,
+        batch: Batch | None = None,
+        retry_budget: RetryBudget | None = None,
         **unknown: NoReturn,
     ) -> None:
         if not callable(fn):
@@ -711,7 +752,7 @@ class FunctionNode(SchedulingNode[Any, Any]):
             join=join, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
             fallback=fallback, hedge=hedge, idempotent=idempotent, share_key=share_key,
             cache_ttl=cache_ttl, cache_size=cache_size, priority=priority,
-            min_budget=min_budget, **unknown)
+            min_budget=min_budget, batch=batch, retry_budget=retry_budget, **unknown)
         self.__dict__["fn"] = fn
 
     fn: Callable[[TaskContext, Any], Any]

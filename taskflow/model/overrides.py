@@ -4,8 +4,9 @@
 nodes: each is replaced by a copy of its definition whose ``task`` is the override (a constant
 is returned as the node's value; a callable is called as ``fn(ctx, param)`` instead of the
 node's task). Everything else about the node stays: its class (so its hooks run), name, param,
-edges, joins, timeout, retries and resilience options; a switch routes on the value returned, a
-fan-out node runs the override once instead of fanning out. The definitions the user built are
+edges, joins, timeout, retries and resilience options (but ``batch``: an overridden node takes
+no seat in its batch's calls); a switch routes on the value returned, a fan-out node runs the
+override once instead of fanning out. The definitions the user built are
 never touched: the copies belong to the returned plan only, and that plan is not cached (the
 cost of a run without overrides is one ``is None`` test in the facade).
 
@@ -15,6 +16,7 @@ anything runs, and is read-only afterwards but for ``est`` (its own list, as any
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,4 +115,22 @@ def override_plan(plan: Plan, overrides: object) -> Plan:
     new.stateless = off(plan.stateless)
     new.plain = off(plan.plain)
     new.fanout = off(plan.fanout)
+    _unbatch(plan, new, touched)
     return new
+
+
+def _unbatch(plan: Plan, new: Plan, touched: set[int]) -> None:
+    """An overridden node does the override's work: it takes no seat in its batch's calls (a
+    copy of its policy without the batch; the plan's ``batches`` without it)."""
+    if plan.batches is None:
+        return
+    policy = list(plan.policy)
+    for i in touched:
+        pol = policy[i]
+        if pol is not None and pol.batch is not None:
+            pol = copy.copy(pol)
+            pol.batch = None
+            policy[i] = pol
+    new.policy = tuple(policy)
+    batches = tuple(None if i in touched else b for i, b in enumerate(plan.batches))
+    new.batches = batches if any(b is not None for b in batches) else None

@@ -96,6 +96,11 @@ class NodeReport(BaseModel):
     """Duplicate attempts started (``hedge``)."""
     shared: bool = False
     """Its outcome came from another run's call or the cache (``share_key``)."""
+    batch: str | None = None
+    """The batch call that answered it (``"<batch>#<n>"``): nodes with the same label were
+    answered by one call (``batch``)."""
+    retry_refused: bool = False
+    """A retry was refused by its ``retry_budget``: it ended with its last error."""
     clamps: list[ClampReport] = []
     """The first calls (at most 16) a clamped client limited to their attempt's deadline."""
     clamped: int = 0

@@ -78,6 +78,10 @@ class WorkResult(Generic[V]):
         thread: name of the thread that ran the last attempt.
         hedges: duplicate attempts started for it (``hedge``).
         shared: its outcome came from another run's call or the cache (``share_key``).
+        batch: the label (``"<batch>#<n>"``) of the batch call that answered it (``batch``);
+            nodes with the same label were answered by one call.
+        retry_refused: a retry it would have made was refused by its ``retry_budget``: it
+            ended with its last error.
 
     A hook that raised is not here (hooks never change a node's outcome): see
     ``FlowResult.hook_errors``.
@@ -85,11 +89,13 @@ class WorkResult(Generic[V]):
 
     __slots__ = (
         "attempts",
+        "batch",
         "exception",
         "finished_at",
         "hedges",
         "queued_at",
         "result",
+        "retry_refused",
         "shared",
         "started_at",
         "state",
@@ -107,12 +113,15 @@ class WorkResult(Generic[V]):
         self.thread: str | None = None
         self.hedges = 0
         self.shared = False
+        self.batch: str | None = None
+        self.retry_refused = False
 
     @property
     def marks(self) -> tuple[str, ...]:
         """What the resilience options did to it, for reports and charts: ``"fallback"``
         (DEGRADED), ``"hedged N"`` (N duplicate attempts), ``"shared"`` (another run's call or
-        the cache gave its outcome)."""
+        the cache gave its outcome), ``"batch <label>"`` (the batch call that answered it),
+        ``"retry refused"`` (its retry budget was spent)."""
         marks: tuple[str, ...] = ()
         if self.state is ResultState.DEGRADED:
             marks += ("fallback",)
@@ -120,6 +129,10 @@ class WorkResult(Generic[V]):
             marks += (f"hedged {self.hedges}",)
         if self.shared:
             marks += ("shared",)
+        if self.batch is not None:
+            marks += (f"batch {self.batch}",)
+        if self.retry_refused:
+            marks += ("retry refused",)
         return marks
 
     @property
@@ -577,6 +590,8 @@ class FlowResult(Mapping[str, Any]):
                         message=str(hook.exception)),
                     hedges=wr.hedges,
                     shared=wr.shared,
+                    batch=wr.batch,
+                    retry_refused=wr.retry_refused,
                     clamps=clamps,
                     clamped=0 if note is None else note.clamped,
                     on_cancel=on_cancel,

@@ -15,9 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from taskflow.exposition import Sample
 from taskflow.metrics import PoolMetrics
+from taskflow.resilience.batch import BatchMetrics
 from taskflow.resilience.breaker import BreakerMetrics
 from taskflow.resilience.bulkhead import BulkheadMetrics
 from taskflow.resilience.ratelimit import RateLimitMetrics
+from taskflow.resilience.retrybudget import RetryBudgetMetrics
 from taskflow.resilience.singleflight import SingleFlightMetrics
 
 __all__ = ["Alarm", "AlarmKind", "PoolSnapshot", "ProcessMetrics", "Thresholds"]
@@ -110,9 +112,10 @@ class PoolSnapshot(BaseModel):
     alarms: tuple[Alarm, ...] = ()
     """Alarms fired by this sample (silenced ones are left out)."""
     resilience: tuple[
-        BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics, ...
+        BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics
+        | BatchMetrics | RetryBudgetMetrics, ...
     ] = ()
-    """``metrics()`` of the bulkheads, rate limits and circuit breakers the monitor exports (see
-    ``PoolMonitor``'s ``resilience``), in their order."""
+    """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches and retry budgets
+    the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""
     resilience_samples: tuple[Sample, ...] = Field(default=(), repr=False)
     """The same objects' Prometheus series, read in the same sample."""

@@ -7,6 +7,7 @@ slot, a token or another run's call holds no worker. See ``docs/resilience-desig
 
 from __future__ import annotations
 
+from taskflow.resilience.batch import Batch, BatchKeys, BatchMetrics
 from taskflow.resilience.breaker import BreakerMetrics, BreakerState, CircuitBreaker
 from taskflow.resilience.bulkhead import Bulkhead, BulkheadMetrics
 from taskflow.resilience.errors import (
@@ -20,12 +21,17 @@ from taskflow.resilience.fallback import Fallback
 from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies
 from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics
+from taskflow.resilience.retrybudget import RetryBudget, RetryBudgetMetrics
 from taskflow.resilience.singleflight import SingleFlight, SingleFlightMetrics
 
 # what a user writes (the primitives and their options), reads (their metrics and states) or
 # catches (their errors); what the engine alone calls (permits, tickets, reservations, a hedge's
-# race, a shared call's members, dispatch weights) stays in the modules that define it
+# race, a shared call's members, a batch's calls and seats, retry tokens, dispatch weights)
+# stays in the modules that define it
 __all__ = [
+    "Batch",
+    "BatchKeys",
+    "BatchMetrics",
     "BreakerMetrics",
     "BreakerState",
     "Bulkhead",
@@ -40,6 +46,8 @@ __all__ = [
     "LatencyTracker",
     "RateLimit",
     "RateLimitMetrics",
+    "RetryBudget",
+    "RetryBudgetMetrics",
     "SingleFlight",
     "SingleFlightMetrics",
     "UnhashableKeyError",

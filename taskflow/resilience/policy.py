@@ -1,7 +1,8 @@
 """``NodePolicy``: one node's resilience options, checked once when the node is defined.
 
 A node built with any of ``bulkhead``, ``breaker``, ``rate_limit``, ``fallback``, ``hedge``,
-``share_key``/``cache_ttl``, ``priority`` or ``min_budget`` carries a ``NodePolicy``; the
+``share_key``/``cache_ttl``, ``priority``, ``min_budget``, ``batch`` or ``retry_budget`` carries a
+``NodePolicy``; the
 compiled plan holds it per node (``Plan.policy``) and the engine (``taskflow.engine.guards``)
 reads it. A node without any of them carries None and the engine does nothing more for it.
 
@@ -15,12 +16,14 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from taskflow.errors import FlowDefinitionError
+from taskflow.resilience.batch import Batch
 from taskflow.resilience.breaker import CircuitBreaker
 from taskflow.resilience.bulkhead import Bulkhead
 from taskflow.resilience.fallback import Fallback
 from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.options import check_int, check_seconds
 from taskflow.resilience.ratelimit import RateLimit
+from taskflow.resilience.retrybudget import RetryBudget
 from taskflow.resilience.singleflight import SingleFlight, check_share_key
 
 __all__ = ["NodePolicy"]
@@ -41,19 +44,22 @@ class NodePolicy:
     every run of the node shares it.
     """
 
-    __slots__ = ("breaker", "bulkhead", "fallback", "flight", "hedge", "idempotent", "min_budget",
-                 "name", "priority", "rate_limit", "share_key")
+    __slots__ = ("batch", "breaker", "bulkhead", "fallback", "flight", "hedge", "idempotent",
+                 "min_budget", "name", "priority", "rate_limit", "retry_budget", "share_key")
 
     def __init__(self, name: str, *, fanout: bool, bulkhead: Bulkhead | None,
                  breaker: CircuitBreaker | None, rate_limit: RateLimit | None,
                  fallback: Fallback | None, hedge: Hedge | None, idempotent: bool,
                  share_key: Callable[[Any, Any], Hashable] | None, cache_ttl: float | None,
-                 cache_size: int, priority: float, min_budget: float | None) -> None:
+                 cache_size: int, priority: float, min_budget: float | None,
+                 batch: Batch | None = None, retry_budget: RetryBudget | None = None) -> None:
         owner = f"node {name!r}"
         _check_type(name, "bulkhead", bulkhead, Bulkhead)
         _check_type(name, "breaker", breaker, CircuitBreaker)
         _check_type(name, "rate_limit", rate_limit, RateLimit)
         _check_type(name, "hedge", hedge, Hedge)
+        _check_type(name, "batch", batch, Batch)
+        _check_type(name, "retry_budget", retry_budget, RetryBudget)
         if not isinstance(idempotent, bool):
             raise FlowDefinitionError(f"{owner}: idempotent must be True or False, "
                                       f"got {idempotent!r}")
@@ -63,11 +69,15 @@ class NodePolicy:
                 "idempotent=True (pass ctx.operation_id to the backend as an idempotency key)"
             )
         if fanout and any(x is not None for x in (bulkhead, breaker, rate_limit, hedge,
-                                                  share_key)):
+                                                  share_key, retry_budget)):
             raise FlowDefinitionError(
-                f"{owner}: a fan-out node takes fallback, priority and min_budget only; put "
-                "bulkhead, breaker, rate_limit, hedge and share_key on its items' backend calls"
+                f"{owner}: a fan-out node takes fallback, priority, min_budget and batch (for "
+                "its items) only; put bulkhead, breaker, rate_limit, hedge, share_key and "
+                "retry_budget on its items' backend calls"
             )
+        if batch is not None and not fanout:
+            _check_batched(owner, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
+                           hedge=hedge, share_key=share_key, retry_budget=retry_budget)
         if share_key is not None:
             check_share_key(share_key, node=name)
         elif cache_ttl is not None:
@@ -91,15 +101,30 @@ class NodePolicy:
         self.priority = float(priority)
         self.min_budget = (None if min_budget is None
                            else check_seconds(owner, "min_budget", min_budget, allow_zero=True))
+        self.batch = batch
+        self.retry_budget = retry_budget
 
     @property
     def gates(self) -> bool:
         """Whether an attempt must pass anything before it starts."""
         return (self.min_budget is not None or self.flight is not None or self.breaker is not None
-                or self.rate_limit is not None or self.bulkhead is not None)
+                or self.rate_limit is not None or self.bulkhead is not None
+                or self.batch is not None)
 
     def __repr__(self) -> str:
         parts = [f"{k}={getattr(self, k)!r}" for k in ("bulkhead", "breaker", "rate_limit",
-                                                       "fallback", "hedge", "share_key")
+                                                       "fallback", "hedge", "share_key",
+                                                       "batch", "retry_budget")
                  if getattr(self, k) is not None]
         return f"<NodePolicy {self.name!r} {' '.join(parts)}>"
+
+
+def _check_batched(owner: str, **options: object) -> None:
+    """A batched node makes no attempt of its own: the options that act on one are refused."""
+    given = [k for k, v in options.items() if v is not None]
+    if given:
+        raise FlowDefinitionError(
+            f"{owner}: batch answers the node with a call shared by many nodes, so it makes "
+            f"no attempt of its own for {', '.join(given)} to act on; keep batch with "
+            "fallback, timeout, priority and min_budget, and put the rest in the batch's fn"
+        )

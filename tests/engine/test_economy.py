@@ -284,3 +284,36 @@ def test_the_economy_keeps_its_bounds(est: list[float], max_loops: int,
             assert eco.nslow == sum(eco.slowq[i] for i in h.ready)
     finally:
         mp.undo()
+
+
+# --- batched nodes -------------------------------------------------------------------------------
+
+
+def test_a_batched_node_is_popped_with_the_ready_nodes_of_its_batch(harness: Any) -> None:
+    from taskflow.engine.states import PARKED
+
+    h = harness([SLOW] * 6)
+    prices, stock = object(), object()
+    h.eco.batch_of = [prices, stock, prices, None, prices, prices]
+    h.eco.joinable = lambda i: i != 5  # node 5's outcome is decided already
+    h.arrive(0, 1, 2, 3, 4, 5)
+    nslow = h.eco.nslow
+    assert h.eco.next_node(1) == 0
+    assert h.eco.gathered == {0: [2, 4]}
+    assert [h.code[i] for i in (0, 2, 4)] == [RUNNING, PARKED, PARKED]
+    assert list(h.ready) == [1, 3, 5] and h.eco.nslow == nslow - 3
+    assert h.eco.next_node(2) == 1 and 1 not in h.eco.gathered  # alone in its batch
+    # node 0 ends before its gate took them: they are ready again, counted as before
+    h.eco.regather(0)
+    assert h.eco.gathered == {} and list(h.ready) == [3, 5, 2, 4]
+    assert h.code[2] == QUEUED and h.eco.nslow == 4
+
+
+def test_a_node_that_may_not_join_takes_nobody_along(harness: Any) -> None:
+    h = harness([SLOW] * 3)
+    batch = object()
+    h.eco.batch_of = [batch] * 3
+    h.eco.joinable = lambda i: i != 0
+    h.arrive(0, 1, 2)
+    assert h.eco.next_node(1) == 0 and h.eco.gathered == {}
+    assert h.eco.next_node(2) == 1 and h.eco.gathered == {1: [2]}

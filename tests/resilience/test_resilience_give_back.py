@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import LONG, MEDIUM, SHORT
-from resilience_helpers import FakeClock, logged_errors
+from resilience_helpers import FakeClock, logged_errors, wait_until
 
 from taskflow import (
     Bulkhead,
@@ -27,16 +27,6 @@ from taskflow import (
     TaskScheduling,
 )
 from taskflow.resilience import BreakerState
-
-
-def wait_until(cond: Any, timeout: float = LONG) -> None:
-    """Poll ``cond`` (a figure another thread moves) until it holds or ``timeout`` passes."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
-
 
 
 class Hog:

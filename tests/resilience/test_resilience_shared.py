@@ -7,17 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from conftest import LONG, MEDIUM, SHORT
+from resilience_helpers import wait_until
 
 from taskflow import FunctionNode, Hedge, ResultState, TaskContext, TaskScheduling
-
-
-def wait_until(cond, timeout=LONG):
-    """Poll ``cond`` (a figure another thread moves) until it holds or ``timeout`` passes."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 class Backend:

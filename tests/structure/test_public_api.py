@@ -10,6 +10,10 @@ import taskflow
 
 PUBLIC = [
     "Alarm",
+    "Batch",
+    "BatchCallError",
+    "BatchKeyError",
+    "BatchResultError",
     "BrokenPoolError",
     "BudgetExhaustedError",
     "Bulkhead",
@@ -52,6 +56,7 @@ PUBLIC = [
     "RejectionPolicy",
     "ResultNotAvailableError",
     "ResultState",
+    "RetryBudget",
     "SchedulingNode",
     "SwitchNode",
     "TaskContext",
@@ -85,10 +90,11 @@ def test_every_public_name_is_importable_from_the_package():
 # the other namespaces a user imports from or reaches through ``taskflow.<name>``
 NAMESPACES = {
     "taskflow.resilience": [
-        "BreakerMetrics", "BreakerState", "Bulkhead", "BulkheadFullError", "BulkheadMetrics",
+        "Batch", "BatchKeys", "BatchMetrics", "BreakerMetrics", "BreakerState", "Bulkhead", "BulkheadFullError", "BulkheadMetrics",
         "CircuitBreaker", "CircuitOpenError", "Fallback", "FallbackError", "Hedge",
-        "LatencyRegistry", "LatencyTracker", "RateLimit", "RateLimitMetrics", "SingleFlight",
-        "SingleFlightMetrics", "UnhashableKeyError", "latencies", "render_prometheus",
+        "LatencyRegistry", "LatencyTracker", "RateLimit", "RateLimitMetrics", "RetryBudget",
+        "RetryBudgetMetrics", "SingleFlight", "SingleFlightMetrics", "UnhashableKeyError",
+        "latencies", "render_prometheus",
     ],
     "taskflow.declare.conductor": [
         "HostNotAllowedError", "INPUT_KEY", "JqError", "Limits", "SUPPORTED_TYPES", "ScriptError",
@@ -152,7 +158,8 @@ def test_engine_internal_names_stay_out_of_the_resilience_namespace() -> None:
     import taskflow.resilience as resilience
 
     for internal in ("HedgeRace", "Verdict", "Permit", "Ticket", "Reservation", "BreakerPermit",
-                     "Member", "SharedCall", "Outcome", "node_weights", "remaining_paths"):
+                     "Member", "SharedCall", "Outcome", "node_weights", "remaining_paths",
+                     "Seat", "BatchCall", "RetryToken"):
         assert internal not in resilience.__all__
         assert not hasattr(resilience, internal), internal
 
