@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from taskflow.resilience.bulkhead import Bulkhead
     from taskflow.resilience.hedge import Hedge
     from taskflow.resilience.ratelimit import RateLimit
+    from taskflow.resilience.detached import set_max_detached
     from taskflow.resilience.retrybudget import RetryBudget
 
 logger.disable("taskflow")
@@ -96,6 +97,7 @@ _LAZY = {
     "Hedge": "taskflow.resilience.hedge",
     "RateLimit": "taskflow.resilience.ratelimit",
     "RetryBudget": "taskflow.resilience.retrybudget",
+    "set_max_detached": "taskflow.resilience.detached",
 }
 
 # module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
@@ -219,4 +221,5 @@ __all__ = [
     "http",
     "load_spec",
     "run_async",
+    "set_max_detached",
 ]

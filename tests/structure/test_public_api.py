@@ -75,6 +75,7 @@ PUBLIC = [
     "http",
     "load_spec",
     "run_async",
+    "set_max_detached",
 ]
 
 
