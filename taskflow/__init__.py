@@ -68,9 +68,9 @@ if TYPE_CHECKING:
     from taskflow.resilience.batch import Batch
     from taskflow.resilience.breaker import CircuitBreaker
     from taskflow.resilience.bulkhead import Bulkhead
+    from taskflow.resilience.detached import set_max_detached
     from taskflow.resilience.hedge import Hedge
     from taskflow.resilience.ratelimit import RateLimit
-    from taskflow.resilience.detached import set_max_detached
     from taskflow.resilience.retrybudget import RetryBudget
 
 logger.disable("taskflow")
