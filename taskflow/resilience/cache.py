@@ -408,6 +408,10 @@ class LruCache(CacheBase):
     def _set_raw(self, key: str, stored_at: float, payload: bytes, keep: float) -> None:
         self._put(key, stored_at, payload, keep)
 
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._data)
