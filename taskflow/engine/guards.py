@@ -40,8 +40,8 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   run's deadline is checked): a single-flight leader resolves its shared call, even when its
   own run has given up, so the runs still waiting get the value.
 
-``stand_in(run, i, error)`` (``complete``, outside the lock): the fallback's value; the node
-  ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
+``stand_in(run, i, error)`` (``complete``, outside the lock): a value kept within
+  ``stale_if_error`` (first), else the fallback's value; the node ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
   Failures decided on threads that may not call user code (the timer's node timeout, the
   run's deadline under the lock, a failed father under the lock) get their stand-in on the
   owner's thread: ``timeout_stand_in``, ``defer_close``/``close_stand_ins``, ``doom``.
@@ -845,13 +845,33 @@ def stand_in(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseEx
     """``(value, error, degraded)`` for node ``i`` failing with ``error``: with a fallback,
     ``(its value, None, error)``, or ``(None, FallbackError, None)`` when it raised; without
     one (or when nobody will read it), ``(None, error, None)``."""
-    fallback = _policy(run, i).fallback
-    if fallback is None or run.closed or run.results[i].state is not _DEFAULT:
+    pol = _policy(run, i)
+    fallback = pol.fallback
+    stale = pol.flight is not None and pol.flight.stale_if_error > 0
+    if (fallback is None and not stale) or run.closed or run.results[i].state is not _DEFAULT:
+        return None, error, None
+    if stale:  # ``stale_if_error``: a kept value comes before the fallback (as in RFC 5861)
+        found, value = _stale_value(run, i, pol)
+        if found:
+            return value, None, error
+    if fallback is None:
         return None, error, None
     try:
         return fallback.value(run.ctx, error), None, error
     except FallbackError as exc:
         return None, exc, None
+
+
+def _stale_value(run: GuardedRun, i: int, pol: Any) -> tuple[bool, Any]:
+    """``(True, value)``: a value kept up to ``cache_ttl + stale_if_error`` for node ``i``'s
+    key (outside the lock: the cache may do I/O)."""
+    from taskflow.resilience.singleflight import share_key_of
+
+    try:
+        key = share_key_of(pol.share_key, run.ctx, run.plan.nodes[i].param, node=pol.name)
+    except Exception:  # noqa: BLE001 - the key failed: no stale value, the error stands
+        return False, None
+    return pol.flight.stale_value(key)  # type: ignore[no-any-return]
 
 
 def _compute(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None]:

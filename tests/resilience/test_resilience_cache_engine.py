@@ -1,0 +1,75 @@
+"""``cache=``, ``stale_if_error`` on a node: a failed call served from the cache, DEGRADED."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from taskflow import FunctionNode, ResultState, TaskScheduling
+from taskflow.cache import LruCache
+from taskflow.errors import FlowDefinitionError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(node: Any, pool: ThreadPoolExecutor) -> Any:
+    result = TaskScheduling.start(node, executor=pool, timeout=10)
+    return {node.name: result.result_of(node.name)}
+
+
+def test_stale_if_error_serves_the_kept_value_degraded_with_the_cause() -> None:
+    clock = Clock()
+    cache = LruCache("price", clock=clock)
+    answers: list[Any] = [{"p": 1}, RuntimeError("backend down")]
+
+    def price(ctx: Any, param: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    node = FunctionNode(price, name="price", share_key=lambda ctx, p: "k", cache_ttl=10,
+                           cache=cache, stale_if_error=60, fallback={"p": 0})
+    with ThreadPoolExecutor(2) as pool:
+        first = _run(node, pool)
+        assert first["price"].state is ResultState.SUCCESS
+        clock.now += 30  # past the ttl, within ttl + stale_if_error
+        second = _run(node, pool)
+    wr = second["price"]
+    assert wr.state is ResultState.DEGRADED
+    assert wr.result == {"p": 1}  # the stale value first, the fallback not used
+    assert isinstance(wr.exception, RuntimeError)
+    assert cache.metrics().stale_served == 1
+
+
+def test_past_stale_if_error_the_fallback_stands_in() -> None:
+    clock = Clock()
+    cache = LruCache("q", clock=clock)
+    calls = iter([1])
+
+    def q(ctx: Any, param: Any) -> Any:
+        return next(calls)  # the second call raises StopIteration
+
+    node = FunctionNode(q, name="q", share_key=lambda ctx, p: "k", cache_ttl=10,
+                           cache=cache, stale_if_error=5, fallback=-1)
+    with ThreadPoolExecutor(2) as pool:
+        assert _run(node, pool)["q"].result == 1
+        clock.now += 15  # age == ttl + stale_if_error: expired
+        wr = _run(node, pool)["q"]
+    assert wr.state is ResultState.DEGRADED and wr.result == -1
+
+
+def test_cache_options_need_share_key_and_ttl() -> None:
+    with pytest.raises(FlowDefinitionError, match="need share_key and cache_ttl"):
+        FunctionNode(lambda ctx, p: 1, name="n", stale_for=5)
+    with pytest.raises(FlowDefinitionError, match="must implement"):
+        FunctionNode(lambda ctx, p: 1, name="m", share_key=lambda c, p: 1, cache_ttl=1,
+                        cache=object())  # type: ignore[arg-type]
