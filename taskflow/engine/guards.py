@@ -371,6 +371,10 @@ def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
         g.shared = True
         run.results[i].shared = True
         g.outcome = (member.call.result(), None)
+        if member.stale:  # ``stale_for``: served now, one refresh runs detached
+            node = run.plan.nodes[i]
+            flight.refresh(key, partial(node.task, run.ctx, node.param), executor=run.executor,
+                           timeout=run.plan.timeout[i])
         return DONE
     # the leader, or an outcome or the lead arrived between join and here
     return DONE if g.outcome is not None else GO

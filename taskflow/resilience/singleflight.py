@@ -155,13 +155,14 @@ class SharedCall:
 class Member:
     """One run's place in a shared call."""
 
-    __slots__ = ("_on_done", "cached", "call", "leader")
+    __slots__ = ("_on_done", "cached", "call", "leader", "stale")
 
     def __init__(self, call: SharedCall, on_done: Callable[[Outcome], Any] | None,
-                 leader: bool, cached: bool = False) -> None:
+                 leader: bool, cached: bool = False, stale: bool = False) -> None:
         self.call = call
         self.leader = leader  # guarded by the flight's lock (a promotion sets it)
         self.cached = cached  # served from the cache at join: no outcome will be delivered
+        self.stale = stale  # the cached value is stale: the run starts a ``refresh``
         self._on_done = on_done  # None once delivered or left
 
     def leave(self) -> bool:
@@ -256,14 +257,15 @@ class SingleFlight:
         except TypeError as exc:
             raise UnhashableKeyError(f"single flight {self.name!r}", key) from exc
         if self.cache is not None and self.cache_ttl is not None:
-            state, value = _lookup(self.cache, key_text(self.name, key), self.cache_ttl)
-            if state == FRESH:
+            state, value = _lookup(self.cache, key_text(self.name, key), self.cache_ttl,
+                                   stale_for=self.stale_for)
+            if state in (FRESH, STALE):
                 with self._lock:
                     self._hits += 1
                     self._shared += 1
                 cached = SharedCall(self, key)
                 cached._state, cached._value = _OK, value
-                return Member(cached, None, leader=False, cached=True)
+                return Member(cached, None, leader=False, cached=True, stale=state == STALE)
         with self._lock:
             call = self._calls.get(key)
             if call is None:
@@ -301,6 +303,17 @@ class SingleFlight:
     def keep(self) -> float:
         """Seconds a success is kept: ``cache_ttl`` plus the longer stale window."""
         return (self.cache_ttl or 0.0) + max(self.stale_for, self.stale_if_error)
+
+    def refresh(self, key: Hashable, call: Callable[[], Any], *, executor: Any,
+                timeout: float | None) -> bool:
+        """Stale-while-revalidate: refresh ``key`` detached with ``call()`` (one per key at a
+        time, see ``CacheBase.refresh``); False when not started (another runs, no slot, or a
+        protocol-only cache that cannot refresh)."""
+        refresh = getattr(self.cache, "refresh", None)
+        if not callable(refresh):
+            return False
+        return refresh(key_text(self.name, key), call, keep=self.keep, executor=executor,
+                       timeout=timeout) is not None
 
     def stale_value(self, key: Hashable) -> tuple[bool, Any]:
         """``(True, value)`` when a value up to ``cache_ttl + stale_if_error`` old is kept for
@@ -418,17 +431,18 @@ class SingleFlight:
                 f"in_flight={len(self._calls)})")
 
 
-def _lookup(cache: Cache, key: str, ttl: float, *, stale_if_error: float = 0.0) -> tuple[str, Any]:
+def _lookup(cache: Cache, key: str, ttl: float, *, stale_for: float = 0.0,
+            stale_if_error: float = 0.0) -> tuple[str, Any]:
     # a protocol-only cache (no ``lookup``): read the entry and judge its age here
     lookup = getattr(cache, "lookup", None)
     if callable(lookup):
-        return lookup(key, ttl, 0.0, stale_if_error)  # type: ignore[no-any-return]
+        return lookup(key, ttl, stale_for, stale_if_error)  # type: ignore[no-any-return]
     from taskflow.resilience.cache import freshness
 
     entry = cache.get(key)
     if entry is None:
         return "expired", None
-    return freshness(entry.age, ttl, 0.0, stale_if_error), entry.value
+    return freshness(entry.age, ttl, stale_for, stale_if_error), entry.value
 
 
 def check_share_key(share_key: object, *, node: str) -> None:

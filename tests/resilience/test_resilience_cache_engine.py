@@ -73,3 +73,44 @@ def test_cache_options_need_share_key_and_ttl() -> None:
     with pytest.raises(FlowDefinitionError, match="must implement"):
         FunctionNode(lambda ctx, p: 1, name="m", share_key=lambda c, p: 1, cache_ttl=1,
                         cache=object())  # type: ignore[arg-type]
+
+
+def test_stale_for_serves_at_once_while_one_refresh_runs() -> None:
+    import threading
+
+    clock = Clock()
+    cache = LruCache("swr", clock=clock)
+    started, release, stored = threading.Event(), threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def page(ctx: Any, param: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the refresh
+            started.set()
+            assert release.wait(10)
+        return len(calls)
+
+    node = FunctionNode(page, name="page", share_key=lambda ctx, p: "k", cache_ttl=10,
+                        cache=cache, stale_for=60, timeout=5)
+    with ThreadPoolExecutor(4) as pool:
+        assert _run(node, pool)["page"].result == 1
+        clock.now += 20
+        served = _run(node, pool)["page"]  # returns while the refresh is still running
+        assert served.state is ResultState.SUCCESS and served.result == 1
+        assert started.wait(10)
+        again = _run(node, pool)["page"]  # a second stale page: no second refresh
+        assert again.result == 1
+        real_set = cache.set
+
+        def spy(*a: Any, **k: Any) -> bool:
+            ok = real_set(*a, **k)
+            stored.set()
+            return ok
+
+        cache.set = spy  # type: ignore[method-assign]
+        release.set()
+        assert stored.wait(10)
+        assert _run(node, pool)["page"].result == 2  # the refreshed value, fresh
+    assert len(calls) == 2
+    m = cache.metrics()
+    assert (m.refreshes, m.stale_served) == (1, 2)
