@@ -136,7 +136,7 @@ class PickleCodec:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
     def decode(self, data: bytes) -> Any:
-        return pickle.loads(data)  # noqa: S301 - the user opted in, see the module docstring
+        return pickle.loads(data)
 
 
 def _codec_of(owner: str, codec: object) -> Codec:
@@ -448,7 +448,8 @@ class RedisCache(CacheBase):
         data = self._client.get(self.prefix + key)
         if data is None:
             return None
-        head, _, payload = bytes(data).partition(b"\n")
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        head, _, payload = raw.partition(b"\n")
         return float(head), payload
 
     def _set_raw(self, key: str, stored_at: float, payload: bytes, keep: float) -> None:

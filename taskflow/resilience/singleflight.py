@@ -42,9 +42,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
 from taskflow.resilience.cache import FRESH, STALE, STALE_IF_ERROR, Cache, LruCache, key_text
-from taskflow.errors import FlowDefinitionError
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import render_prometheus
