@@ -114,3 +114,23 @@ def test_stale_for_serves_at_once_while_one_refresh_runs() -> None:
     assert len(calls) == 2
     m = cache.metrics()
     assert (m.refreshes, m.stale_served) == (1, 2)
+
+
+def test_a_monitor_exports_the_cache_with_its_pool() -> None:
+    from conftest import parse_prometheus
+
+    from taskflow.observe.monitor import PoolMonitor
+
+    cache = LruCache("pages-monitor")
+    node = FunctionNode(lambda ctx, p: 1, name="n", share_key=lambda ctx, p: "k",
+                        cache_ttl=60, cache=cache)
+    with ThreadPoolExecutor(1) as pool:
+        _run(node, pool)
+        _run(node, pool)
+        with PoolMonitor(pool, interval=60, resilience=[cache]) as monitor:
+            snap = monitor.sample()
+            text = monitor.to_prometheus()
+    (metrics,) = snap.resilience
+    assert metrics.name == "pages-monitor" and (metrics.hits, metrics.misses) == (1, 1)
+    _, series = parse_prometheus(text)
+    assert series[("taskflow_cache_hits_total", (("cache", "pages-monitor"),))] == 1
