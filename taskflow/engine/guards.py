@@ -14,7 +14,8 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
      batched node never goes on to an attempt of its own);
   2. ``min_budget``: too little budget left -> ``DONE`` with a TIMEOUT error;
   3. ``share_key`` (single flight): the first run of a key leads; another waits for the
-     leader's outcome (``PARKED``) or takes a cached value (``DONE``);
+     leader's outcome (``PARKED``) or takes a cached value (``DONE``; a stale one within
+     ``stale_for`` also starts one detached refresh, which the run never waits for);
   4. ``breaker.allow()``: open -> ``DONE`` with ``CircuitOpenError``;
   5. ``rate_limit.reserve(deadline)``: no token before the run's deadline -> ``DONE`` (TIMEOUT);
      a token later -> ``PARKED`` until then (a timer entry);
