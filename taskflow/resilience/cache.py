@@ -46,6 +46,7 @@ the LRU's dict); the backend, the codec and user code are never called under it.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import threading
 import time
@@ -288,7 +289,8 @@ class CacheBase:
         """Run ``call`` detached to store a new value under ``key``: one per key at a time;
         None when another refresh runs or no detached slot was free (counted ``refused``).
         The returned future never raises for the caller: a failure is logged and counted."""
-        limit = DEFAULT_REFRESH_TIMEOUT if timeout is None else timeout
+        limit = (DEFAULT_REFRESH_TIMEOUT if timeout is None or not math.isfinite(timeout)
+                 or timeout <= 0 else timeout)
         if not self.begin_refresh(key, limit):
             return None
         if not detached.try_enter():
