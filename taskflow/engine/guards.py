@@ -14,7 +14,8 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
      batched node never goes on to an attempt of its own);
   2. ``min_budget``: too little budget left -> ``DONE`` with a TIMEOUT error;
   3. ``share_key`` (single flight): the first run of a key leads; another waits for the
-     leader's outcome (``PARKED``) or takes a cached value (``DONE``);
+     leader's outcome (``PARKED``) or takes a cached value (``DONE``; a stale one within
+     ``stale_for`` also starts one detached refresh, which the run never waits for);
   4. ``breaker.allow()``: open -> ``DONE`` with ``CircuitOpenError``;
   5. ``rate_limit.reserve(deadline)``: no token before the run's deadline -> ``DONE`` (TIMEOUT);
      a token later -> ``PARKED`` until then (a timer entry);
@@ -40,8 +41,8 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   run's deadline is checked): a single-flight leader resolves its shared call, even when its
   own run has given up, so the runs still waiting get the value.
 
-``stand_in(run, i, error)`` (``complete``, outside the lock): the fallback's value; the node
-  ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
+``stand_in(run, i, error)`` (``complete``, outside the lock): a value kept within
+  ``stale_if_error`` (first), else the fallback's value; the node ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
   Failures decided on threads that may not call user code (the timer's node timeout, the
   run's deadline under the lock, a failed father under the lock) get their stand-in on the
   owner's thread: ``timeout_stand_in``, ``defer_close``/``close_stand_ins``, ``doom``.
@@ -371,6 +372,10 @@ def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
         g.shared = True
         run.results[i].shared = True
         g.outcome = (member.call.result(), None)
+        if member.stale:  # ``stale_for``: served now, one refresh runs detached
+            node = run.plan.nodes[i]
+            flight.refresh(key, partial(node.task, run.ctx, node.param), executor=run.executor,
+                           timeout=run.plan.timeout[i])
         return DONE
     # the leader, or an outcome or the lead arrived between join and here
     return DONE if g.outcome is not None else GO
@@ -845,13 +850,33 @@ def stand_in(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseEx
     """``(value, error, degraded)`` for node ``i`` failing with ``error``: with a fallback,
     ``(its value, None, error)``, or ``(None, FallbackError, None)`` when it raised; without
     one (or when nobody will read it), ``(None, error, None)``."""
-    fallback = _policy(run, i).fallback
-    if fallback is None or run.closed or run.results[i].state is not _DEFAULT:
+    pol = _policy(run, i)
+    fallback = pol.fallback
+    stale = pol.flight is not None and pol.flight.stale_if_error > 0
+    if (fallback is None and not stale) or run.closed or run.results[i].state is not _DEFAULT:
+        return None, error, None
+    if stale:  # ``stale_if_error``: a kept value comes before the fallback (as in RFC 5861)
+        found, value = _stale_value(run, i, pol)
+        if found:
+            return value, None, error
+    if fallback is None:
         return None, error, None
     try:
         return fallback.value(run.ctx, error), None, error
     except FallbackError as exc:
         return None, exc, None
+
+
+def _stale_value(run: GuardedRun, i: int, pol: Any) -> tuple[bool, Any]:
+    """``(True, value)``: a value kept up to ``cache_ttl + stale_if_error`` for node ``i``'s
+    key (outside the lock: the cache may do I/O)."""
+    from taskflow.resilience.singleflight import share_key_of
+
+    try:
+        key = share_key_of(pol.share_key, run.ctx, run.plan.nodes[i].param, node=pol.name)
+    except Exception:  # noqa: BLE001 - the key failed: no stale value, the error stands
+        return False, None
+    return pol.flight.stale_value(key)  # type: ignore[no-any-return]
 
 
 def _compute(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None]:

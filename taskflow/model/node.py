@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from taskflow.model.context import RunView, TaskContext, TaskSupport
     from taskflow.resilience import Bulkhead, CircuitBreaker, Hedge, RateLimit
     from taskflow.resilience.batch import Batch
+    from taskflow.resilience.cache import Cache
     from taskflow.resilience.retrybudget import RetryBudget
 
 __all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
@@ -47,11 +48,12 @@ _PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"}
 # the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
 _POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
                   "share_key", "cache_ttl", "cache_size", "priority", "min_budget", "batch",
-                  "retry_budget")
+                  "retry_budget", "cache", "stale_for", "stale_if_error")
 _POLICY_DEFAULTS: dict[str, Any] = {
     "bulkhead": None, "breaker": None, "rate_limit": None, "hedge": None, "idempotent": False,
     "share_key": None, "cache_ttl": None, "cache_size": 1024, "priority": 0, "min_budget": None,
-    "batch": None, "retry_budget": None,
+    "batch": None, "retry_budget": None, "cache": None, "stale_for": None,
+    "stale_if_error": None,
 }
 
 
@@ -305,6 +307,11 @@ class SchedulingNode(Generic[T, V]):
             key share one attempt.
         cache_ttl: with ``share_key``, keep successes this many seconds (None: not kept).
         cache_size: with ``cache_ttl``, at most this many kept successes.
+        cache: with ``cache_ttl``, where successes are kept (``taskflow.cache``: the
+            in-process ``LruCache`` by default, ``RedisCache`` shares them across processes).
+        stale_for: seconds after ``cache_ttl`` a value is still kept (servable stale).
+        stale_if_error: seconds after ``cache_ttl`` a value is served, ``DEGRADED``, when the
+            call fails.
         priority: higher first when more nodes are ready than workers are free.
         min_budget: seconds of budget the node needs to start; less: ``TIMEOUT`` at once.
         batch: a [`Batch`][taskflow.Batch]: the node is answered by one call shared with the
@@ -381,6 +388,9 @@ class SchedulingNode(Generic[T, V]):
         share_key: Callable[[TaskContext, Any], Hashable] | None = None,
         cache_ttl: float | None = None,
         cache_size: int = 1024,
+        cache: Cache | None = None,
+        stale_for: float | None = None,
+        stale_if_error: float | None = None,
         priority: float = 0,
         min_budget: float | None = None,
         batch: Batch | None = None,
@@ -414,7 +424,8 @@ class SchedulingNode(Generic[T, V]):
             "fallback": fallback, "hedge": hedge, "idempotent": idempotent,
             "share_key": share_key, "cache_ttl": cache_ttl, "cache_size": cache_size,
             "priority": priority, "min_budget": min_budget, "batch": batch,
-            "retry_budget": retry_budget,
+            "retry_budget": retry_budget, "cache": cache, "stale_for": stale_for,
+            "stale_if_error": stale_if_error,
         })
 
     # -- the work and the hooks -------------------------------------------------------------
@@ -599,7 +610,7 @@ class SchedulingNode(Generic[T, V]):
 # lambda fallback or share_key must not stop a node from travelling to a process pool
 _UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
                         "_plan_cache", "_policy", "bulkhead", "breaker", "rate_limit", "fallback",
-                        "hedge", "share_key", "batch", "retry_budget"})
+                        "hedge", "share_key", "batch", "retry_budget", "cache"})
 
 
 def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None:
@@ -625,7 +636,8 @@ def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None
         share_key=options["share_key"], cache_ttl=options["cache_ttl"],
         cache_size=options["cache_size"], priority=options["priority"],
         min_budget=options["min_budget"], batch=options["batch"],
-        retry_budget=options["retry_budget"],
+        retry_budget=options["retry_budget"], cache=options["cache"],
+        stale_for=options["stale_for"], stale_if_error=options["stale_if_error"],
     )
     _check_batched(node, d.get("retries", 0), options["batch"])
     d.update(options)
@@ -700,6 +712,9 @@ class FunctionNode(SchedulingNode[Any, Any]):
         share_key: ``share_key(ctx, param)`` -> a hashable key shared across runs.
         cache_ttl: with ``share_key``, keep successes this many seconds.
         cache_size: with ``cache_ttl``, at most this many kept successes.
+        cache: with ``cache_ttl``, where successes are kept (``taskflow.cache``).
+        stale_for: seconds after ``cache_ttl`` a value is still kept (servable stale).
+        stale_if_error: seconds after ``cache_ttl`` a value is served when the call fails.
         priority: higher first when more nodes are ready than workers are free.
         min_budget: seconds of budget the node needs to start.
         batch: a [`Batch`][taskflow.Batch]: one call ``fn(keys)`` answers the nodes of that
@@ -729,6 +744,9 @@ class FunctionNode(SchedulingNode[Any, Any]):
         share_key: Callable[[TaskContext, Any], Hashable] | None = None,
         cache_ttl: float | None = None,
         cache_size: int = 1024,
+        cache: Cache | None = None,
+        stale_for: float | None = None,
+        stale_if_error: float | None = None,
         priority: float = 0,
         min_budget: float | None = None,
         batch: Batch | None = None,
@@ -751,7 +769,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
             param, name=name, timeout=timeout, retries=retries, retry_backoff=retry_backoff,
             join=join, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
             fallback=fallback, hedge=hedge, idempotent=idempotent, share_key=share_key,
-            cache_ttl=cache_ttl, cache_size=cache_size, priority=priority,
+            cache_ttl=cache_ttl, cache_size=cache_size, cache=cache, stale_for=stale_for,
+            stale_if_error=stale_if_error, priority=priority,
             min_budget=min_budget, batch=batch, retry_budget=retry_budget, **unknown)
         self.__dict__["fn"] = fn
 

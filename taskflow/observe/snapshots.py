@@ -18,6 +18,7 @@ from taskflow.metrics import PoolMetrics
 from taskflow.resilience.batch import BatchMetrics
 from taskflow.resilience.breaker import BreakerMetrics
 from taskflow.resilience.bulkhead import BulkheadMetrics
+from taskflow.resilience.cache import CacheMetrics
 from taskflow.resilience.ratelimit import RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudgetMetrics
 from taskflow.resilience.singleflight import SingleFlightMetrics
@@ -113,7 +114,7 @@ class PoolSnapshot(BaseModel):
     """Alarms fired by this sample (silenced ones are left out)."""
     resilience: tuple[
         BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics
-        | BatchMetrics | RetryBudgetMetrics, ...
+        | BatchMetrics | RetryBudgetMetrics | CacheMetrics, ...
     ] = ()
     """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches and retry budgets
     the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""

@@ -19,6 +19,7 @@ from taskflow.errors import FlowDefinitionError
 from taskflow.resilience.batch import Batch
 from taskflow.resilience.breaker import CircuitBreaker
 from taskflow.resilience.bulkhead import Bulkhead
+from taskflow.resilience.cache import Cache
 from taskflow.resilience.fallback import Fallback
 from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.options import check_int, check_seconds
@@ -52,7 +53,9 @@ class NodePolicy:
                  fallback: Fallback | None, hedge: Hedge | None, idempotent: bool,
                  share_key: Callable[[Any, Any], Hashable] | None, cache_ttl: float | None,
                  cache_size: int, priority: float, min_budget: float | None,
-                 batch: Batch | None = None, retry_budget: RetryBudget | None = None) -> None:
+                 batch: Batch | None = None, retry_budget: RetryBudget | None = None,
+                 cache: Cache | None = None, stale_for: float | None = None,
+                 stale_if_error: float | None = None) -> None:
         owner = f"node {name!r}"
         _check_type(name, "bulkhead", bulkhead, Bulkhead)
         _check_type(name, "breaker", breaker, CircuitBreaker)
@@ -82,6 +85,9 @@ class NodePolicy:
             check_share_key(share_key, node=name)
         elif cache_ttl is not None:
             raise FlowDefinitionError(f"{owner}: cache_ttl needs a share_key (the cache's key)")
+        if cache_ttl is None and any(x is not None for x in (cache, stale_for, stale_if_error)):
+            raise FlowDefinitionError(
+                f"{owner}: cache, stale_for and stale_if_error need share_key and cache_ttl")
         if isinstance(priority, bool) or not isinstance(priority, (int, float)) or not (
                 math.isfinite(priority)):
             raise FlowDefinitionError(f"{owner}: priority must be a finite number, "
@@ -97,7 +103,9 @@ class NodePolicy:
         self.flight = (None if share_key is None else
                        SingleFlight(name, cache_ttl=cache_ttl,
                                     cache_size=check_int(owner, "cache_size", cache_size,
-                                                         minimum=1)))
+                                                         minimum=1),
+                                    cache=cache, stale_for=stale_for,
+                                    stale_if_error=stale_if_error))
         self.priority = float(priority)
         self.min_budget = (None if min_budget is None
                            else check_seconds(owner, "min_budget", min_budget, allow_zero=True))

@@ -25,21 +25,26 @@ the call, outside the lock, and must be quick. ``outcome.promoted`` means the pr
 resigned and this member now leads: it must run the attempt (or resign in turn). The same
 exception object reaches every joiner.
 
-With ``cache_ttl`` a success is kept for that many seconds in a bounded LRU (``cache_size``
-keys); errors are never cached.
+With ``cache_ttl`` a success is kept for that many seconds in a cache (``taskflow.cache``):
+the in-process ``LruCache`` of ``cache_size`` keys by default, or the one passed as ``cache=``
+(``RedisCache`` shares values across processes). Errors are never cached. The cache is read and
+written outside the flight's lock (a shared cache does I/O); a cache that is down is a miss,
+logged, never the join's error. ``stale_value(key)`` reads a value kept up to ``cache_ttl +
+stale_if_error`` seconds, for a call that failed.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from threading import Lock
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
+from taskflow.resilience.cache import FRESH, STALE, STALE_IF_ERROR, Cache, LruCache, key_text
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import render_prometheus
@@ -150,13 +155,14 @@ class SharedCall:
 class Member:
     """One run's place in a shared call."""
 
-    __slots__ = ("_on_done", "cached", "call", "leader")
+    __slots__ = ("_on_done", "cached", "call", "leader", "stale")
 
     def __init__(self, call: SharedCall, on_done: Callable[[Outcome], Any] | None,
-                 leader: bool, cached: bool = False) -> None:
+                 leader: bool, cached: bool = False, stale: bool = False) -> None:
         self.call = call
         self.leader = leader  # guarded by the flight's lock (a promotion sets it)
         self.cached = cached  # served from the cache at join: no outcome will be delivered
+        self.stale = stale  # the cached value is stale: the run starts a ``refresh``
         self._on_done = on_done  # None once delivered or left
 
     def leave(self) -> bool:
@@ -188,20 +194,33 @@ class SingleFlight:
     Args:
         name: Names the single flight in errors and metrics.
         cache_ttl: Seconds a success is served from the cache (> 0); None: no cache.
-        cache_size: Keys kept in the cache at most (>= 1), least recently used out.
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        cache_size: Keys kept in the default cache at most (>= 1), least recently used out.
+        clock: Monotonic clock in seconds of the default cache (tests pass a fake one).
+        cache: Where successes are kept (``taskflow.cache``); None: a private ``LruCache``.
+        stale_for: Seconds after ``cache_ttl`` a value is still kept and servable stale.
+        stale_if_error: Seconds after ``cache_ttl`` a value is served when the call fails.
 
     Raises:
         FlowDefinitionError: An option is invalid (the message names the single flight).
     """
 
     def __init__(self, name: str = "shared", *, cache_ttl: float | None = None,
-                 cache_size: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
+                 cache_size: int = 1024, clock: Callable[[], float] = time.monotonic,
+                 cache: Cache | None = None, stale_for: float | None = None,
+                 stale_if_error: float | None = None) -> None:
         self.name = check_name("single flight", name)
         owner = f"single flight {name!r}"
         self.cache_ttl = (None if cache_ttl is None
                           else check_seconds(owner, "cache_ttl", cache_ttl, allow_zero=False))
         self.cache_size = check_int(owner, "cache_size", cache_size, minimum=1)
+        self.stale_for = (0.0 if stale_for is None
+                          else check_seconds(owner, "stale_for", stale_for, allow_zero=True))
+        self.stale_if_error = (0.0 if stale_if_error is None else check_seconds(
+            owner, "stale_if_error", stale_if_error, allow_zero=True))
+        if cache is not None and not isinstance(cache, Cache):
+            raise FlowDefinitionError(f"{owner}: cache must implement taskflow.cache.Cache "
+                                      f"(get/set/try_lock/metrics), got {cache!r}")
+        self._user_cache = cache
         self._clock = clock
         self._start_fresh()
         track(self)
@@ -211,7 +230,9 @@ class SingleFlight:
         # this flight that its comments mark as guarded
         self._lock = Lock()
         self._calls: dict[Hashable, SharedCall] = {}  # keys in flight
-        self._cache: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()  # key -> (expiry, v)
+        self.cache: Cache | None = self._user_cache
+        if self.cache is None and self.cache_ttl is not None:
+            self.cache = LruCache(self.name, size=self.cache_size, clock=self._clock)
         self._started = 0
         self._shared = 0
         self._hits = 0
@@ -235,18 +256,17 @@ class SingleFlight:
             hash(key)
         except TypeError as exc:
             raise UnhashableKeyError(f"single flight {self.name!r}", key) from exc
+        if self.cache is not None and self.cache_ttl is not None:
+            state, value = _lookup(self.cache, key_text(self.name, key), self.cache_ttl,
+                                   stale_for=self.stale_for)
+            if state in (FRESH, STALE):
+                with self._lock:
+                    self._hits += 1
+                    self._shared += 1
+                cached = SharedCall(self, key)
+                cached._state, cached._value = _OK, value
+                return Member(cached, None, leader=False, cached=True, stale=state == STALE)
         with self._lock:
-            if self.cache_ttl is not None:
-                hit = self._cache.get(key)
-                if hit is not None:
-                    if hit[0] > self._clock():
-                        self._cache.move_to_end(key)
-                        self._hits += 1
-                        self._shared += 1
-                        cached = SharedCall(self, key)
-                        cached._state, cached._value = _OK, hit[1]
-                        return Member(cached, None, leader=False, cached=True)
-                    del self._cache[key]
             call = self._calls.get(key)
             if call is None:
                 call = self._calls[key] = SharedCall(self, key)
@@ -266,11 +286,6 @@ class SingleFlight:
             call._state, call._value, call._error = state, value, error
             if self._calls.get(call.key) is call:
                 del self._calls[call.key]
-            if state == _OK and self.cache_ttl is not None:
-                self._cache[call.key] = (self._clock() + self.cache_ttl, value)
-                self._cache.move_to_end(call.key)
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
             outcome = Outcome(value, error)
             deliveries: list[Callback] = []
             members = ([call.leader] if call.leader is not None else []) + call._members
@@ -279,8 +294,40 @@ class SingleFlight:
                 if member._on_done is not None:
                     deliveries.append((member._on_done, (outcome,)))
                     member._on_done = None
+        if state == _OK and self.cache is not None and self.cache_ttl is not None:
+            self.cache.set(key_text(self.name, call.key), value, keep=self.keep)
         run_callbacks(deliveries)
         return True
+
+    @property
+    def keep(self) -> float:
+        """Seconds a success is kept: ``cache_ttl`` plus the longer stale window."""
+        return (self.cache_ttl or 0.0) + max(self.stale_for, self.stale_if_error)
+
+    def refresh(self, key: Hashable, call: Callable[[], Any], *, executor: Any,
+                timeout: float | None) -> bool:
+        """Stale-while-revalidate: refresh ``key`` detached with ``call()`` (one per key at a
+        time, see ``CacheBase.refresh``); False when not started (another runs, no slot, or a
+        protocol-only cache that cannot refresh)."""
+        refresh = getattr(self.cache, "refresh", None)
+        if not callable(refresh):
+            return False
+        return refresh(key_text(self.name, key), call, keep=self.keep, executor=executor,
+                       timeout=timeout) is not None
+
+    def stale_value(self, key: Hashable) -> tuple[bool, Any]:
+        """``(True, value)`` when a value up to ``cache_ttl + stale_if_error`` old is kept for
+        ``key`` (the call failed: the node serves it ``DEGRADED``), else ``(False, None)``."""
+        if self.cache is None or self.cache_ttl is None or not self.stale_if_error:
+            return False, None
+        state, value = _lookup(self.cache, key_text(self.name, key), self.cache_ttl,
+                               stale_if_error=self.stale_if_error)
+        if state in (FRESH, STALE, STALE_IF_ERROR):
+            served = getattr(self.cache, "served_on_error", None)
+            if callable(served):
+                served()
+            return True, value
+        return False, None
 
     def _leave(self, member: Member) -> bool:
         with self._lock:
@@ -336,8 +383,8 @@ class SingleFlight:
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key`` from the cache (an in-flight call is not affected)."""
-        with self._lock:
-            self._cache.pop(key, None)
+        if isinstance(self.cache, LruCache):
+            self.cache.delete(key_text(self.name, key))
 
     def metrics(self) -> SingleFlightMetrics:
         with self._lock:
@@ -345,7 +392,8 @@ class SingleFlight:
                 name=self.name, in_flight=len(self._calls),
                 waiting=sum(len(c._members) for c in self._calls.values()),
                 calls=self._started, shared=self._shared, cache_hits=self._hits,
-                cached=len(self._cache), left=self._left,
+                cached=len(self.cache) if isinstance(self.cache, LruCache) else 0,
+                left=self._left,
             )
 
     def prometheus_samples(self) -> list[Sample]:
@@ -373,11 +421,28 @@ class SingleFlight:
             "cache_ttl": self.cache_ttl,
             "cache_size": self.cache_size,
             "clock": self._clock,
+            "cache": self._user_cache,
+            "stale_for": self.stale_for or None,
+            "stale_if_error": self.stale_if_error or None,
         }))
 
     def __repr__(self) -> str:
         return (f"SingleFlight({self.name!r}, cache_ttl={self.cache_ttl}, "
                 f"in_flight={len(self._calls)})")
+
+
+def _lookup(cache: Cache, key: str, ttl: float, *, stale_for: float = 0.0,
+            stale_if_error: float = 0.0) -> tuple[str, Any]:
+    # a protocol-only cache (no ``lookup``): read the entry and judge its age here
+    lookup = getattr(cache, "lookup", None)
+    if callable(lookup):
+        return lookup(key, ttl, stale_for, stale_if_error)  # type: ignore[no-any-return]
+    from taskflow.resilience.cache import freshness
+
+    entry = cache.get(key)
+    if entry is None:
+        return "expired", None
+    return freshness(entry.age, ttl, stale_for, stale_if_error), entry.value
 
 
 def check_share_key(share_key: object, *, node: str) -> None:

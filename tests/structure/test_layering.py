@@ -24,6 +24,7 @@ MODEL, KINDS, ENGINE, POOLS = "model", "kinds", "engine", "pools"
 RESILIENCE, OBSERVE, DECLARE = "resilience", "observe", "declare"
 HTTP = "http"
 TESTING = "testing"
+CACHE = "cache"
 
 # top-level modules: the leaves, the facade, the root and ``python -m taskflow``
 TOP_LEVEL = {
@@ -37,7 +38,7 @@ TOP_LEVEL = {
     "taskflow.metrics": BASE,
     "taskflow.scheduling": FACADE,
 }
-FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP, TESTING}
+FOLDERS = {CLI, MODEL, KINDS, ENGINE, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP, TESTING, CACHE}
 
 # part -> the parts it may import (its own always allowed)
 ALLOWED: dict[str, set[str]] = {
@@ -55,6 +56,8 @@ ALLOWED: dict[str, set[str]] = {
     HTTP: {MODEL, BASE},
     POOLS: {BASE},
     RESILIENCE: {BASE},
+    # the public home of the caches: a re-export of the resilience part
+    CACHE: {RESILIENCE},
     BASE: set(),
 }
 # the root imports these parts only lazily (inside functions or for type checkers), so that
