@@ -34,6 +34,7 @@ from taskflow.errors import (
     FlowFailedError,
     FlowTimeoutError,
     InvalidNodeError,
+    LoadShedError,
     NodeCancelledError,
     NodeTimeoutError,
     RejectedExecutionError,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from taskflow.resilience.hedge import Hedge
     from taskflow.resilience.ratelimit import RateLimit
     from taskflow.resilience.retrybudget import RetryBudget
+    from taskflow.resilience.shedding import set_load_shedding
 
 logger.disable("taskflow")
 
@@ -98,6 +100,7 @@ _LAZY = {
     "RateLimit": "taskflow.resilience.ratelimit",
     "RetryBudget": "taskflow.resilience.retrybudget",
     "set_max_detached": "taskflow.resilience.detached",
+    "set_load_shedding": "taskflow.resilience.shedding",
 }
 
 # module-valued names, imported on first access: ``taskflow.conductor.load(...)``,
@@ -183,6 +186,7 @@ __all__ = [
     "FunctionNode",
     "Hedge",
     "InvalidNodeError",
+    "LoadShedError",
     "ItemTimeoutError",
     "Join",
     "JoinNode",
@@ -221,5 +225,6 @@ __all__ = [
     "http",
     "load_spec",
     "run_async",
+    "set_load_shedding",
     "set_max_detached",
 ]

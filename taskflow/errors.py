@@ -24,6 +24,7 @@ __all__ = [
     "FlowTimeoutError",
     "InvalidArgumentError",
     "InvalidNodeError",
+    "LoadShedError",
     "NodeCancelledError",
     "NodeTimeoutError",
     "RejectedExecutionError",
@@ -204,6 +205,28 @@ class BulkheadFullError(TaskflowError, RuntimeError):
         super().__init__(
             f"bulkhead {bulkhead!r} is full: {max_concurrent} running and"
             f" {max_waiting} waiting"
+        )
+
+
+class LoadShedError(TaskflowError, RuntimeError):
+    """A run was refused at ``start`` because its priority is shed at the current load.
+
+    Nothing was submitted. ``priority`` is the run's (``"sheddable"`` or ``"normal"``; a
+    ``"critical"`` run is never shed), ``resource`` what was saturated (``pool 'web'`` or
+    ``bulkhead 'inventory'``), ``load`` its load (busy plus waiting, over its capacity) and
+    ``threshold`` the load at which that priority is shed.
+    """
+
+    def __init__(self, flow: str, priority: str, resource: str, load: float,
+                 threshold: float) -> None:
+        self.flow = flow
+        self.priority = priority
+        self.resource = resource
+        self.load = load
+        self.threshold = threshold
+        super().__init__(
+            f"run {flow!r} (priority {priority!r}) shed: {resource} is at load {load:.2f} "
+            f"(this priority is shed from {threshold:.2f}); nothing was submitted"
         )
 
 

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from taskflow.engine import closing, executors, guards
+from taskflow.engine import closing, executors, guards, shedding
 from taskflow.engine.run import Run
+from taskflow.engine.shedding import Priority
 from taskflow.errors import FlowDefinitionError, RejectedExecutionError
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
@@ -34,8 +35,9 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
              future: Future[FlowResult] | None, targets: Any = None, name: Any = None,
-             t0: float | None = None, overrides: Any = None) -> Run:
-    """Validate everything and build the run; nothing has been submitted when this raises.
+             t0: float | None = None, overrides: Any = None, priority: Any = "normal") -> Run:
+    """Validate everything, shed the run if its priority is shed at the current load, and
+    build the run; nothing has been submitted when this raises.
 
     ``t0`` is when the caller called (its budget counts from then, this work included)."""
     if not isinstance(executor, Executor):
@@ -48,6 +50,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         raise RejectedExecutionError(f"{refused}; nothing was submitted: start the flow on an "
                                      "executor that is running")
     budget = check_timeout(timeout)
+    prio = shedding.check_priority(priority)
     if budget is None:
         budget = math.inf
     if context is None:
@@ -71,6 +74,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
               and executors.same_executor(outer.executor, executor))
     if plan.any_policy:
         guards.check_executor(plan, caps.remote, type(executor).__name__)
+    if not inline:  # an inline run submits nothing: there is nothing to shed
+        shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     bind_context(ctx, run)
     return run
@@ -83,7 +88,8 @@ class TaskScheduling:
     def start(nodes: Any, *, executor: Executor, timeout: float | None = None,
               context: TaskContext | None = None, targets: Any = None,
               name: str | None = None,
-              overrides: Mapping[str, Any] | None = None) -> FlowResult:
+              overrides: Mapping[str, Any] | None = None,
+              priority: Priority = "normal") -> FlowResult:
         """Run the graph connected to ``nodes`` on ``executor`` and wait for it.
 
         Args:
@@ -103,6 +109,10 @@ class TaskScheduling:
             overrides: for tests, node name -> a value (the node succeeds with it) or a
                 callable ``fn(ctx, param)`` called instead of the node's task; the node's hooks
                 and options still apply, the nodes passed in are not changed. None: none.
+            priority: ``"critical"``, ``"normal"`` (default) or ``"sheddable"``. When the
+                executor or a bulkhead of the run is saturated, ``sheddable`` runs are refused
+                first, then ``normal`` ones (``taskflow.set_load_shedding`` sets the loads);
+                ``critical`` runs are never shed.
 
         Returns:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
@@ -114,9 +124,12 @@ class TaskScheduling:
             ValueError: negative or NaN timeout.
             RejectedExecutionError: the executor is already shut down: nothing was
                 submitted. One shut down during the run fails the nodes it refuses.
+            LoadShedError: the run's priority is shed at the current load: nothing was
+                submitted (counted per priority in ``PoolMonitor`` and Prometheus).
         """
         t0 = time.monotonic()  # the budget counts from the call
-        run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides)
+        run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides,
+                       priority)
         run.begin()
         return closing.wait(run)
 
@@ -124,11 +137,12 @@ class TaskScheduling:
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,
                context: TaskContext | None = None, targets: Any = None,
                name: str | None = None,
-               overrides: Mapping[str, Any] | None = None) -> Future[FlowResult]:
+               overrides: Mapping[str, Any] | None = None,
+               priority: Priority = "normal") -> Future[FlowResult]:
         """Start the run and return a Future of its FlowResult without waiting.
 
-        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets``, ``name``
-        and ``overrides`` included). The budget is enforced by taskflow's timer thread: at the
+        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets``, ``name``,
+        ``overrides`` and ``priority`` included; a shed run raises ``LoadShedError`` here). The budget is enforced by taskflow's timer thread: at the
         deadline the future resolves (with unfinished nodes TIMEOUT) and their ``on_fail`` hooks
         run on that thread. Validation errors are raised
         here, before anything runs.
@@ -136,7 +150,8 @@ class TaskScheduling:
         t0 = time.monotonic()
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
-        run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides)
+        run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
+                   priority)
         run.begin()
         return future
 
@@ -144,17 +159,20 @@ class TaskScheduling:
 async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = None,
                     context: TaskContext | None = None, targets: Any = None,
                     name: str | None = None,
-                    overrides: Mapping[str, Any] | None = None) -> FlowResult:
+                    overrides: Mapping[str, Any] | None = None,
+                    priority: Priority = "normal") -> FlowResult:
     """``await`` a run from asyncio (ASGI apps); built on ``TaskScheduling.submit``.
 
-    Arguments as ``TaskScheduling.start`` (``targets``, ``name`` and ``overrides`` included).
+    Arguments as ``TaskScheduling.start`` (``targets``, ``name``, ``overrides`` and
+    ``priority`` included).
     The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
     taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
     t0 = time.monotonic()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
-    run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides)
+    run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
+                   priority)
     run.begin()
     try:
         return await asyncio.wrap_future(future)

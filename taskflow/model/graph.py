@@ -43,6 +43,7 @@ class Plan:
         "any_timeout",
         "backoff",
         "batches",
+        "bulkheads",
         "est",
         "fanout",
         "fathers",
@@ -121,6 +122,9 @@ class Plan:
         # ``taskflow.engine.guards``; ``any_policy`` lets the engine skip them in one test
         self.policy = tuple(n.__dict__.get("_policy") for n in nodes)
         self.any_policy = any(p is not None for p in self.policy)
+        # the distinct bulkheads of the plan, whose load decides whether a run is shed at start
+        self.bulkheads = tuple(dict.fromkeys(
+            p.bulkhead for p in self.policy if p is not None and p.bulkhead is not None))
 
     def _read_kinds(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """Which hooks each node's class overrides, and what kind of node it is."""

@@ -21,6 +21,7 @@ from taskflow.resilience.bulkhead import BulkheadMetrics
 from taskflow.resilience.cache import CacheMetrics
 from taskflow.resilience.ratelimit import RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudgetMetrics
+from taskflow.resilience.shedding import LoadSheddingMetrics
 from taskflow.resilience.singleflight import SingleFlightMetrics
 
 __all__ = ["Alarm", "AlarmKind", "PoolSnapshot", "ProcessMetrics", "Thresholds"]
@@ -114,7 +115,7 @@ class PoolSnapshot(BaseModel):
     """Alarms fired by this sample (silenced ones are left out)."""
     resilience: tuple[
         BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics
-        | BatchMetrics | RetryBudgetMetrics | CacheMetrics, ...
+        | BatchMetrics | RetryBudgetMetrics | CacheMetrics | LoadSheddingMetrics, ...
     ] = ()
     """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches and retry budgets
     the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""

@@ -409,6 +409,15 @@ class ThreadPool(Executor):
             self._launch(t, None)
         return len(new)
 
+    def taskflow_load(self) -> tuple[int, int, int, bool]:
+        """Busy workers, queued tasks, the most workers, and whether a submit now would be
+        refused (a bounded queue that is full with every worker busy): what load shedding
+        reads at ``start``. Read without the lock: gauges, each a single attribute read."""
+        active, queued, max_size = self._active, self._queued, self._max_size
+        capacity = self._capacity if self._bounded else None
+        full = capacity is not None and queued >= capacity and active >= max_size
+        return active, queued, max_size, full
+
     # ------------------------------------------------------------------ submission
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
         """Schedule ``fn(*args, **kwargs)`` and return its Future.

@@ -22,6 +22,7 @@ from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies
 from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudget, RetryBudgetMetrics
+from taskflow.resilience.shedding import LoadSheddingMetrics, set_load_shedding
 from taskflow.resilience.singleflight import SingleFlight, SingleFlightMetrics
 
 # what a user writes (the primitives and their options), reads (their metrics and states) or
@@ -44,6 +45,7 @@ __all__ = [
     "Hedge",
     "LatencyRegistry",
     "LatencyTracker",
+    "LoadSheddingMetrics",
     "RateLimit",
     "RateLimitMetrics",
     "RetryBudget",
@@ -53,4 +55,5 @@ __all__ = [
     "UnhashableKeyError",
     "latencies",
     "render_prometheus",
+    "set_load_shedding",
 ]

@@ -18,6 +18,13 @@ a slot never goes to a run that has already given up; its ``cancel()`` still ret
 
 An attempt abandoned by its run (budget or node timeout) keeps its slot until it returns, because
 a Python thread cannot be stopped: ``permit.abandon()`` counts it in ``metrics().abandoned``.
+
+With ``adaptive=True`` the number of slots (``limit``) is not fixed: every permit released gives
+one latency sample (from grant to release) to a ``GradientLimit``
+(``taskflow.resilience.adaptive``), which moves the limit between ``min_concurrent`` and
+``max_concurrent`` as the backend's latency moves: down when it slows (fewer attempts pile on a
+struggling backend), up again when it recovers. The update runs under the lock (arithmetic only);
+a limit that grew hands its new slots to waiters as a release does.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ if TYPE_CHECKING:
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
+from taskflow.resilience.adaptive import GradientLimit
 from taskflow.resilience.callbacks import run_callbacks
 from taskflow.resilience.errors import BulkheadFullError
 from taskflow.resilience.export import register, render_prometheus
@@ -52,7 +61,7 @@ class BulkheadMetrics(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    max_concurrent: int
+    max_concurrent: int  # the slots, or with adaptive=True the upper bound of the limit
     max_waiting: int | None
     in_use: int  # slots held now, abandoned attempts included
     waiting: int  # live waiters in the queue
@@ -60,6 +69,11 @@ class BulkheadMetrics(BaseModel):
     abandoned: int  # slots held now by attempts whose run gave up on them
     granted: int  # slots given out (total)
     cancelled: int  # waiters that left the queue without a slot: cancel() or deadline (total)
+    limit: int = 0  # slots now: max_concurrent, or the adaptive limit
+    adaptive: bool = False
+    min_concurrent: int | None = None  # with adaptive=True, the lower bound of the limit
+    latency_short_s: float | None = None  # with adaptive=True: the recent latency (moving average)
+    latency_long_s: float | None = None  # with adaptive=True: the usual latency (slow average)
 
 
 class Permit:
@@ -68,11 +82,13 @@ class Permit:
     Usable as a context manager for synchronous callers.
     """
 
-    __slots__ = ("_abandoned", "_bulkhead", "_epoch", "_released")
+    __slots__ = ("_abandoned", "_bulkhead", "_epoch", "_released", "_t0")
 
     def __init__(self, bulkhead: Bulkhead) -> None:
         self._bulkhead = bulkhead
         self._epoch = bulkhead._epoch
+        # when the slot was given, for an adaptive bulkhead's latency sample (else unused)
+        self._t0 = bulkhead._clock() if bulkhead._gradient is not None else 0.0
         self._released = False  # guarded by the bulkhead's lock
         self._abandoned = False  # guarded by the bulkhead's lock
 
@@ -146,6 +162,10 @@ class Bulkhead:
         max_waiting: Waiters allowed in the queue (>= 0); beyond it ``acquire`` raises
             ``BulkheadFullError``. None: no limit (each waiter is still bounded by its deadline).
         clock: Monotonic clock in seconds (tests pass a fake one).
+        adaptive: The number of slots follows the backend's latency (see the module), between
+            ``min_concurrent`` and ``max_concurrent``; it starts at ``max_concurrent``.
+        min_concurrent: With ``adaptive=True``, the fewest slots the limit goes down to
+            (default 1).
 
     Raises:
         FlowDefinitionError: An option is invalid (the message names the bulkhead).
@@ -158,6 +178,8 @@ class Bulkhead:
         max_concurrent: int,
         max_waiting: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        adaptive: bool = False,
+        min_concurrent: int | None = None,
     ) -> None:
         self.name = check_name("bulkhead", name)
         owner = f"bulkhead {name!r}"
@@ -166,6 +188,19 @@ class Bulkhead:
             None if max_waiting is None
             else check_int(owner, "max_waiting", max_waiting, minimum=0)
         )
+        if not isinstance(adaptive, bool):
+            raise FlowDefinitionError(f"{owner}: adaptive must be True or False, got {adaptive!r}")
+        self.adaptive = adaptive
+        if min_concurrent is not None and not adaptive:
+            raise FlowDefinitionError(
+                f"{owner}: min_concurrent is the lower bound of an adaptive limit; pass "
+                "adaptive=True with it, or drop it")
+        self.min_concurrent = (None if not adaptive else 1 if min_concurrent is None
+                               else check_int(owner, "min_concurrent", min_concurrent, minimum=1))
+        if self.min_concurrent is not None and self.min_concurrent > self.max_concurrent:
+            raise FlowDefinitionError(
+                f"{owner}: min_concurrent ({self.min_concurrent}) must be <= max_concurrent "
+                f"({self.max_concurrent})")
         self._clock = clock
         self._epoch = 0  # +1 at each fork: permits and tickets of an older epoch are ignored
         self._start_fresh()
@@ -176,7 +211,11 @@ class Bulkhead:
         # _lock guards: max_concurrent (after __init__), _in_use, _queue, _waiting, _dead, every Ticket.state/permit and
         # Permit._released/_abandoned of this bulkhead, and the counters below
         self._lock = Lock()
-        # invariant: 0 <= _in_use <= max_concurrent, except after a shrink, until enough
+        # the slots now: max_concurrent, or what the gradient says (also guarded by _lock)
+        self._limit = self.max_concurrent
+        self._gradient = (None if not self.adaptive else GradientLimit(
+            self.max_concurrent, self.min_concurrent or 1, self.max_concurrent))
+        # invariant: 0 <= _in_use <= _limit, except after a shrink, until enough
         # attempts return
         self._in_use = 0
         self._queue: deque[Ticket] = deque()  # FIFO; may hold tickets that already left
@@ -196,7 +235,7 @@ class Bulkhead:
     def try_acquire(self) -> Permit | None:
         """A permit when a slot is free and nobody is waiting (no barging), else None."""
         with self._lock:
-            if self._in_use < self.max_concurrent and self._waiting == 0:
+            if self._in_use < self._limit and self._waiting == 0:
                 self._in_use += 1
                 self._granted += 1
                 return Permit(self)
@@ -221,7 +260,7 @@ class Bulkhead:
             BulkheadFullError: ``max_waiting`` waiters are already queued.
         """
         with self._lock:
-            if self._in_use < self.max_concurrent and self._waiting == 0:
+            if self._in_use < self._limit and self._waiting == 0:
                 self._in_use += 1
                 self._granted += 1
                 return Permit(self)
@@ -231,7 +270,8 @@ class Bulkhead:
                 self._waiting += 1
                 return ticket
             self._rejected += 1
-        raise BulkheadFullError(self.name, self.max_concurrent, self.max_waiting)
+            limit = self._limit
+        raise BulkheadFullError(self.name, limit, self.max_waiting)
 
     # -- called through Permit and Ticket --------------------------------------------------
 
@@ -242,6 +282,9 @@ class Bulkhead:
             permit._released = True
             if permit._abandoned:
                 self._abandoned -= 1
+            gradient = self._gradient
+            if gradient is not None:
+                self._limit = gradient.update(self._clock() - permit._t0, self._in_use)
             self._in_use -= 1
             handoffs = self._fill()
         if handoffs:
@@ -253,7 +296,7 @@ class Bulkhead:
         granted: list[Ticket] = []
         now: float | None = None
         queue = self._queue
-        while queue and self._in_use < self.max_concurrent:
+        while queue and self._in_use < self._limit:
             ticket = queue.popleft()
             if ticket.state != WAITING:
                 self._dead -= 1
@@ -278,14 +321,27 @@ class Bulkhead:
 
         Growing hands the new slots to waiters at once (their callbacks run on this thread).
         Shrinking takes no slot back: attempts running keep theirs, and waiters get slots
-        again only once fewer than the new ``max_concurrent`` are in use.
+        again only once fewer than the new ``max_concurrent`` are in use. On an adaptive
+        bulkhead it moves the upper bound: the limit is brought within it, and goes on
+        following the latency below it.
 
         Raises:
-            FlowDefinitionError: ``max_concurrent`` is not an integer >= 1.
+            FlowDefinitionError: ``max_concurrent`` is not an integer >= 1 (or, adaptive,
+                below ``min_concurrent``).
         """
-        value = check_int(f"bulkhead {self.name!r}", "max_concurrent", max_concurrent, minimum=1)
+        owner = f"bulkhead {self.name!r}"
+        value = check_int(owner, "max_concurrent", max_concurrent, minimum=1)
+        if self.min_concurrent is not None and value < self.min_concurrent:
+            raise FlowDefinitionError(f"{owner}: max_concurrent ({value}) must be >= "
+                                      f"min_concurrent ({self.min_concurrent})")
         with self._lock:
             self.max_concurrent = value
+            gradient = self._gradient
+            if gradient is None:
+                self._limit = value
+            else:
+                gradient.set_bounds(gradient.minimum, value)
+                self._limit = gradient.limit
             handoffs = self._fill()
         if handoffs:
             run_callbacks([(self._grant, (ticket,)) for ticket in handoffs])
@@ -328,24 +384,42 @@ class Bulkhead:
         return self._in_use
 
     @property
+    def limit(self) -> int:
+        """The slots now: ``max_concurrent``, or the adaptive limit."""
+        return self._limit
+
+    def load(self) -> tuple[float, bool]:
+        """How loaded the bulkhead is, read without the lock (a gauge, for load shedding):
+        slots in use plus waiters over the limit, and whether a new waiter would be refused."""
+        in_use, waiting, limit = self._in_use, self._waiting, self._limit
+        full = (self.max_waiting is not None and waiting >= self.max_waiting
+                and in_use >= limit)
+        return (in_use + waiting) / limit, full
+
+    @property
     def waiting(self) -> int:
         return self._waiting
 
     def metrics(self) -> BulkheadMetrics:
         """A consistent snapshot of the bulkhead's figures."""
         with self._lock:
+            gradient = self._gradient
             return BulkheadMetrics(
                 name=self.name, max_concurrent=self.max_concurrent, max_waiting=self.max_waiting,
                 in_use=self._in_use, waiting=self._waiting, rejected=self._rejected,
                 abandoned=self._abandoned, granted=self._granted, cancelled=self._cancelled,
+                limit=self._limit, adaptive=self.adaptive, min_concurrent=self.min_concurrent,
+                latency_short_s=None if gradient is None else gradient.short,
+                latency_long_s=None if gradient is None else gradient.long,
             )
 
     def prometheus_samples(self) -> list[Sample]:
         m = self.metrics()
         lab = (("bulkhead", self.name),)
-        return [
+        samples = [
             Sample("bulkhead_in_use", "gauge", "Slots held by running attempts.", lab, m.in_use),
-            Sample("bulkhead_max_concurrent", "gauge", "Slots of the bulkhead.", lab,
+            Sample("bulkhead_max_concurrent", "gauge",
+                   "Slots of the bulkhead (adaptive: the upper bound of its limit).", lab,
                    m.max_concurrent),
             Sample("bulkhead_waiting", "gauge", "Nodes waiting for a slot (no worker held).",
                    lab, m.waiting),
@@ -356,7 +430,19 @@ class Bulkhead:
             Sample("bulkhead_granted_total", "counter", "Slots given out.", lab, m.granted),
             Sample("bulkhead_cancelled_total", "counter",
                    "Waiters that left the queue without a slot.", lab, m.cancelled),
+            Sample("bulkhead_limit", "gauge",
+                   "Slots now (max_concurrent, or the adaptive limit).", lab, m.limit),
         ]
+        if m.adaptive:
+            samples.append(Sample("bulkhead_min_concurrent", "gauge",
+                                  "Lower bound of the adaptive limit.", lab, m.min_concurrent or 1))
+            for family, value, what in (
+                    ("bulkhead_latency_short_seconds", m.latency_short_s, "Recent latency"),
+                    ("bulkhead_latency_long_seconds", m.latency_long_s, "Usual latency")):
+                if value is not None:  # no sample yet: no series
+                    samples.append(Sample(family, "gauge", f"{what} of the bulkhead's attempts "
+                                          "(moving average).", lab, value))
+        return samples
 
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:
         """This bulkhead's metrics in the Prometheus text format."""
@@ -368,11 +454,14 @@ class Bulkhead:
             "max_concurrent": self.max_concurrent,
             "max_waiting": self.max_waiting,
             "clock": self._clock,
+            "adaptive": self.adaptive,
+            "min_concurrent": self.min_concurrent,
         }))
 
     def __repr__(self) -> str:
+        adaptive = f" adaptive=True, limit={self._limit}," if self.adaptive else ""
         return (
             f"Bulkhead({self.name!r}, max_concurrent={self.max_concurrent}, "
-            f"max_waiting={self.max_waiting}, in_use={self._in_use}, waiting={self._waiting})"
+            f"max_waiting={self.max_waiting},{adaptive} in_use={self._in_use}, "
+            f"waiting={self._waiting})"
         )
-

@@ -41,6 +41,7 @@ PUBLIC = [
     "Join",
     "JoinNode",
     "JoinOutput",
+    "LoadShedError",
     "MonitoredExecutor",
     "NodeCancelledError",
     "NodeReport",
@@ -75,6 +76,7 @@ PUBLIC = [
     "http",
     "load_spec",
     "run_async",
+    "set_load_shedding",
     "set_max_detached",
 ]
 
@@ -93,9 +95,9 @@ NAMESPACES = {
     "taskflow.resilience": [
         "Batch", "BatchKeys", "BatchMetrics", "BreakerMetrics", "BreakerState", "Bulkhead", "BulkheadFullError", "BulkheadMetrics",
         "CircuitBreaker", "CircuitOpenError", "Fallback", "FallbackError", "Hedge",
-        "LatencyRegistry", "LatencyTracker", "RateLimit", "RateLimitMetrics", "RetryBudget",
+        "LatencyRegistry", "LatencyTracker", "LoadSheddingMetrics", "RateLimit", "RateLimitMetrics", "RetryBudget",
         "RetryBudgetMetrics", "SingleFlight", "SingleFlightMetrics", "UnhashableKeyError",
-        "latencies", "render_prometheus",
+        "latencies", "render_prometheus", "set_load_shedding",
     ],
     "taskflow.declare.conductor": [
         "HostNotAllowedError", "INPUT_KEY", "JqError", "Limits", "SUPPORTED_TYPES", "ScriptError",
