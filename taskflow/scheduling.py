@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from taskflow.engine import closing, executors, guards, shedding
+from taskflow.engine import closing, executors, shedding
 from taskflow.engine.run import Run
 from taskflow.engine.shedding import Priority
 from taskflow.errors import FlowDefinitionError, RejectedExecutionError
@@ -73,7 +73,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     inline = (future is None and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
     if plan.any_policy:
-        guards.check_executor(plan, caps.remote, type(executor).__name__)
+        executors.check_executor(plan, caps.remote, type(executor).__name__)
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)

@@ -14,15 +14,21 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from loguru import logger
+
+from taskflow.errors import FlowDefinitionError
+
+if TYPE_CHECKING:
+    from taskflow.model.graph import Plan
 
 __all__ = [
     "Capabilities",
     "DeclaresCapabilities",
     "backlog",
     "capabilities",
+    "check_executor",
     "mark_abandoned",
     "pickler",
     "refusal",
@@ -182,3 +188,18 @@ def mark_abandoned(executor: Executor, futures: list[Future[Any]]) -> None:
             mark(f)
         except Exception:  # noqa: BLE001 - metrics must not break a run
             logger.opt(exception=True).warning("mark_abandoned failed")
+
+
+def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
+    """Before a run starts: hedging and batching need the run's own threads (duplicates are
+    cancelled through ``ctx.cancelled``; a batch's call runs in this process), so a hedged or
+    batched node cannot run on a remote executor."""
+    if not remote:
+        return
+    for pol in plan.policy:
+        if pol is not None and (pol.hedge is not None or pol.batch is not None):
+            what = "hedge" if pol.hedge is not None else "batch"
+            raise FlowDefinitionError(
+                f"node {pol.name!r}: {what} is not supported on {executor_name} (a process "
+                f"executor); run the node on a thread pool, or drop {what}"
+            )

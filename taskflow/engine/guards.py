@@ -122,7 +122,6 @@ from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
     FallbackError,
-    FlowDefinitionError,
     NodeCancelledError,
     NodeTimeoutError,
     UpstreamFailedError,
@@ -141,7 +140,6 @@ __all__ = [
     "ReadyCounter",
     "admit",
     "attempt_done",
-    "check_executor",
     "close_stand_ins",
     "defer_close",
     "doom",
@@ -983,19 +981,3 @@ def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
     run.economy.enqueue(s)
     return True
 
-
-# -- executors ------------------------------------------------------------------------------------
-
-def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
-    """Before a run starts: hedging and batching need the run's own threads (duplicates are
-    cancelled through ``ctx.cancelled``; a batch's call runs in this process), so a hedged or
-    batched node cannot run on a remote executor."""
-    if not remote:
-        return
-    for pol in plan.policy:
-        if pol is not None and (pol.hedge is not None or pol.batch is not None):
-            what = "hedge" if pol.hedge is not None else "batch"
-            raise FlowDefinitionError(
-                f"node {pol.name!r}: {what} is not supported on {executor_name} (a process "
-                f"executor); run the node on a thread pool, or drop {what}"
-            )

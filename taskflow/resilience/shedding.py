@@ -11,8 +11,9 @@ prefetches, below-the-fold fragments). Before a run submits anything, the engine
 A resource that would refuse the work anyway (a bounded queue that is full, a bulkhead whose
 ``max_waiting`` waiters are queued) counts as infinitely loaded. A ``sheddable`` run is refused
 with ``LoadShedError`` when any load reaches ``sheddable_at`` (default 1.0), a ``normal`` run when
-any reaches ``normal_at`` (default 2.0; None: normal runs are never shed), so under overload the
-bots lose first and the pages that matter keep the pool. A ``critical`` run is never shed and is
+any reaches ``normal_at`` (default None: normal runs are shed only once a threshold is set, so a
+program that never names a priority behaves as it did), so under overload the bots lose first and
+the pages that matter keep the pool. A ``critical`` run is never shed and is
 not even measured.
 
 The thresholds are process-wide (``set_load_shedding``), like ``set_max_detached``. The counters
@@ -48,7 +49,7 @@ __all__ = [
 Priority = Literal["critical", "normal", "sheddable"]
 PRIORITIES: tuple[Priority, ...] = ("critical", "normal", "sheddable")
 DEFAULT_SHEDDABLE_AT = 1.0
-DEFAULT_NORMAL_AT = 2.0
+DEFAULT_NORMAL_AT: float | None = None
 
 
 def check_priority(priority: object) -> Priority:
@@ -181,8 +182,8 @@ def set_load_shedding(sheddable_at: float = DEFAULT_SHEDDABLE_AT,
     Args:
         sheddable_at: ``"sheddable"`` runs are refused once the pool or a bulkhead they use is
             at this load (busy plus waiting, over capacity; default 1.0: nothing is free).
-        normal_at: ``"normal"`` runs are refused from this load (default 2.0: as much waits as
-            runs); None: normal runs are never shed. Must be >= ``sheddable_at``.
+        normal_at: ``"normal"`` runs are refused from this load (2.0: as much waits as runs);
+            None (the default): normal runs are never shed. Must be >= ``sheddable_at``.
             ``"critical"`` runs are never shed.
 
     Raises:

@@ -95,7 +95,20 @@ def test_a_sheddable_run_is_refused_before_anything_is_submitted_when_no_worker_
         pool.shutdown()
 
 
+def test_by_default_normal_runs_are_never_shed_only_sheddable_ones() -> None:
+    ex = LoadedExecutor(2, 9, 2)
+    try:
+        with pytest.raises(LoadShedError):
+            TaskScheduling.start(_node(), executor=ex, timeout=5, priority="sheddable")
+        assert ex.submitted == 0
+        assert TaskScheduling.start(_node(), executor=ex, timeout=5).ok
+        assert shedder.metrics().normal_at is None
+    finally:
+        ex.shutdown()
+
+
 def test_normal_runs_are_shed_only_at_the_higher_load_and_critical_runs_never() -> None:
+    taskflow.set_load_shedding(sheddable_at=1.0, normal_at=2.0)
     for busy, queued, normal_shed in ((2, 0, False), (2, 1, False), (2, 2, True), (2, 9, True)):
         ex = LoadedExecutor(busy, queued, 2)
         try:
@@ -270,7 +283,7 @@ def test_bad_thresholds_are_refused_naming_the_option(kwargs: dict[str, Any],
     with pytest.raises(FlowDefinitionError, match=match):
         taskflow.set_load_shedding(**kwargs)
     m = shedder.metrics()
-    assert (m.sheddable_at, m.normal_at) == (1.0, 2.0)  # unchanged
+    assert (m.sheddable_at, m.normal_at) == (1.0, None)  # unchanged
 
 
 @settings(max_examples=60, deadline=None)
