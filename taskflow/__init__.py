@@ -28,6 +28,7 @@ from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
     CycleError,
+    DeadlineWarning,
     DuplicateNameError,
     FallbackError,
     FlowDefinitionError,
@@ -49,7 +50,7 @@ from taskflow.kinds.switch import SwitchNode, UnknownCaseError
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
-from taskflow.model.node import FunctionNode, NodeState, SchedulingNode
+from taskflow.model.node import FunctionNode, NodeState, SchedulingNode, Section
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
 from taskflow.scheduling import TaskScheduling, run_async
 
@@ -170,6 +171,7 @@ __all__ = [
     "CircuitBreaker",
     "CircuitOpenError",
     "CycleError",
+    "DeadlineWarning",
     "DuplicateNameError",
     "FallbackError",
     "FanInResult",
@@ -208,6 +210,7 @@ __all__ = [
     "ResultState",
     "RetryBudget",
     "SchedulingNode",
+    "Section",
     "SwitchNode",
     "TaskContext",
     "TaskScheduling",

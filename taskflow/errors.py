@@ -14,6 +14,7 @@ __all__ = [
     "BatchResultError",
     "BrokenPoolError",
     "BudgetExhaustedError",
+    "DeadlineWarning",
     "BulkheadFullError",
     "CircuitOpenError",
     "CycleError",
@@ -38,6 +39,11 @@ __all__ = [
 
 class TaskflowError(Exception):
     """Root of every error taskflow raises itself."""
+
+
+class DeadlineWarning(UserWarning):
+    """A node's ``deadline`` (or its section's) is not before the run's budget: the budget
+    ends the node first, so the deadline has no effect in that run (``start`` warns)."""
 
 
 class FlowDefinitionError(TaskflowError, ValueError):
@@ -94,15 +100,33 @@ class FlowFailedError(TaskflowError, RuntimeError):
 
 
 class NodeTimeoutError(TaskflowError, TimeoutError):
-    """A node's own ``timeout`` or the run's budget passed while the node was unfinished."""
+    """A node's own ``timeout``, its ``deadline`` (or its section's) or the run's budget passed
+    while the node was unfinished."""
 
-    def __init__(self, node: str, timeout: float | None, *, budget: bool = False) -> None:
+    def __init__(self, node: str, timeout: float | None, *, budget: bool = False,
+                 deadline: bool = False, section: str | None = None) -> None:
         self.node = node
         self.timeout = timeout
         self.budget = budget  # the run's budget passed (not the node's own timeout)
-        what = "flow budget" if budget else "node timeout"
+        self.deadline = deadline  # ``timeout`` is a deadline from the run's start
+        self.section = section  # the section whose deadline it was, if any
         limit = f" of {timeout:g}s" if timeout is not None else ""
+        if deadline:
+            where = f" (section {section!r})" if section is not None else ""
+            super().__init__(f"deadline{limit} from the run's start{where} passed before node "
+                             f"{node!r} finished")
+            return
+        what = "flow budget" if budget else "node timeout"
         super().__init__(f"{what}{limit} passed before node {node!r} finished")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_node_timeout, (self.node, self.timeout, self.budget, self.deadline,
+                                self.section), dict(self.__dict__))
+
+
+def _node_timeout(node: str, timeout: float | None, budget: bool, deadline: bool,
+                  section: str | None) -> NodeTimeoutError:
+    return NodeTimeoutError(node, timeout, budget=budget, deadline=deadline, section=section)
 
 
 class BudgetExhaustedError(TaskflowError, TimeoutError):

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskflow.engine import closing, executors, shedding
 from taskflow.engine.run import Run
-from taskflow.engine.shedding import Priority
-from taskflow.errors import FlowDefinitionError, RejectedExecutionError
+from taskflow.errors import DeadlineWarning, FlowDefinitionError, RejectedExecutionError
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.model.node import check_timeout
 from taskflow.model.overrides import override_plan
 from taskflow.model.result import FlowResult
+
+if TYPE_CHECKING:
+    from taskflow.engine.shedding import Priority
 
 __all__ = ["TaskScheduling", "run_async"]
 
@@ -31,6 +34,16 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
     if not name:
         raise FlowDefinitionError("name must not be empty (None: the first top node's name)")
     return name
+
+
+def _warn_late_deadlines(plan: Any, budget: float) -> None:
+    """A ``DeadlineWarning`` for each node whose deadline the run's budget makes moot."""
+    for name, d, section in zip(plan.names, plan.deadline, plan.section, strict=True):
+        if d is not None and d >= budget:
+            where = f" (section {section!r})" if section is not None else ""
+            warnings.warn(
+                f"node {name!r}: its deadline of {d:g}s{where} is not before the run's budget "
+                f"of {budget:g}s: the budget ends it first", DeadlineWarning, stacklevel=4)
 
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
@@ -72,6 +85,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
     inline = (future is None and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
+    if plan.any_deadline and budget != math.inf:
+        _warn_late_deadlines(plan, budget)
     if plan.any_policy:
         executors.check_executor(plan, caps.remote, type(executor).__name__)
     if not inline:  # an inline run submits nothing: there is nothing to shed

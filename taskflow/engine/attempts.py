@@ -60,7 +60,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from taskflow.engine import hooks as hooking
-from taskflow.engine import remote
+from taskflow.engine import remote, sections
 from taskflow.errors import traceback_text
 from taskflow.model.context import current
 from taskflow.model.result import AttemptNotes, ResultState
@@ -165,16 +165,20 @@ def watch_of(run: WatchedRun) -> Watch:
 
 def deadline_of(run: WatchedRun, i: int, item: Any) -> float:
     """The ``time.monotonic()`` deadline of an attempt of node ``i`` (of its fan-out ``item``,
-    or None): the run's, its node's own timeout from its first start, the item's timeout;
+    or None): the run's, its node's own timeout from its first start, its deadline from the
+    run's start, the item's timeout;
     ``-inf`` once the run has given up on it."""
     wr = run.results[i]
     if wr.state is not _DEFAULT or (run.closed and i != run.keep):
         return -math.inf
+    plan = run.plan
     deadline = run.deadline
-    t = run.plan.timeout[i]
+    t = plan.timeout[i]
     began = wr.started_at
     if t is not None and began is not None:
         deadline = min(deadline, began + t)
+    if plan.any_deadline:
+        deadline = sections.limit(plan, i, run.t0, deadline)
     if item is not None:
         fan = run.fans.get(i)
         if fan is not None:

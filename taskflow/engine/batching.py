@@ -58,7 +58,7 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
-from taskflow.engine import events, timer
+from taskflow.engine import events, sections, timer
 from taskflow.engine.states import ADMIT_DONE, ADMIT_GO, ADMIT_PARKED, INLINE, PARKED, QUEUED
 from taskflow.errors import NodeCancelledError, RejectedExecutionError
 from taskflow.model.context import TaskContext, current
@@ -108,6 +108,7 @@ class BatchedRun(Protocol):
     names: tuple[str, ...]
     flow_id: str
     deadline: float
+    t0: float
     ctx: TaskContext
     cv: contextvars.Context
     mode: str
@@ -146,12 +147,15 @@ def _alive(run: BatchedRun, i: int) -> bool:
 
 
 def _deadline(run: BatchedRun, i: int) -> float:
-    """When node ``i`` stops wanting an answer: its run's deadline or its own timeout's."""
-    t = run.plan.timeout[i]
+    """When node ``i`` stops wanting an answer: its run's deadline, its own timeout's or its
+    deadline from the run's start."""
+    plan = run.plan
+    t = plan.timeout[i]
     began = run.results[i].started_at
+    end = run.deadline
     if t is not None and began is not None:
-        return min(run.deadline, began + t)
-    return run.deadline
+        end = min(end, began + t)
+    return sections.limit(plan, i, run.t0, end) if plan.any_deadline else end
 
 
 class _Party:

@@ -1,8 +1,11 @@
-"""A run's clocks: each node's own timeout, and what a node that ends past the run's deadline
-does.
+"""A run's clocks: each node's own timeout, its deadline from the run's start, and what a node
+that ends past the run's deadline does.
 
 A node with ``timeout=`` has it armed at its first attempt (``arm_node_timeout``: a timer
-entry in ``run.node_timers``, unless the run's deadline comes first). When it fires,
+entry in ``run.node_timers``, unless the run's deadline or the node's own deadline comes
+first). A node with a deadline from the run's start (``deadline=``, a ``Section``) has its
+entry armed when the run begins (``sections.arm``), and it fires the same way, for a node
+still WAITING for its fathers too. When it fires,
 ``node_timeout`` runs on the timer thread: under the run's lock it ends the node TIMEOUT (or
 DEGRADED with a fallback's stand-in, computed first on the owner's thread), takes the future of
 the work it abandons and settles its sons; outside the lock it abandons the node's running
@@ -12,11 +15,14 @@ reports that work abandoned, gives back the node's resilience places, runs the h
 finishes the run if it was the last node. A fan-out is sealed instead (its policy decides).
 
 Whichever thread finishes a node compares the clock with the node's own deadline
-(``own_timeout_passed``: the node is TIMEOUT and its value is dropped) and with the run's
+(``own_timeout_passed``: the node is TIMEOUT and its value is dropped; its deadline from the
+run's start counts the same) and with the run's
 (``past_deadline``: the run closes, ``closing.expire``).
 
 Invariants: the timer thread never calls user code or ``submit``; a node times out at most
-once (only a node still QUEUED, RUNNING, BACKOFF or PARKED in an open run moves); the timer
+once (only a node still WAITING, QUEUED, RUNNING, BACKOFF or PARKED in an open run moves: a
+WAITING node only ever has a deadline's entry, a node's own timeout is armed when it starts;
+a node holds at most one entry, the earliest of the two); the timer
 entry holds the run strongly only until the node ends or the run finishes (both drop it).
 """
 
@@ -26,8 +32,8 @@ import time
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from taskflow.engine import attempts, closing, events, guards, settling, timer
-from taskflow.engine.states import BACKOFF, PARKED, QUEUED, REMOTE, RUNNING
+from taskflow.engine import attempts, closing, events, guards, sections, settling, timer
+from taskflow.engine.states import BACKOFF, PARKED, QUEUED, REMOTE, RUNNING, WAITING
 from taskflow.errors import NodeTimeoutError
 from taskflow.model.result import ResultState, WorkResult
 
@@ -47,14 +53,19 @@ class TimedRun(closing.ClosingRun, settling.SettlingRun, Protocol):
 
 
 def arm_node_timeout(run: TimedRun, i: int, started: float) -> None:
-    """Schedule node ``i``'s own timeout (unless the budget ends first)."""
-    t = run.plan.timeout[i]
+    """Schedule node ``i``'s own timeout (unless the budget or its deadline ends first: then
+    the entry ``sections.arm`` made stays)."""
+    plan = run.plan
+    t = plan.timeout[i]
     assert t is not None
     when = started + t
-    if when < run.deadline:
+    if when < sections.limit(plan, i, run.t0, run.deadline):
         entry = timer.schedule(when, node_timeout, run, i)
         with run.lock:
+            old = run.node_timers.get(i)
             run.node_timers[i] = entry
+        if old is not None:
+            old.cancel()
 
 
 def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
@@ -73,12 +84,14 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
         return
     abandoned: Future[Any] | None = None
     with run.lock:
-        if run.closed or run.code[i] not in (QUEUED, RUNNING, BACKOFF, PARKED):
+        if run.closed or run.code[i] not in (WAITING, QUEUED, RUNNING, BACKOFF, PARKED):
             return
         now = _monotonic()
         running = run.code[i] == RUNNING
         if stand_in is not None:
             guards.end_timed_out(run, i, stand_in, now)
+        elif plan.any_deadline:
+            run.fail(i, sections.timeout_error(plan, i, run.t0, now), _TIMEOUT, now)
         else:
             run.fail(i, NodeTimeoutError(plan.names[i], plan.timeout[i]), _TIMEOUT, now)
         run.node_timers.pop(i, None)
@@ -123,6 +136,8 @@ def own_timeout_passed(run: TimedRun, i: int, wr: WorkResult[Any], now: float,
                        error: BaseException | None) -> bool:
     """Whether node ``i``'s own deadline passed while it ran (and its error does not say so
     already; a fan-out's policy decides that itself)."""
-    t = run.plan.timeout[i]
-    return (t is not None and wr.started_at is not None and now >= wr.started_at + t
-            and not run.plan.fanout[i] and not isinstance(error, NodeTimeoutError))
+    plan = run.plan
+    t = plan.timeout[i]
+    return ((t is not None and wr.started_at is not None and now >= wr.started_at + t
+             or sections.passed(plan, i, run.t0, now))
+            and not plan.fanout[i] and not isinstance(error, NodeTimeoutError))

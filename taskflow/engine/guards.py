@@ -107,7 +107,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from taskflow.engine import batching, events, timer
+from taskflow.engine import batching, events, sections, timer
 from taskflow.engine.states import (
     ADMIT_DONE,
     ADMIT_GO,
@@ -925,7 +925,9 @@ def _timeout_owner(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -
     with run.lock:
         if run.closed or run.results[i].state is not _DEFAULT:
             return
-    error = NodeTimeoutError(run.names[i], run.plan.timeout[i])
+    plan = run.plan
+    error = (sections.timeout_error(plan, i, run.t0, time.monotonic()) if plan.any_deadline
+             else NodeTimeoutError(run.names[i], plan.timeout[i]))
     got = _compute(run, i, error)
     timed_out(run, i, (error, got))
 

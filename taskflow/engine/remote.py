@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from loguru import logger
 
 from taskflow import _fork
-from taskflow.engine import executors, guards, timer
+from taskflow.engine import executors, guards, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
@@ -191,6 +191,8 @@ def _submit(host: RemoteHost, i: int) -> None:
     t = plan.timeout[i]
     if t is not None:
         limit = min(limit, (wr.started_at or now) + t)
+    if plan.any_deadline:
+        limit = sections.limit(plan, i, host.t0, limit)
     args = (defn, defn.param, host.ctx.snapshot(), fathers, limit - now, host.flow_id,
             host.flow_name, host.caps.cloudpickle)
     error = preflight_pickle(executors.pickler(host.caps), tname, plan.names[i], args)

@@ -162,6 +162,7 @@ from taskflow.engine import (
     ranking,
     remote,
     retrying,
+    sections,
     settling,
     timer,
 )
@@ -377,7 +378,6 @@ class Run:
 
     def is_sink(self, i: int) -> bool:
         return self.plan.sinks[i]
-
     def describe(self) -> str:
         return f"flow {self.flow_id}"
 
@@ -466,6 +466,8 @@ class Run:
                 code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
                 eco.enqueue(i)
+            if plan.any_deadline:  # after the roots are queued: an entry may fire at once
+                sections.arm(self, deadlines.node_timeout)
             k = eco.reserve()
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
@@ -693,6 +695,8 @@ class Run:
         t = plan.timeout[i]
         if t is not None and wr.started_at is not None:
             limit = min(limit, wr.started_at + t)
+        if plan.any_deadline:
+            limit = sections.limit(plan, i, self.t0, limit)
         if _monotonic() + delay >= limit:
             return -1.0
         if plan.any_policy:
@@ -787,7 +791,7 @@ class Run:
             return deadlines.past_deadline(self, i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did
         if deadlines.own_timeout_passed(self, i, wr, now, error):
-            value, error = None, NodeTimeoutError(self.names[i], plan.timeout[i])
+            value, error = None, sections.timeout_error(plan, i, self.t0, now)
         degraded = None
         if error is not None and guarded:
             value, error, degraded = guards.stand_in(self, i, error)

@@ -39,11 +39,13 @@ class Plan:
 
     __slots__ = (
         "__weakref__",
+        "any_deadline",
         "any_policy",
         "any_timeout",
         "backoff",
         "batches",
         "bulkheads",
+        "deadline",
         "est",
         "fanout",
         "fathers",
@@ -64,6 +66,7 @@ class Plan:
         "retries",
         "roots",
         "routes",
+        "section",
         "sinks",
         "sons",
         "stale",
@@ -115,7 +118,14 @@ class Plan:
     def _read_options(self, nodes: list[SchedulingNode[Any, Any]]) -> None:
         """Timeouts, retries and resilience options, with the run-wide "any" flags."""
         self.timeout = tuple(n.timeout for n in nodes)
-        self.any_timeout = any(t is not None for t in self.timeout)
+        # each node's deadline from the run's start (its own ``deadline=`` or its section's,
+        # the earlier) and its section's name; a deadline is armed on the timer like a timeout
+        sections = tuple(n.__dict__.get("_section") for n in nodes)
+        self.section = tuple(None if s is None else s.name for s in sections)
+        self.deadline = tuple(_earliest(n.__dict__.get("deadline"), s)
+                              for n, s in zip(nodes, sections, strict=True))
+        self.any_deadline = any(d is not None for d in self.deadline)
+        self.any_timeout = self.any_deadline or any(t is not None for t in self.timeout)
         self.retries = tuple(n.retries for n in nodes)
         self.backoff = tuple(n.retry_backoff for n in nodes)
         # each node's resilience options (``taskflow.resilience.policy``; None: none), read by
@@ -148,10 +158,18 @@ class Plan:
         with no own timeout, no routing, no fan-out and no resilience options; its task is
         ``fn(ctx, param)`` called directly and a success settles without any of those checks."""
         self.plain = tuple(
-            sl and t is None and not r and not fo and p is None
-            for sl, t, r, fo, p in zip(self.stateless, self.timeout, self.routes, self.fanout,
-                                       self.policy, strict=True)
+            sl and t is None and d is None and not r and not fo and p is None
+            for sl, t, d, r, fo, p in zip(self.stateless, self.timeout, self.deadline,
+                                          self.routes, self.fanout, self.policy, strict=True)
         )
+
+
+def _earliest(own: float | None, section: Any) -> float | None:
+    """The nearer of a node's own deadline and its section's (None: neither)."""
+    if section is None:
+        return own
+    theirs: float = section.deadline
+    return theirs if own is None else min(own, theirs)
 
 
 def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
@@ -185,6 +203,7 @@ def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
         return cached
     nodes = _discover(tops)
     _validate(nodes)
+    _validate_sections(nodes)
     plan = Plan(tops, nodes)
     for n in nodes:
         n.__dict__["_plans"].append(plan)
@@ -293,6 +312,22 @@ def _discover(tops: tuple[SchedulingNode[Any, Any], ...]) -> list[SchedulingNode
         placed = {id(n) for n in order}
         order.extend(n for n in found if id(n) not in placed)
     return order
+
+
+def _validate_sections(nodes: list[SchedulingNode[Any, Any]]) -> None:
+    """Every node a section of this graph names is in this graph."""
+    ids = {id(n) for n in nodes}
+    checked: set[int] = set()
+    for n in nodes:
+        section = n.__dict__.get("_section")
+        if section is None or id(section) in checked:
+            continue
+        checked.add(id(section))
+        for m in section.nodes:
+            if id(m) not in ids:
+                raise FlowDefinitionError(
+                    f"section {section.name!r} names node {m.name!r}, which is not in the graph "
+                    f"of {n.name!r}: a section's nodes must all be in the graph that is started")
 
 
 def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:

@@ -38,13 +38,13 @@ if TYPE_CHECKING:
     from taskflow.resilience.cache import Cache
     from taskflow.resilience.retrybudget import RetryBudget
 
-__all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode"]
+__all__ = ["FunctionNode", "NodeKind", "NodeState", "SchedulingNode", "Section"]
 
 T = TypeVar("T")
 V = TypeVar("V")
 
 # attributes whose change invalidates a compiled plan (see graph.compile_plan)
-_PLAN_FIELDS = frozenset({"name", "timeout", "retries", "retry_backoff", "join"})
+_PLAN_FIELDS = frozenset({"name", "timeout", "deadline", "retries", "retry_backoff", "join"})
 # the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
 _POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
                   "share_key", "cache_ttl", "cache_size", "priority", "min_budget", "batch",
@@ -290,6 +290,10 @@ class SchedulingNode(Generic[T, V]):
             it passes the node is ``TIMEOUT`` at once and its sons fail fast. Its thread keeps
             running (a Python thread cannot be interrupted): the late result is dropped.
             None: no limit.
+        deadline: seconds (> 0) from the run's start by which the node must end, whatever its
+            fathers took: past it the node is ``TIMEOUT`` (``DEGRADED`` with a fallback),
+            started or not, and the rest of the run goes on (see [`Section`][taskflow.Section]
+            for a group). None: the run's budget alone.
         retries: extra attempts after a failure (>= 0).
         retry_backoff: seconds before the first retry, doubled for each further one. Retries
             stop when the next back-off would not fit the budget.
@@ -327,6 +331,7 @@ class SchedulingNode(Generic[T, V]):
     param: T
     name: str
     timeout: float | None
+    deadline: float | None
     retries: int
     retry_backoff: float
     join: Join
@@ -376,6 +381,7 @@ class SchedulingNode(Generic[T, V]):
         *,
         name: str | None = None,
         timeout: float | None = None,
+        deadline: float | None = None,
         retries: int = 0,
         retry_backoff: float = 0.0,
         join: Join = Join.ALL,
@@ -417,6 +423,7 @@ class SchedulingNode(Generic[T, V]):
         d["param"] = param
         d["name"] = label
         d["timeout"] = check_node_timeout(timeout, label)
+        d["deadline"] = check_node_timeout(deadline, label, "deadline")
         d["retries"], d["retry_backoff"] = _check_retries(retries, retry_backoff, label)
         d["join"] = join
         _set_policy(self, {
@@ -480,6 +487,12 @@ class SchedulingNode(Generic[T, V]):
             opt.discard(id(father))
             self._touch()
         return self
+
+    @property
+    def section(self) -> Section | None:
+        """The [`Section`][taskflow.Section] this node belongs to, or None."""
+        section: Section | None = self.__dict__.get("_section")
+        return section
 
     @property
     def father_handler(self) -> list[SchedulingNode[Any, Any]]:
@@ -561,8 +574,8 @@ class SchedulingNode(Generic[T, V]):
             if key == "join" and not isinstance(value, Join):
                 raise InvalidNodeError(
                     f"node {self.name!r}: join must be a taskflow.Join policy, got {value!r}")
-            if key == "timeout":
-                value = check_node_timeout(value, self.name)
+            if key == "timeout" or key == "deadline":
+                value = check_node_timeout(value, self.name, key)
             elif key == "retries":
                 value = _check_retries(value, d.get("retry_backoff", 0.0), self.name)[0]
                 _check_batched(self, value, d.get("batch"))
@@ -609,7 +622,7 @@ class SchedulingNode(Generic[T, V]):
 # the resilience options stay in the caller's process (all their bookkeeping is there), and a
 # lambda fallback or share_key must not stop a node from travelling to a process pool
 _UNPICKLED = frozenset({"_plans", "_run", "_wr", "_fathers", "_sons", "_optional",
-                        "_plan_cache", "_policy", "bulkhead", "breaker", "rate_limit", "fallback",
+                        "_plan_cache", "_policy", "_section", "bulkhead", "breaker", "rate_limit", "fallback",
                         "hedge", "share_key", "batch", "retry_budget", "cache"})
 
 
@@ -700,6 +713,7 @@ class FunctionNode(SchedulingNode[Any, Any]):
         param: passed as ``param``.
         name: defaults to ``fn.__name__``.
         timeout: as for [`SchedulingNode`][taskflow.SchedulingNode], like every option below.
+        deadline: seconds from the run's start by which the node must end.
         retries: extra attempts after a failure.
         retry_backoff: seconds before the first retry, doubled for each further one.
         join: the [`Join`][taskflow.Join] policy deciding when the node runs.
@@ -732,6 +746,7 @@ class FunctionNode(SchedulingNode[Any, Any]):
         name: str | None = None,
         *,
         timeout: float | None = None,
+        deadline: float | None = None,
         retries: int = 0,
         retry_backoff: float = 0.0,
         join: Join = Join.ALL,
@@ -766,8 +781,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
         if problem is not None:
             raise InvalidNodeError(f"node {name!r}: {problem}")
         super().__init__(
-            param, name=name, timeout=timeout, retries=retries, retry_backoff=retry_backoff,
-            join=join, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
+            param, name=name, timeout=timeout, deadline=deadline, retries=retries,
+            retry_backoff=retry_backoff, join=join, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
             fallback=fallback, hedge=hedge, idempotent=idempotent, share_key=share_key,
             cache_ttl=cache_ttl, cache_size=cache_size, cache=cache, stale_for=stale_for,
             stale_if_error=stale_if_error, priority=priority,
@@ -778,3 +793,80 @@ class FunctionNode(SchedulingNode[Any, Any]):
 
     def task(self, ctx: TaskContext, param: Any) -> Any:
         return self.fn(ctx, param)
+
+
+class Section:
+    """A named group of nodes sharing a deadline measured from the run's start.
+
+    ``Section("below-fold", [recommendations, questions], deadline=0.08)`` gives each node the
+    deadline (a node's own ``deadline=`` still applies when it is earlier): past it, whatever
+    its fathers took, a node of the section that has not ended is ``TIMEOUT`` (``DEGRADED``
+    with a fallback), started or not, and the rest of the run goes on. A node belongs to at
+    most one section; joining one marks its compiled plans stale. Every node a section names
+    must be in the graph a run starts (a section naming nodes of two graphs is refused when
+    either is started). Reports and the HTML view show each node's section and deadline.
+
+    Args:
+        name: the section's name (shown in reports and the HTML view).
+        nodes: the nodes of the section (node objects of one graph, at least one).
+        deadline: seconds (> 0) from the run's start by which each node must end.
+
+    Raises:
+        InvalidNodeError: a member is not a node, or the name is not a string.
+        FlowDefinitionError: the name is empty, the deadline is not > 0, no node is given,
+            a node is given twice or already belongs to another section.
+    """
+
+    __slots__ = ("_nodes", "deadline", "name")
+
+    name: str
+    deadline: float
+
+    def __init__(self, name: str, nodes: Iterable[SchedulingNode[Any, Any]], *,
+                 deadline: float) -> None:
+        if not isinstance(name, str):
+            raise InvalidNodeError(f"Section name must be a string, got {type(name).__name__}")
+        if not name:
+            raise FlowDefinitionError("Section name must not be empty")
+        checked = check_timeout(deadline, f"deadline of section {name!r}")
+        if not checked:  # None or 0: it would end every node before it starts
+            raise FlowDefinitionError(
+                f"deadline of section {name!r} must be > 0 seconds, got {deadline!r}")
+        if isinstance(nodes, SchedulingNode):
+            nodes = (nodes,)
+        if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Iterable):
+            raise InvalidNodeError(
+                f"section {name!r}: nodes must be an iterable of nodes, got {type(nodes).__name__}")
+        members = tuple(nodes)
+        if not members:
+            raise FlowDefinitionError(f"section {name!r} has no nodes")
+        seen: set[int] = set()
+        for n in members:
+            if not isinstance(n, SchedulingNode):
+                raise InvalidNodeError(f"section {name!r}: {not_a_node(n)} is not a node")
+            if n.__dict__.get("_run") is not None:
+                raise InvalidNodeError(
+                    f"section {name!r}: node {n.name!r} is a run's copy; name the definition node")
+            if id(n) in seen:
+                raise FlowDefinitionError(f"section {name!r} names node {n.name!r} twice")
+            seen.add(id(n))
+            other = n.section
+            if other is not None:
+                raise FlowDefinitionError(
+                    f"node {n.name!r} is already in section {other.name!r}; "
+                    f"it cannot join section {name!r}")
+        self.name = name
+        self.deadline = checked
+        self._nodes = members
+        for n in members:
+            n.__dict__["_section"] = self
+            n._touch()
+
+    @property
+    def nodes(self) -> tuple[SchedulingNode[Any, Any], ...]:
+        """The section's nodes, in the order given."""
+        return self._nodes
+
+    def __repr__(self) -> str:
+        names = ", ".join(repr(n.name) for n in self._nodes)
+        return f"Section({self.name!r}, [{names}], deadline={self.deadline:g})"

@@ -107,6 +107,12 @@ class NodeReport(BaseModel):
     """How many calls were clamped in all."""
     on_cancel: OnCancelReport | None = None
     """Its ``ctx.on_cancel`` callbacks (None: its attempts registered none)."""
+    section: str | None = None
+    """The [`Section`][taskflow.Section] it belongs to (None: none)."""
+    deadline: float | None = None
+    """Seconds from the run's start by which it had to end (its own ``deadline=`` or its
+    section's, the earlier; None: the run's budget alone). Past it the node is ``TIMEOUT``
+    (``DEGRADED`` with a fallback) and its error says so."""
 
 
 class FlowReport(BaseModel):

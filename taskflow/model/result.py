@@ -292,6 +292,9 @@ class RunRecord(Protocol):
     """The run's own context entries (its TaskContext's, kept when the context is reused)."""
     hook_errors: dict[int, HookError]
     """Node index -> the first error a hook of that node raised."""
+    plan: Any
+    """The compiled plan (``taskflow.model.graph.Plan``): ``section[i]`` and ``deadline[i]``
+    are node ``i``'s section name and deadline from the run's start (or None)."""
 
     def node(self, i: int) -> Any:
         """This run's copy of node ``i``."""
@@ -304,7 +307,6 @@ class RunRecord(Protocol):
 
     def is_sink(self, i: int) -> bool:
         """Node ``i`` has no sons."""
-
     @property
     def watch(self) -> AttemptRecord | None:
         """What its attempts did with their deadline (None: no task of the run asked)."""
@@ -518,6 +520,18 @@ class FlowResult(Mapping[str, Any]):
         watch = self._run.watch
         return {} if watch is None else {names[i]: n for i, n in watch.notes().items()}
 
+    @property
+    def deadlines(self) -> dict[str, tuple[str | None, float]]:
+        """Node name -> (its section's name or None, its deadline in seconds from the run's
+        start), for the nodes that have one (``deadline=``, a ``Section``)."""
+        run = self._run
+        out: dict[str, tuple[str | None, float]] = {}
+        plan = run.plan
+        for name, section, deadline in zip(run.names, plan.section, plan.deadline, strict=True):
+            if deadline is not None:
+                out[name] = (section, deadline)
+        return out
+
     def report(self, *, show_context: bool = False) -> FlowReport:
         """A JSON-ready pydantic model of the run (``.model_dump_json()``).
 
@@ -549,6 +563,7 @@ class FlowResult(Mapping[str, Any]):
         nodes = []
         counts: dict[str, int] = {}
         hook_errors = run.hook_errors
+        sections, deadlines = run.plan.section, run.plan.deadline
         notes = {} if run.watch is None else run.watch.notes()
         totals = [0, 0, 0]
         for i, wr in enumerate(run.results):
@@ -595,6 +610,8 @@ class FlowResult(Mapping[str, Any]):
                     clamps=clamps,
                     clamped=0 if note is None else note.clamped,
                     on_cancel=on_cancel,
+                    section=sections[i],
+                    deadline=deadlines[i],
                 )
             )
         context: dict[str, Any] | None = None

@@ -130,8 +130,8 @@ class _Row:
     ``look`` the key of its colours.
     """
 
-    __slots__ = ("critical", "error", "fathers", "index", "label", "look", "marks", "name",
-                 "state", "wr")
+    __slots__ = ("critical", "deadline", "error", "fathers", "index", "label", "look", "marks",
+                 "name", "state", "wr")
 
     def __init__(self, index: int, name: str, wr: WorkResult[Any], fathers: list[str]) -> None:
         self.index = index
@@ -145,6 +145,7 @@ class _Row:
         self.error = _error_text(wr.exception)
         self.critical = False
         self.marks: tuple[str, ...] = wr.marks  # and what its attempts did with the deadline
+        self.deadline: float | None = None  # from the run's start (``deadline=``, a Section)
 
 
 def _attempt_marks(note: Any) -> tuple[str, ...]:
@@ -167,9 +168,15 @@ def _rows(result: FlowResult) -> list[_Row]:
     rows = []
     hook_errors = getattr(result, "hook_errors", {})
     notes = getattr(result, "attempt_notes", {})
+    deadlines = getattr(result, "deadlines", {})
     for i, (name, node) in enumerate(result.items()):
         fathers = [f.name for f in node.father_handler if f.name in result]
         row = _Row(i, name, node.work_result, fathers)
+        due = deadlines.get(name)
+        if due is not None:
+            section, row.deadline = due
+            where = f"section {section} " if section is not None else ""
+            row.marks += (f"{where}deadline {row.deadline * 1000:g} ms",)
         note = notes.get(name)
         if note is not None:
             row.marks += _attempt_marks(note)
@@ -379,6 +386,11 @@ def _gantt_svg(rows: list[_Row], t0: float, end: float, show_values: bool) -> st
             mx = _LABEL_W + ((wr.finished_at if wr.finished_at is not None else end) - t0) * scale
             parts.append(f'<path d="M{mx:.1f},{y + 2}l6,{_BAR_H / 2 - 2}l-6,{_BAR_H / 2 - 2}'
                          f'l-6,{-(_BAR_H / 2 - 2)}z" fill="{fill}" stroke="{stroke}"/>')
+        if r.deadline is not None and r.deadline <= span:  # where the node had to be done by
+            dx = _LABEL_W + r.deadline * scale
+            parts.append(f'<line class="deadline" x1="{dx:.1f}" y1="{y - 2}" x2="{dx:.1f}" '
+                         f'y2="{y + _BAR_H + 2}" stroke="#c62828" stroke-width="2" '
+                         f'stroke-dasharray="3,2"/>')
         if wr.marks:
             at = _LABEL_W + ((wr.finished_at if wr.finished_at is not None else end) - t0) * scale
             parts.append(f'<text x="{at + 8:.1f}" y="{y + _BAR_H - 5}" fill="#555">'

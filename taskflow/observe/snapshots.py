@@ -21,7 +21,7 @@ from taskflow.resilience.bulkhead import BulkheadMetrics
 from taskflow.resilience.cache import CacheMetrics
 from taskflow.resilience.ratelimit import RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudgetMetrics
-from taskflow.resilience.shedding import LoadSheddingMetrics
+from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
 from taskflow.resilience.singleflight import SingleFlightMetrics
 
 __all__ = ["Alarm", "AlarmKind", "PoolSnapshot", "ProcessMetrics", "Thresholds"]

@@ -22,7 +22,8 @@ from taskflow.resilience.hedge import Hedge
 from taskflow.resilience.latency import LatencyRegistry, LatencyTracker, latencies
 from taskflow.resilience.ratelimit import RateLimit, RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudget, RetryBudgetMetrics
-from taskflow.resilience.shedding import LoadSheddingMetrics, set_load_shedding
+from taskflow.resilience.shedding import set_load_shedding
+from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
 from taskflow.resilience.singleflight import SingleFlight, SingleFlightMetrics
 
 # what a user writes (the primitives and their options), reads (their metrics and states) or

@@ -18,30 +18,31 @@ not even measured.
 
 The thresholds are process-wide (``set_load_shedding``), like ``set_max_detached``. The counters
 (runs admitted and shed, per priority) show in ``PoolMonitor`` and Prometheus. ``_lock`` guards
-the thresholds and the counters; nothing else is done under it.
+the thresholds and the counters; nothing else is done under it. Nothing here imports pydantic
+(``LoadShedder.metrics`` loads ``shedding_metrics`` when first asked): ``start`` reads this
+module.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Literal
 
 from taskflow import _fork
-from taskflow.errors import FlowDefinitionError, InvalidArgumentError, LoadShedError
+from taskflow.errors import FlowDefinitionError, LoadShedError
 from taskflow.exposition import Sample
 from taskflow.resilience.export import register, render_prometheus
+
+if TYPE_CHECKING:
+    from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
 
 __all__ = [
     "DEFAULT_NORMAL_AT",
     "DEFAULT_SHEDDABLE_AT",
     "PRIORITIES",
     "LoadShedder",
-    "LoadSheddingMetrics",
     "Priority",
-    "check_priority",
     "set_load_shedding",
     "shedder",
 ]
@@ -50,29 +51,6 @@ Priority = Literal["critical", "normal", "sheddable"]
 PRIORITIES: tuple[Priority, ...] = ("critical", "normal", "sheddable")
 DEFAULT_SHEDDABLE_AT = 1.0
 DEFAULT_NORMAL_AT: float | None = None
-
-
-def check_priority(priority: object) -> Priority:
-    """``priority`` when it is one of ``PRIORITIES``, else a clear error."""
-    if priority == "normal" or priority == "critical" or priority == "sheddable":
-        return priority
-    if not isinstance(priority, str):
-        raise InvalidArgumentError(
-            f"priority must be 'critical', 'normal' or 'sheddable', got {type(priority).__name__}")
-    raise FlowDefinitionError(
-        f"priority must be 'critical', 'normal' or 'sheddable', got {priority!r}")
-
-
-class LoadSheddingMetrics(BaseModel):
-    """A snapshot of the process's load shedding."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    sheddable_at: float  # load from which sheddable runs are refused
-    normal_at: float | None  # load from which normal runs are refused (None: never)
-    admitted: dict[str, int]  # runs let through, per priority (total)
-    shed: dict[str, int]  # runs refused with LoadShedError, per priority (total)
 
 
 def _check_load(option: str, value: object, *, allow_none: bool) -> float | None:
@@ -131,6 +109,9 @@ class LoadShedder:
         return LoadShedError(flow, priority, resource, load, threshold)
 
     def metrics(self) -> LoadSheddingMetrics:
+        # pydantic loads on first use: starting a run must not import it
+        from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
+
         with self._lock:
             return LoadSheddingMetrics(
                 name=self.name, sheddable_at=self._sheddable_at, normal_at=self._normal_at,
@@ -150,9 +131,9 @@ class LoadShedder:
         lab = (("shedding", self.name),)
         out.append(Sample("shedding_sheddable_at", "gauge",
                           "Load from which sheddable runs are refused.", lab, m.sheddable_at))
-        out.append(Sample("shedding_normal_at", "gauge",
-                          "Load from which normal runs are refused (+Inf: never).", lab,
-                          math.inf if m.normal_at is None else m.normal_at))
+        if m.normal_at is not None:  # absent: normal runs are never shed (JSON has no +Inf)
+            out.append(Sample("shedding_normal_at", "gauge",
+                              "Load from which normal runs are refused.", lab, m.normal_at))
         return out
 
     def prometheus_lines(self, *, prefix: str = "taskflow") -> str:

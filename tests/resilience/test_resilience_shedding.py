@@ -24,7 +24,9 @@ from taskflow import (
     run_async,
 )
 from taskflow.errors import FlowDefinitionError, InvalidArgumentError
-from taskflow.resilience.shedding import LoadSheddingMetrics, shedder
+from taskflow.resilience.errors import BulkheadFullError
+from taskflow.resilience.shedding import shedder
+from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -174,6 +176,11 @@ def test_a_saturated_bulkhead_sheds_the_runs_that_use_it_and_not_the_others() ->
                                         priority="sheddable").ok
             # the queue of one waiter taken: a normal run would be refused by the bulkhead
             ticket = bulkhead.acquire(lambda p: p.release())
+            # by default a normal run is not shed: the bulkhead refuses it itself, as before
+            refused = TaskScheduling.start(_node("stock", bulkhead=bulkhead), executor=pool,
+                                           timeout=5)
+            assert isinstance(refused.result_of("stock").exception, BulkheadFullError)
+            taskflow.set_load_shedding(sheddable_at=1.0, normal_at=2.0)
             with pytest.raises(LoadShedError):
                 TaskScheduling.start(_node("stock", bulkhead=bulkhead), executor=pool, timeout=5)
             # a critical one still runs: it waits for the slot like any other
