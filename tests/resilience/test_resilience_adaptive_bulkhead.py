@@ -109,3 +109,36 @@ def test_moving_the_upper_bound_of_an_adaptive_bulkhead() -> None:
     assert b.limit == 3 and b.metrics().max_concurrent == 3
     with pytest.raises(FlowDefinitionError, match="must be >= min_concurrent"):
         b.set_max_concurrent(1)
+
+
+def test_a_limit_that_grows_hands_its_new_slots_to_waiters_at_once() -> None:
+    """No waiter waits while a slot is free: each release that raises the limit grants the
+    waiters every slot it freed or added, on the releasing thread."""
+    clock = FakeClock()
+    b = Bulkhead("adaptive-grow", max_concurrent=8, min_concurrent=2, adaptive=True,
+                 max_waiting=64, clock=clock)
+    for latency in [0.010] * 20 + [0.200] * 20:  # the backend slowed: the limit came down
+        permits = [b.try_acquire() for _ in range(b.limit)]
+        clock.advance(latency)
+        for p in permits:
+            assert p is not None and p.release()
+    low = b.limit
+    assert low < 8
+    held = [b.try_acquire() for _ in range(low)]
+    assert all(p is not None for p in held) and b.try_acquire() is None
+    granted: list = []
+    for _ in range(40):
+        b.acquire(granted.append)
+    queue = [p for p in held if p is not None]
+    grew_by_more_than_one = False
+    while queue:  # the backend is fast again: each call returns in 1 ms
+        clock.advance(0.001)
+        before = len(granted)
+        assert queue.pop(0).release()
+        m = b.metrics()
+        assert m.waiting == 0 or m.in_use >= m.limit, m  # no free slot beside a waiter
+        grew_by_more_than_one |= len(granted) - before > 1
+        queue += granted[before:]
+        if len(granted) == 40:
+            break
+    assert b.limit > low and grew_by_more_than_one
