@@ -171,7 +171,7 @@ class _Histogram:
 
 
 class _NodeSeries:
-    __slots__ = ("counts", "critical", "duration", "hist", "wait", "wait_hist")
+    __slots__ = ("counts", "critical", "duration", "ended_later", "hist", "wait", "wait_hist")
 
     def __init__(self, window: int, n_buckets: int) -> None:
         self.counts: dict[str, int] = {}
@@ -180,6 +180,7 @@ class _NodeSeries:
         self.hist: dict[str, _Histogram] = {}  # by state
         self.wait_hist = _Histogram(n_buckets)
         self.critical = 0
+        self.ended_later = 0  # final outcomes of detached nodes (their run counted DETACHED)
 
 
 class _FlowSeries:
@@ -204,7 +205,8 @@ class NodeStatsModel(BaseModel):
     runs: int
     """Runs of the flow this node took part in."""
     counts: dict[str, int]
-    """Runs by the state the node ended in."""
+    """Runs by the state the node ended in (a detached node: ``DETACHED`` when its run ended,
+    then its final state when it ended; ``runs`` counts it once)."""
     duration: Percentiles | None
     """Seconds from first start to end over the window (nodes that started)."""
     queue_wait: Percentiles | None
@@ -376,9 +378,10 @@ class FlowStats:
         for i, wr in enumerate(run.results):
             node_name = names[i]
             state = wr.state
-            if state is _DETACHED:
-                handed_off.append(i)
             started, queued, finished = wr.started_at, wr.queued_at, wr.finished_at
+            if state is _DETACHED:  # handed off: its duration comes when it ends
+                handed_off.append(i)
+                finished = None
             if started is not None and finished is not None:
                 took = finished - started
                 duration: float | None = took
@@ -455,6 +458,7 @@ class FlowStats:
             if ns is None:
                 series.dropped += 1
                 return
+            ns.ended_later += 1
             _add(ns, (node, wr.state._value_, duration, bucket, None, 0))
 
     def enable(self) -> None:
@@ -511,12 +515,13 @@ class FlowStats:
                 by_status = dict(series.by_status)
                 elapsed = list(series.elapsed.data)
                 nodes = [
-                    (n, dict(ns.counts), list(ns.duration.data), list(ns.wait.data), ns.critical)
+                    (n, dict(ns.counts), list(ns.duration.data), list(ns.wait.data), ns.critical,
+                     ns.ended_later)
                     for n, ns in sorted(series.nodes.items())
                 ]
             models = []
-            for n, counts, durations, waits, critical in nodes:
-                seen = sum(counts.values())
+            for n, counts, durations, waits, critical, later in nodes:
+                seen = sum(counts.values()) - later
                 models.append(NodeStatsModel(
                     node=n, runs=seen, counts=counts, duration=Percentiles.of(durations),
                     queue_wait=Percentiles.of(waits), critical=critical,
