@@ -526,3 +526,33 @@ def test_every_other_node_s_hooks_run_once_before_start_returns(
     handed_off = result.result_of("audit").state is ResultState.DETACHED
     assert handed_off == all(kinds[f] == "ok" and result.result_of(f"n{f}").state
                              is ResultState.SUCCESS for f in detached_fathers)
+
+
+def test_an_override_answers_a_detached_node_in_its_hand_off(make_executor) -> None:
+    audit = FunctionNode(lambda ctx, p: 1 / 0, name="audit", detach=True, timeout=LONG)
+    result = TaskScheduling.start(audit, executor=make_executor(1), timeout=LONG,
+                                  overrides={"audit": "stub"})
+    assert result.result_of("audit").state is ResultState.DETACHED
+    assert result.detached("audit").result(LONG).result == "stub"
+
+
+def test_many_pages_leave_no_thread_and_no_slot_behind(bound) -> None:
+    bound(4)
+    before = {t for t in threading.enumerate() if t.is_alive()}
+    results = []
+    with ThreadPool(4, name="pages") as pool:
+        page = FunctionNode(lambda ctx, p: "html", name="page")
+        page >> FunctionNode(lambda ctx, p: "audited", name="audit", detach=True,
+                             timeout=LONG)
+        for _ in range(40):
+            results.append(TaskScheduling.start(page, executor=pool, timeout=LONG))
+        finals = [r.detached("audit").result(LONG) for r in results]
+    refused = [r for r in results if r.result_of("audit").state is ResultState.EXCEPTION]
+    assert all(isinstance(r.result_of("audit").exception, DetachedRefusedError)
+               for r in refused)
+    handed = [f for f, r in zip(finals, results, strict=True) if r not in refused]
+    assert handed and all(f.state is ResultState.SUCCESS for f in handed)
+    assert detached.metrics().running == 0
+    left = {t for t in threading.enumerate() if t.is_alive()} - before
+    assert not [t.name for t in left if not t.name.startswith(("taskflow-timer",
+                                                                "taskflow-coordinator"))]

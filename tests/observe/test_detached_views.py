@@ -197,3 +197,9 @@ def test_spans_show_the_detached_node_after_the_run_span(pool) -> None:
     assert bad.attributes["taskflow.state"] == "EXCEPTION"
     assert bad.status.status_code is StatusCode.ERROR
     provider.shutdown()
+
+
+def test_the_mermaid_chart_draws_a_detached_node(pool) -> None:
+    result = TaskScheduling.start(_page(), executor=pool, timeout=LONG)
+    result.detached("audit").result(LONG)
+    assert "audit DETACHED : active" in result.to_mermaid()
