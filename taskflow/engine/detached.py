@@ -363,8 +363,8 @@ class Detached:
         log = self.run.log.bind(node=self.name, detached=True)
         st = final.state
         if st is _SUCCESS:
-            log.info("detached node {} ended SUCCESS in {:.3f}s",  # noqa: PLE1205
-                     self.name, final.duration)
+            log.debug("detached node {} ended SUCCESS in {:.3f}s",  # noqa: PLE1205
+                      self.name, final.duration)
             return
         exc = final.exception
         trace = ""
