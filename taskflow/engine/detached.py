@@ -16,7 +16,8 @@ The hand-off (the loop's thread, one critical section under the run's lock)
   returns);
 * else it holds a slot; its WorkResult in the run becomes ``DETACHED`` (handed off at
   ``started_at`` = ``finished_at``), the node is TERMINAL then SETTLED at once (it has no
-  sons), and its ``Detached`` is registered in ``run.detached_work`` (what
+  sons; a ``Section``'s deadline, which held it until then, no longer does), and its
+  ``Detached`` is registered in ``run.detached_work`` (what
   ``FlowResult.detached(name)`` reads) before the run can finish.
 
 Outside the lock the node's own timer is armed, its first attempt is submitted to the run's
@@ -111,6 +112,7 @@ class DetachingRun(hooking.HookedRun, Protocol):
     executor: Executor
     cv: contextvars.Context
     code: list[int]
+    node_timers: dict[int, timer.Timer]
     ctx: TaskContext
     data: dict[str, Any]
     node_observers: tuple[events.RunObserver, ...]
@@ -146,6 +148,7 @@ def hand_off(run: DetachingRun, i: int, token: int) -> int:
     now = _monotonic()
     hooks: list[int] = []
     work: Detached | None = None
+    entry: timer.Timer | None = None
     with run.lock:
         if run.code[i] != RUNNING or wr.state is not _DEFAULT or run.closed:
             alive = False
@@ -159,9 +162,12 @@ def hand_off(run: DetachingRun, i: int, token: int) -> int:
                 wr.started_at = wr.finished_at = now
                 wr.state = _DETACHED
                 run.move(i, TERMINAL)
+                entry = run.node_timers.pop(i, None)  # its section's deadline: no longer its
                 nxt, k, fin = run.settle_and_next(i, token, hooks, now)
     if not alive:
         return run.late(i, token, None, None)
+    if entry is not None:
+        entry.cancel()
     if work is None:
         return run.complete(i, token, None,
                             DetachedRefusedError(run.names[i], slots.max_detached()))
@@ -441,7 +447,7 @@ class DetachedView:
     ``RunView``): the run's entries and results, the node's own deadline and end."""
 
     __slots__ = ("__weakref__", "budget", "ctx", "data", "deadline", "flow_id", "flow_name",
-                 "hook_errors", "names", "results", "t0", "work")
+                 "hook_errors", "names", "plan", "results", "t0", "work")
 
     cancel_reason: str | None = None
     expired = False
@@ -461,6 +467,7 @@ class DetachedView:
         self.t0 = run.t0
         self.budget = work.timeout
         self.names = run.names
+        self.plan = run.plan
         self.ctx = run.ctx
         self.data = run.data
 

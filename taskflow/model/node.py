@@ -587,8 +587,9 @@ class SchedulingNode(Generic[T, V]):
                     f"node {self.name!r}: join must be a taskflow.Join policy, got {value!r}")
             if key == "timeout" or key == "deadline":
                 value = check_node_timeout(value, self.name, key)
-                if key == "timeout" and d.get("detach"):
-                    _check_detached(self, value)
+                if d.get("detach"):
+                    _check_detached(self, value if key == "timeout" else d.get("timeout"),
+                                    value if key == "deadline" else d.get("deadline"))
             elif key == "retries":
                 value = _check_retries(value, d.get("retry_backoff", 0.0), self.name)[0]
                 _check_batched(self, value, d.get("batch"))
@@ -668,7 +669,7 @@ def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None
     )
     _check_batched(node, d.get("retries", 0), options["batch"])
     if options["detach"]:
-        _check_detached(node, d.get("timeout"))
+        _check_detached(node, d.get("timeout"), d.get("deadline"))
     d.update(options)
     d["_policy"] = policy
 
@@ -691,11 +692,17 @@ def _check_batched(node: SchedulingNode[Any, Any], retries: int, batch: object) 
             "on_begin or batch")
 
 
-def _check_detached(node: SchedulingNode[Any, Any], timeout: float | None) -> None:
+def _check_detached(node: SchedulingNode[Any, Any], timeout: float | None,
+                    deadline: float | None = None) -> None:
     """A detached node is bounded by its own time limit (the run's budget no longer covers
-    it once ``start`` returned), and is a plain task: a switch chooses sons (a detached node
-    has none) and a fan-out's items belong to the run."""
+    it once ``start`` returned, nor does a deadline from the run's start), and is a plain
+    task: a switch chooses sons (a detached node has none) and a fan-out's items belong to
+    the run."""
     name = node.__dict__["name"]
+    if deadline is not None:
+        raise FlowDefinitionError(
+            f"node {name!r}: detach=True is bounded by its own timeout from its hand-off, not "
+            f"by a deadline from the run's start; drop deadline={deadline!r} or detach")
     if timeout is None or math.isinf(timeout):
         raise FlowDefinitionError(
             f"node {name!r}: detach=True needs a finite timeout (seconds, counted from its "

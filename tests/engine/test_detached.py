@@ -556,3 +556,24 @@ def test_many_pages_leave_no_thread_and_no_slot_behind(bound) -> None:
     left = {t for t in threading.enumerate() if t.is_alive()} - before
     assert not [t.name for t in left if not t.name.startswith(("taskflow-timer",
                                                                 "taskflow-coordinator"))]
+
+
+def test_a_deadline_from_the_run_s_start_is_refused_with_detach() -> None:
+    with pytest.raises(FlowDefinitionError, match="node 'audit': detach=True .* deadline"):
+        FunctionNode(lambda ctx, p: None, name="audit", detach=True, timeout=1.0, deadline=0.5)
+    node = FunctionNode(lambda ctx, p: None, name="audit", detach=True, timeout=1.0)
+    with pytest.raises(FlowDefinitionError, match="deadline"):
+        node.deadline = 0.5
+
+
+def test_a_section_holds_a_detached_node_only_until_its_hand_off(make_executor, gate) -> None:
+    started, release = gate(), gate()
+    audit = FunctionNode(blocked_until(started, release), name="audit", detach=True,
+                         timeout=LONG)
+    taskflow.Section("below-fold", [audit], deadline=SHORT)
+    result = TaskScheduling.start(audit, executor=make_executor(2), timeout=LONG)
+    assert started.wait(LONG)
+    assert result.result_of("audit").state is ResultState.DETACHED
+    threading.Event().wait(SHORT * 2)  # stands in for work: past the section's deadline
+    release.set()
+    assert result.detached("audit").result(LONG).state is ResultState.SUCCESS
