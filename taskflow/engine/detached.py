@@ -17,7 +17,7 @@ The hand-off (the loop's thread, one critical section under the run's lock)
 * else it holds a slot; its WorkResult in the run becomes ``DETACHED`` (handed off at
   ``started_at`` = ``finished_at``), the node is TERMINAL then SETTLED at once (it has no
   sons; a ``Section``'s deadline, which held it until then, no longer does), and its
-  ``Detached`` is registered in ``run.detached_work`` (what
+  ``Detached``'s ``Handle`` (its Future) is registered in ``run.detached_work`` (what
   ``FlowResult.detached(name)`` reads) before the run can finish.
 
 Outside the lock the node's own timer is armed, its first attempt is submitted to the run's
@@ -64,7 +64,8 @@ Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``cancels`` and `
 the rest is fixed at the hand-off, or written by the one thread that holds the claim)
 =========================================================================================
 ``run``, ``i``, ``name``, ``timeout``, ``deadline``, ``retries``, ``backoff``, ``cv`` (the
-caller's contextvars), ``view``, ``node`` (the view's copy), ``final``, ``future``;
+caller's contextvars), ``view`` (None once it ended: the view holds the work, not back),
+``node`` (the view's copy), ``final``, ``future``;
 ``ended`` (the end was claimed), ``futs`` (its attempts' futures, one after the other: those
 not done at the deadline are reported abandoned), ``cancels`` (the running attempt's
 ``ctx.on_cancel`` callbacks), ``retry`` (the back-off's timer entry), ``timer`` (the
@@ -92,7 +93,7 @@ if TYPE_CHECKING:
     from taskflow.model.context import TaskContext
     from taskflow.model.graph import Plan
 
-__all__ = ["Detached", "DetachedView", "DetachingRun", "hand_off"]
+__all__ = ["Detached", "DetachedView", "DetachingRun", "Handle", "hand_off"]
 
 _DEFAULT = ResultState.DEFAULT
 _DETACHED = ResultState.DETACHED
@@ -117,7 +118,7 @@ class DetachingRun(hooking.HookedRun, Protocol):
     data: dict[str, Any]
     node_observers: tuple[events.RunObserver, ...]
     debug: bool
-    detached_work: dict[int, Detached] | None
+    detached_work: dict[int, Handle] | None
 
     def value_of(self, name: str) -> Any:
         """``ctx.result_of(name)`` through the run."""
@@ -158,7 +159,7 @@ def hand_off(run: DetachingRun, i: int, token: int) -> int:
                 work = Detached(run, i, now)
                 if run.detached_work is None:
                     run.detached_work = {}
-                run.detached_work[i] = work
+                run.detached_work[i] = Handle(work.future)
                 wr.started_at = wr.finished_at = now
                 wr.state = _DETACHED
                 run.move(i, TERMINAL)
@@ -178,6 +179,17 @@ def hand_off(run: DetachingRun, i: int, token: int) -> int:
         events.node_settled(run.node_observers, i)
     work.begin()
     return run.carry_on(nxt, k, fin, hooks)
+
+
+class Handle:
+    """What a run keeps of a node it handed off: the Future of its final WorkResult. It holds
+    nothing of the work, so a run and its detached work never form a reference cycle: the
+    work holds its run until it ends, the run only this."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[WorkResult[Any]]) -> None:
+        self.future = future
 
 
 class Detached:
@@ -211,8 +223,10 @@ class Detached:
         self.final = final
         self.future: Future[WorkResult[Any]] = Future()
         self.future.set_running_or_notify_cancel()  # nobody may cancel it: it resolves once
-        self.view = DetachedView(self)
-        self.node = self.view.copy_of_node()
+        view = DetachedView(self)
+        # the view holds the work; the work holds it back only until it ended (no cycle then)
+        self.view: DetachedView | None = view
+        self.node = view.copy_of_node()
 
     # -- starting and attempts -----------------------------------------------------------------
 
@@ -243,7 +257,9 @@ class Detached:
         with self.lock:
             if self.ended:
                 return  # timed out while it waited in the executor's queue
-        final, node, view = self.final, self.node, self.view
+            view = self.view
+        assert view is not None  # cleared only once ended
+        final, node = self.final, self.node
         final.attempts += 1
         final.thread = threading.current_thread().name
         number = final.attempts
@@ -256,7 +272,7 @@ class Detached:
         cur.run, cur.idx, cur.hooking = view, self.i, None
         try:
             if run.plan.has_begin[self.i]:
-                self.call_hook(node.on_begin, number)
+                self.call_hook(view, node.on_begin, number)
             try:
                 value = node.task(run.ctx, node.param)
                 error: BaseException | None = None
@@ -355,10 +371,13 @@ class Detached:
         if run.node_observers:
             events.detached_ended(run.node_observers, self.i, final)
         plan = run.plan
+        view = self.view
+        assert view is not None  # this thread holds the end: nobody cleared it
         if plan.has_success[self.i] if ok else plan.has_fail[self.i]:
             node = self.node
-            self.call_hook(node.on_success if ok else node.on_fail, final.attempts,
+            self.call_hook(view, node.on_success if ok else node.on_fail, final.attempts,
                            outcome=True)
+        self.view = None
         from taskflow.resilience import detached as slots
 
         slots.leave(ok)
@@ -379,13 +398,13 @@ class Detached:
         log.warning("detached node {} ended {}: {!r}{}",  # noqa: PLE1205 - loguru formats with {}
                     self.name, st.name, exc, trace)
 
-    def call_hook(self, fn: Any, attempt: int, outcome: bool = False) -> None:
-        """Call a hook of the node on the view (a raising hook is logged, never propagated;
+    def call_hook(self, view: DetachedView, fn: Any, attempt: int,
+                  outcome: bool = False) -> None:
+        """Call a hook of the node on ``view`` (a raising hook is logged, never propagated;
         its first error is kept on the view's ``hook_errors``)."""
         cur = current
         d = cur.__dict__
         prev = d.get("run"), d.get("idx"), d.get("hooking")
-        view = self.view
         cur.run, cur.idx, cur.hooking = view, self.i, view
         try:
             fn(TaskSupport(view, self.i, attempt))
@@ -519,8 +538,8 @@ class DetachedView:
         return self.work.run.plan.sinks[i]
 
     @property
-    def detached_work(self) -> dict[int, Detached]:
-        return {self.work.i: self.work}
+    def detached_work(self) -> dict[int, Handle]:
+        return {self.work.i: Handle(self.work.future)}
 
     def __repr__(self) -> str:
         return f"<DetachedView of {self.work!r}>"

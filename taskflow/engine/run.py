@@ -96,8 +96,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
   their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
   every path that abandons attempts tests it first (``attempts.py``).
-``detached_work[i]``: detached node ``i``'s life after its hand-off (``detached.py``; None until
-  the first, written under ``lock`` before the node settles, read once the run finished).
+``detached_work[i]``: the Future of detached node ``i``'s end, in a ``detached.Handle`` (None
+  until the first, written under ``lock`` before the node settles, read once the run finished).
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
@@ -270,7 +270,7 @@ class Run:
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
 
-    detached_work: dict[int, detached.Detached] | None = None  # made by the first hand-off
+    detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,

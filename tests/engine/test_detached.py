@@ -577,3 +577,24 @@ def test_a_section_holds_a_detached_node_only_until_its_hand_off(make_executor, 
     threading.Event().wait(SHORT * 2)  # stands in for work: past the section's deadline
     release.set()
     assert result.detached("audit").result(LONG).state is ResultState.SUCCESS
+
+
+def test_a_run_and_its_ended_detached_node_are_freed_without_the_cycle_collector(
+        make_executor) -> None:
+    import gc
+    import weakref
+
+    pool = make_executor(2)
+    node = FunctionNode(lambda ctx, p: "audited", name="audit", detach=True, timeout=LONG)
+    gc.collect()
+    gc.disable()
+    try:
+        result = TaskScheduling.start(node, executor=pool, timeout=LONG)
+        final = result.detached("audit").result(LONG)
+        run = weakref.ref(result._run)
+        pool.submit(int).result(LONG)  # the worker that ended it has let go of it
+        del result
+        assert run() is None
+        assert final.state is ResultState.SUCCESS
+    finally:
+        gc.enable()
