@@ -6,7 +6,9 @@ handler starts the page's flow with the smaller of that and its own budget
 (``budget_from_headers``), and each node calls its backend through ``taskflow.http.session()``:
 every call is clamped to the node's deadline and carries it on in the same three headers. A
 backend that hangs gives the worker thread back at the deadline instead of keeping it after the
-page gave up.
+page gave up. The audit write that follows each page is detached (``detach=True``): the answer
+does not wait for it, it runs under its own 2 s timeout, and the process runs at most
+``set_max_detached`` of them at once.
 
 Run it::
 
@@ -16,7 +18,7 @@ It starts a stub backend on 127.0.0.1 (prices answer at once, stock never does) 
 page three times through Flask's test client: with a 400 ms deadline (200, stock left out at
 its own 150 ms timeout), with a deadline already past (504 at once, nothing called) and with
 100 ms (504: the run's deadline came first). For each it prints what the stock backend was
-told and what the run's report says of the clamp. Serve it against a real backend with
+told, what the run's report says of the clamp, and how the detached audit write ended. Serve it against a real backend with
 ``BACKEND_URL=http://... flask --app examples/backend_calls.py run``.
 """
 
@@ -54,12 +56,20 @@ def render(ctx: TaskContext, param: Any) -> dict[str, Any]:
     return {"sku": ctx["sku"], "price": ctx.result_of("price"), "stock": ctx.result_of("stock")}
 
 
+def write_audit(ctx: TaskContext, param: Any) -> Any:
+    # detached: clamped to its own 2 s, not to what is left of the page's budget
+    return SESSION.get(f"{BACKEND}/audit/{ctx['sku']}").json()
+
+
 # the graph, built once: stock is optional for the page (its own 150 ms, then a stand-in)
 price = FunctionNode(get_price, name="price")
 stock = FunctionNode(get_stock, name="stock", timeout=0.15, fallback={"in_stock": None})
 page = FunctionNode(render, name="page")
 price >> page
 stock >> page
+# the audit write: after the page is rendered, but the answer does not wait for it
+audit = FunctionNode(write_audit, name="audit", detach=True, timeout=2.0)
+page >> audit
 
 app = Flask(__name__)
 
@@ -80,11 +90,13 @@ def product(sku: str) -> Any:
 
 
 class StubBackend:
-    """Prices at once; stock only when ``release`` is set (at exit). Records stock's headers."""
+    """Prices and audits at once; stock only when ``release`` is set (at exit). Records stock's
+    headers and the audited SKUs."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.told: list[dict[str, str]] = []
+        self.audited: list[str] = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +105,9 @@ class StubBackend:
                     stub.told.append({k.lower(): v for k, v in self.headers.items()})
                     stub.release.wait(30)
                     body = {"in_stock": 3}
+                elif self.path.startswith("/audit/"):
+                    stub.audited.append(self.path.rsplit("/", 1)[-1])
+                    body = {"audited": True}
                 else:
                     body = {"amount": 19.99, "currency": "EUR"}
                 data = json.dumps(body).encode()
@@ -148,6 +163,9 @@ def main() -> int:
             if node.clamps:
                 print(f"report: {node.name} was clamped to {node.clamps[0].timeout * 1000:.0f} ms "
                       f"(attempt {node.clamps[0].attempt}), ended {node.state}")
+        # the audit write was handed off: the run returned without it; its Future says more
+        final = result.detached("audit").result(timeout=3.0)
+        print(f"audit: handed off {result.states()['audit'].name}, ended {final.state.name}")
         # the stock calls hung, but no worker did: each came back at its deadline
         busy = threading.Event()
         POOL.submit(busy.set)

@@ -18,6 +18,7 @@ __all__ = [
     "BulkheadFullError",
     "CircuitOpenError",
     "CycleError",
+    "DetachedRefusedError",
     "DuplicateNameError",
     "FallbackError",
     "FlowDefinitionError",
@@ -252,6 +253,22 @@ class LoadShedError(TaskflowError, RuntimeError):
             f"run {flow!r} (priority {priority!r}) shed: {resource} is at load {load:.2f} "
             f"(this priority is shed from {threshold:.2f}); nothing was submitted"
         )
+
+
+class DetachedRefusedError(TaskflowError, RuntimeError):
+    """A detached node (``detach=True``) was not started: every slot of the process's bound on
+    detached work (``taskflow.set_max_detached``) was taken. The node ends EXCEPTION with it,
+    its ``on_fail`` hook is told, and the refusal is counted
+    (``taskflow.resilience.detached.metrics().refused``, ``PoolMonitor``, Prometheus).
+    ``node`` names the node, ``limit`` is the bound it met.
+    """
+
+    def __init__(self, node: str, limit: int) -> None:
+        self.node = node
+        self.limit = limit
+        super().__init__(
+            f"detached node {node!r} refused: all {limit} detached slots are taken "
+            "(taskflow.set_max_detached); it did not run")
 
 
 class CircuitOpenError(TaskflowError, RuntimeError):

@@ -34,6 +34,13 @@ under the run's lock, never on the timer thread or in a future's done-callback):
                           -1), ``item_failed`` (a fan-out item raised)
 ``run_ended(result)``     exactly once per run, with its ``FlowResult``, before ``start`` returns
                           (before ``submit``'s future resolves)
+``detached_started``      an attempt of a detached node (``detach=True``, handed off: its
+                          ``node_settled`` came with state ``DETACHED``) starts, on its thread, in
+                          the contextvars its task will see; possibly after ``run_ended``
+``detached_retry``        that attempt failed and another follows after ``delay`` seconds
+``detached_ended``        once per handed-off node, with its final ``WorkResult``, on the thread
+                          that ended it (its worker, or a coordinator thread at its timeout),
+                          before its hook runs; possibly after ``run_ended``
 ========================  =========================================================================
 
 An observer that raises is logged and never changes the run. Observers must be quick: they run on
@@ -66,6 +73,9 @@ __all__ = [
     "attempt_ended",
     "attempt_started",
     "completed",
+    "detached_ended",
+    "detached_retry",
+    "detached_started",
     "event",
     "node_settled",
     "observe",
@@ -117,6 +127,15 @@ class RunObserver:
 
     def run_ended(self, result: FlowResult) -> None:
         """The run's result exists."""
+
+    def detached_started(self, i: int, attempt: int) -> None:
+        """Attempt ``attempt`` of detached node ``i`` starts (after its hand-off)."""
+
+    def detached_retry(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        """Attempt ``attempt`` of detached node ``i`` failed; another follows after ``delay``."""
+
+    def detached_ended(self, i: int, result: WorkResult[Any]) -> None:
+        """Detached node ``i`` ended: ``result`` is its final WorkResult."""
 
 
 class Listener(Protocol):
@@ -201,3 +220,28 @@ def event(observers: tuple[RunObserver, ...], i: int, name: str, attrs: dict[str
 
 def run_ended(observers: tuple[RunObserver, ...], result: FlowResult) -> None:
     _tell(observers, "run_ended", result)
+
+
+def _tell_if(observers: tuple[RunObserver, ...], what: str, *args: Any) -> None:
+    """``_tell`` for the methods an observer written before them may lack."""
+    for obs in observers:
+        fn = getattr(obs, what, None)
+        if fn is None:
+            continue
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - an observer never changes the run
+            _failed(what, obs)
+
+
+def detached_started(observers: tuple[RunObserver, ...], i: int, attempt: int) -> None:
+    _tell_if(observers, "detached_started", i, attempt)
+
+
+def detached_retry(observers: tuple[RunObserver, ...], i: int, attempt: int,
+                   error: BaseException, delay: float) -> None:
+    _tell_if(observers, "detached_retry", i, attempt, error, delay)
+
+
+def detached_ended(observers: tuple[RunObserver, ...], i: int, result: WorkResult[Any]) -> None:
+    _tell_if(observers, "detached_ended", i, result)

@@ -191,14 +191,16 @@ def mark_abandoned(executor: Executor, futures: list[Future[Any]]) -> None:
 
 
 def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
-    """Before a run starts: hedging and batching need the run's own threads (duplicates are
-    cancelled through ``ctx.cancelled``; a batch's call runs in this process), so a hedged or
-    batched node cannot run on a remote executor."""
+    """Before a run starts: hedging, batching and detached nodes need the run's own threads
+    (duplicates are cancelled through ``ctx.cancelled``; a batch's call runs in this process; a
+    detached node's hooks, timeout and slot stay in this process after the run returned), so a
+    hedged, batched or detached node cannot run on a remote executor."""
     if not remote:
         return
     for pol in plan.policy:
-        if pol is not None and (pol.hedge is not None or pol.batch is not None):
-            what = "hedge" if pol.hedge is not None else "batch"
+        if pol is not None and (pol.hedge is not None or pol.batch is not None or pol.detach):
+            what = ("hedge" if pol.hedge is not None else "batch" if pol.batch is not None
+                    else "detach")
             raise FlowDefinitionError(
                 f"node {pol.name!r}: {what} is not supported on {executor_name} (a process "
                 f"executor); run the node on a thread pool, or drop {what}"

@@ -96,6 +96,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
   their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
   every path that abandons attempts tests it first (``attempts.py``).
+``detached_work[i]``: the Future of detached node ``i``'s end, in a ``detached.Handle`` (None
+  until the first, written under ``lock`` before the node settles, read once the run finished).
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
@@ -155,6 +157,7 @@ from taskflow.engine import (
     batching,
     closing,
     deadlines,
+    detached,
     events,
     executors,
     guards,
@@ -266,6 +269,8 @@ def _wake() -> None:
 class Run:
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
+
+    detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -572,6 +577,9 @@ class Run:
         if plan.fanout[i]:
             return self.start_fanout(i, token, node, tname)
         guarded = plan.any_policy and plan.policy[i] is not None  # resilience options
+        # guarded: it has a policy; a detached node is handed off, the run does not wait for it
+        if guarded and plan.policy[i].detach:  # type: ignore[union-attr]
+            return detached.hand_off(self, i, token)
         while True:
             if wr.state is not _DEFAULT:
                 # settled while queued or between attempts (a join cancelled it, the run
@@ -971,6 +979,7 @@ if TYPE_CHECKING:
     _timed: type[deadlines.TimedRun] = Run
     _budgeted: type[retrying.BudgetedRun] = Run
     _watched: type[attempts.WatchedRun] = Run
+    _detaching: type[detached.DetachingRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

@@ -350,6 +350,11 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
         if other is not None:
             raise DuplicateNameError(n.name)
         names[n.name] = n
+        if n._sons and n.__dict__.get("detach"):
+            raise FlowDefinitionError(
+                f"node {n.name!r} is detached (detach=True) but has sons "
+                f"({', '.join(repr(x.name) for x in n._sons)}): the run does not wait for a "
+                "detached node, so nothing may depend on it; make it a sink or drop detach")
         nf = len(n._fathers)
         kind, k = n.join.kind, n.join.k
         if kind in (joins.ANY, joins.QUORUM) and nf == 0:

@@ -48,12 +48,12 @@ _PLAN_FIELDS = frozenset({"name", "timeout", "deadline", "retries", "retry_backo
 # the resilience options (``taskflow.resilience.policy``): a change rebuilds the node's policy
 _POLICY_FIELDS = ("bulkhead", "breaker", "rate_limit", "fallback", "hedge", "idempotent",
                   "share_key", "cache_ttl", "cache_size", "priority", "min_budget", "batch",
-                  "retry_budget", "cache", "stale_for", "stale_if_error")
+                  "retry_budget", "cache", "stale_for", "stale_if_error", "detach")
 _POLICY_DEFAULTS: dict[str, Any] = {
     "bulkhead": None, "breaker": None, "rate_limit": None, "hedge": None, "idempotent": False,
     "share_key": None, "cache_ttl": None, "cache_size": 1024, "priority": 0, "min_budget": None,
     "batch": None, "retry_budget": None, "cache": None, "stale_for": None,
-    "stale_if_error": None,
+    "stale_if_error": None, "detach": False,
 }
 
 
@@ -323,6 +323,13 @@ class SchedulingNode(Generic[T, V]):
             batch's ``key(ctx, param)``); its ``task`` is not called.
         retry_budget: a [`RetryBudget`][taskflow.RetryBudget] its retries draw from, shared
             across nodes and runs; a retry past it is not made.
+        detach: the run does not wait for the node: once its fathers succeed it is handed off
+            as detached work (its state in the run's result is ``DETACHED``,
+            ``FlowResult.detached(name)`` the Future of its final outcome), bounded by its own
+            ``timeout`` (required, counted from the hand-off) and by the process's
+            ``taskflow.set_max_detached``; past that bound it ends EXCEPTION with
+            ``DetachedRefusedError``. Nothing may depend on it (no sons). Its hooks run once,
+            when it ends, possibly after ``start`` returned.
         **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
             closest option.
     """
@@ -348,6 +355,7 @@ class SchedulingNode(Generic[T, V]):
     min_budget: float | None
     batch: Batch | None
     retry_budget: RetryBudget | None
+    detach: bool
     _fathers: list[SchedulingNode[Any, Any]]
     _sons: list[SchedulingNode[Any, Any]]
     _optional: set[int]
@@ -401,6 +409,7 @@ class SchedulingNode(Generic[T, V]):
         min_budget: float | None = None,
         batch: Batch | None = None,
         retry_budget: RetryBudget | None = None,
+        detach: bool = False,
         **unknown: NoReturn,
     ) -> None:
         d = self.__dict__
@@ -432,7 +441,7 @@ class SchedulingNode(Generic[T, V]):
             "share_key": share_key, "cache_ttl": cache_ttl, "cache_size": cache_size,
             "priority": priority, "min_budget": min_budget, "batch": batch,
             "retry_budget": retry_budget, "cache": cache, "stale_for": stale_for,
-            "stale_if_error": stale_if_error,
+            "stale_if_error": stale_if_error, "detach": detach,
         })
 
     # -- the work and the hooks -------------------------------------------------------------
@@ -562,6 +571,8 @@ class SchedulingNode(Generic[T, V]):
         st = wr.state
         if st is ResultState.DEFAULT:
             return NodeState.WORKING if wr.started_at is not None else NodeState.INIT
+        if st is ResultState.DETACHED:  # handed off: it may still be running
+            return NodeState.WORKING
         return NodeState.FINISH if st in _FINISH_STATES else NodeState.ERROR
 
     # -- internals -----------------------------------------------------------------------------
@@ -576,6 +587,9 @@ class SchedulingNode(Generic[T, V]):
                     f"node {self.name!r}: join must be a taskflow.Join policy, got {value!r}")
             if key == "timeout" or key == "deadline":
                 value = check_node_timeout(value, self.name, key)
+                if d.get("detach"):
+                    _check_detached(self, value if key == "timeout" else d.get("timeout"),
+                                    value if key == "deadline" else d.get("deadline"))
             elif key == "retries":
                 value = _check_retries(value, d.get("retry_backoff", 0.0), self.name)[0]
                 _check_batched(self, value, d.get("batch"))
@@ -651,8 +665,11 @@ def _set_policy(node: SchedulingNode[Any, Any], options: dict[str, Any]) -> None
         min_budget=options["min_budget"], batch=options["batch"],
         retry_budget=options["retry_budget"], cache=options["cache"],
         stale_for=options["stale_for"], stale_if_error=options["stale_if_error"],
+        detach=options["detach"],
     )
     _check_batched(node, d.get("retries", 0), options["batch"])
+    if options["detach"]:
+        _check_detached(node, d.get("timeout"), d.get("deadline"))
     d.update(options)
     d["_policy"] = policy
 
@@ -673,6 +690,28 @@ def _check_batched(node: SchedulingNode[Any, Any], retries: int, batch: object) 
             f"node {name!r}: {cls.__name__} overrides on_begin, which a batched node never "
             "calls (it runs no attempt of its own: its batch's call answers it); drop "
             "on_begin or batch")
+
+
+def _check_detached(node: SchedulingNode[Any, Any], timeout: float | None,
+                    deadline: float | None = None) -> None:
+    """A detached node is bounded by its own time limit (the run's budget no longer covers
+    it once ``start`` returned, nor does a deadline from the run's start), and is a plain
+    task: a switch chooses sons (a detached node has none) and a fan-out's items belong to
+    the run."""
+    name = node.__dict__["name"]
+    if deadline is not None:
+        raise FlowDefinitionError(
+            f"node {name!r}: detach=True is bounded by its own timeout from its hand-off, not "
+            f"by a deadline from the run's start; drop deadline={deadline!r} or detach")
+    if timeout is None or math.isinf(timeout):
+        raise FlowDefinitionError(
+            f"node {name!r}: detach=True needs a finite timeout (seconds, counted from its "
+            f"hand-off): the run does not wait for it, so nothing else bounds it; got "
+            f"timeout={timeout!r}")
+    kind = type(node).node_kind
+    if kind is not NodeKind.TASK:
+        raise FlowDefinitionError(
+            f"node {name!r}: a {kind.value} node cannot be detached; detach a plain task node")
 
 
 def _check_name(name: object) -> None:
@@ -735,6 +774,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
             batch that are ready together; ``fn`` here is not called.
         retry_budget: a [`RetryBudget`][taskflow.RetryBudget] shared by the retries of every
             node that names it.
+        detach: the run does not wait for the node (it needs a finite ``timeout`` and no
+            sons); see [`SchedulingNode`][taskflow.SchedulingNode].
         **unknown: refused: any other keyword raises ``InvalidNodeError`` naming it and the
             closest option.
     """
@@ -766,6 +807,7 @@ class FunctionNode(SchedulingNode[Any, Any]):
         min_budget: float | None = None,
         batch: Batch | None = None,
         retry_budget: RetryBudget | None = None,
+        detach: bool = False,
         **unknown: NoReturn,
     ) -> None:
         if not callable(fn):
@@ -786,7 +828,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
             fallback=fallback, hedge=hedge, idempotent=idempotent, share_key=share_key,
             cache_ttl=cache_ttl, cache_size=cache_size, cache=cache, stale_for=stale_for,
             stale_if_error=stale_if_error, priority=priority,
-            min_budget=min_budget, batch=batch, retry_budget=retry_budget, **unknown)
+            min_budget=min_budget, batch=batch, retry_budget=retry_budget, detach=detach,
+            **unknown)
         self.__dict__["fn"] = fn
 
     fn: Callable[[TaskContext, Any], Any]

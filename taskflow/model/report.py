@@ -13,12 +13,13 @@ one object JSON cannot carry is reported whole as its ``repr``.
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-__all__ = ["ClampReport", "FlowReport", "HookErrorReport", "NodeReport", "OnCancelReport",
-           "json_value", "short"]
+__all__ = ["ClampReport", "DetachedReport", "FlowReport", "HookErrorReport", "NodeReport", "OnCancelReport",
+           "detached_report", "json_value", "short"]
 
 # how deep a value may nest and still be carried as JSON
 MAX_DEPTH = 100
@@ -59,6 +60,37 @@ class OnCancelReport(BaseModel):
     may still be running when ``start`` returns."""
     raised: int
     """Those that raised (logged, never propagated)."""
+
+
+class DetachedReport(BaseModel):
+    """How a detached node (``detach=True``) ended, as far as known when the report was made."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ended: bool
+    """It had ended when the report was made (False: still running)."""
+    state: str | None = None
+    """Its final state (``SUCCESS``, ``EXCEPTION``, ``TIMEOUT``); None while it runs."""
+    attempts: int = 0
+    finished_at: float | None = None
+    """Seconds from the run's start (it may end after the run returned)."""
+    duration: float | None = None
+    error_type: str | None = None
+    error: str | None = None
+
+
+def detached_report(fut: Future[Any] | None, t0: float) -> DetachedReport:
+    """A detached node's ``DetachedReport`` from the Future of its final WorkResult."""
+    if fut is None or not fut.done():
+        return DetachedReport(ended=False)
+    wr = fut.result()
+    exc = wr.exception
+    return DetachedReport(
+        ended=True, state=wr.state.name, attempts=wr.attempts,
+        finished_at=None if wr.finished_at is None else round(wr.finished_at - t0, 6),
+        duration=None if wr.duration is None else round(wr.duration, 6),
+        error_type=None if exc is None else type(exc).__name__,
+        error=None if exc is None else str(exc))
 
 
 class NodeReport(BaseModel):
@@ -113,6 +145,8 @@ class NodeReport(BaseModel):
     """Seconds from the run's start by which it had to end (its own ``deadline=`` or its
     section's, the earlier; None: the run's budget alone). Past it the node is ``TIMEOUT``
     (``DEGRADED`` with a fallback) and its error says so."""
+    detached: DetachedReport | None = None
+    """For a node handed off (state ``DETACHED``): how it ended, if it had."""
 
 
 class FlowReport(BaseModel):

@@ -10,18 +10,24 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
-from taskflow.errors import NodeTimeoutError, UpstreamFailedError
+from taskflow.errors import (
+    DetachedRefusedError,
+    NodeTimeoutError,
+    ResultNotAvailableError,
+    UpstreamFailedError,
+)
 
 if TYPE_CHECKING:
     from taskflow.model.report import FlowReport
 
-__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "AttemptNotes", "AttemptRecord", "FlowResult",
+__all__ = ["BUDGET_RAN_OUT", "UPSTREAM_FAILED", "AttemptNotes", "AttemptRecord", "DetachedRecord", "FlowResult",
            "FlowStatus",
            "HookError",
-           "ResultState", "RunRecord", "WorkResult", "failure_summary", "not_run_reason"]
+           "ResultState", "RunRecord", "WorkResult", "detached_future", "failure_summary", "not_run_reason"]
 
 V = TypeVar("V")
 
@@ -37,6 +43,10 @@ class ResultState(enum.Enum):
     CANCELLED = "CANCELLED"
     DEGRADED = "DEGRADED"
     """Succeeded with a fallback value (a resilience policy); joins count it as a success."""
+    DETACHED = "DETACHED"
+    """Handed off (``detach=True``): the run did not wait for it. Its final outcome is the
+    Future ``FlowResult.detached(name)``; a detached node that was refused, or never started,
+    ends EXCEPTION, CANCELLED or TIMEOUT instead."""
 
 
 class FlowStatus(enum.Enum):
@@ -45,8 +55,8 @@ class FlowStatus(enum.Enum):
     COMPLETED = "COMPLETED"
     """Nothing failed or degraded."""
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
-    """Every failure was tolerated (an optional edge, a join that still fired) and no sink
-    failed; or a node degraded."""
+    """Every failure was tolerated (an optional edge, a join that still fired, a detached node
+    refused for want of a slot) and no other sink failed; or a node degraded."""
     FAILED = "FAILED"
     """A sink (a node without sons) failed."""
     TIMED_OUT = "TIMED_OUT"
@@ -277,6 +287,21 @@ class AttemptRecord(Protocol):
         """Node index -> its clamped calls and ``on_cancel`` callbacks (nodes with any)."""
 
 
+class DetachedRecord(Protocol):
+    """A detached node after its hand-off (the engine's ``detached.Detached``)."""
+
+    @property
+    def future(self) -> Future[WorkResult[Any]]:
+        """Resolves with its final WorkResult once it ends."""
+
+
+def detached_future(run: RunRecord, i: int) -> Future[WorkResult[Any]] | None:
+    """The Future of node ``i``'s final WorkResult if ``run`` handed it off, else None."""
+    work = run.detached_work
+    record = work.get(i) if work else None
+    return None if record is None else record.future
+
+
 class RunRecord(Protocol):
     """What a FlowResult reads of its run (the engine's run satisfies it)."""
 
@@ -310,6 +335,11 @@ class RunRecord(Protocol):
     @property
     def watch(self) -> AttemptRecord | None:
         """What its attempts did with their deadline (None: no task of the run asked)."""
+
+    @property
+    def detached_work(self) -> Mapping[int, DetachedRecord] | None:
+        """Node index -> what became of each node it handed off (``detach=True``); None:
+        none."""
 
 
 class FlowResult(Mapping[str, Any]):
@@ -434,7 +464,9 @@ class FlowResult(Mapping[str, Any]):
                 for i, wr in enumerate(run.results):
                     st = wr.state
                     if st in _FAILED:
-                        if run.is_sink(i):
+                        # a detached node refused for want of a slot: nothing waited for it
+                        if run.is_sink(i) and not isinstance(wr.exception,
+                                                             DetachedRefusedError):
                             status = FlowStatus.FAILED
                             break
                         status = FlowStatus.COMPLETED_WITH_ERRORS
@@ -510,6 +542,35 @@ class FlowResult(Mapping[str, Any]):
             raise NodeCancelledError(self._run.names[0], self._run.cancel_reason)
         raise FlowFailedError(failed)
 
+    def detached(self, name: str) -> Future[WorkResult[Any]]:
+        """The Future of detached node ``name``'s final WorkResult (``detach=True``).
+
+        The run did not wait for the node: its WorkResult here is ``DETACHED``, and this Future
+        resolves once it ends (SUCCESS, EXCEPTION or TIMEOUT under its own ``timeout``), after
+        its ``on_success``/``on_fail`` hook returned, on the thread that ended it. It never
+        raises the node's error: read the WorkResult's ``state`` and ``exception``. A detached
+        node that was refused (``DetachedRefusedError``) or never started (the run ended
+        first) gets a Future already resolved with its WorkResult in this run.
+
+        Raises:
+            KeyError: no node of that name in the run.
+            ResultNotAvailableError: the node is not a detached one.
+        """
+        run = self._run
+        try:
+            i = run.index_of(name)
+        except KeyError:
+            raise KeyError(name) from None
+        fut = detached_future(run, i)
+        if fut is not None:
+            return fut
+        if not run.node(i).__dict__.get("detach", False):
+            raise ResultNotAvailableError(name, "not a detached node (detach=True)")
+        done: Future[WorkResult[Any]] = Future()
+        done.set_running_or_notify_cancel()
+        done.set_result(run.results[i])
+        return done
+
     @property
     def attempt_notes(self) -> dict[str, AttemptNotes]:
         """Node name -> what its attempts did with their deadline: the calls a clamped client
@@ -550,6 +611,7 @@ class FlowResult(Mapping[str, Any]):
             HookErrorReport,
             NodeReport,
             OnCancelReport,
+            detached_report,
             json_value,
         )
 
@@ -612,6 +674,8 @@ class FlowResult(Mapping[str, Any]):
                     on_cancel=on_cancel,
                     section=sections[i],
                     deadline=deadlines[i],
+                    detached=None if wr.state is not ResultState.DETACHED
+                    else detached_report(detached_future(run, i), t0),
                 )
             )
         context: dict[str, Any] | None = None

@@ -19,6 +19,9 @@ escaped into markup still could not run). It shows
 A node that never ran because a father it needed failed is shown as "not run: upstream failed"
 (pale, dashed) rather than by its state (``EXCEPTION`` or ``TIMEOUT``, its father's kind of
 failure), so that it is not mistaken for a node that failed; likewise "not run: budget ran out".
+A detached node (``detach=True``, the run did not wait for it) is shown ``DETACHED``, with how
+it ended when the page was made ("detached: ended SUCCESS in 12.0 ms", "detached: ended
+TIMEOUT: ...") or "detached: still running".
 
 Hovering a node or a bar shows its timings and error (SVG ``<title>``); clicking it jumps to its
 row. Every name, value and message comes from user data and is escaped with
@@ -48,6 +51,7 @@ _COLOURS = {
     "CANCELLED": ("#fff9c4", "#f9a825", "#1b1b1b"),
     "SKIPPED": ("#eeeeee", "#9e9e9e", "#757575"),
     "DEFAULT": ("#ffffff", "#9e9e9e", "#1b1b1b"),
+    "DETACHED": ("#ede7f6", "#5e35b1", "#1b1b1b"),
     "NOT_RUN": ("#f7f2f2", "#b39c9c", "#616161"),
 }
 _VALUE_LIMIT = 500  # characters of a result or context value shown
@@ -180,12 +184,27 @@ def _rows(result: FlowResult) -> list[_Row]:
         note = notes.get(name)
         if note is not None:
             row.marks += _attempt_marks(note)
+        if row.state == "DETACHED":
+            row.marks += (_detached_mark(result, name),)
         hook = hook_errors.get(name)
         if hook is not None:  # a hook that raised did not change the state: say so anyway
             text = _clip(f"hook {hook.hook} raised {_error_text(hook.exception)}", _MESSAGE_LIMIT)
             row.error = text if row.error is None else f"{row.error}\n{text}"
         rows.append(row)
     return rows
+
+
+def _detached_mark(result: FlowResult, name: str) -> str:
+    """How a detached node ended, as far as known now."""
+    detached = getattr(result, "detached", None)
+    fut = detached(name) if callable(detached) else None
+    if fut is None or not fut.done():
+        return "detached: still running"
+    wr = fut.result()
+    text = f"detached: ended {wr.state.name}"
+    if wr.exception is not None:
+        return f"{text}: {_clip(_error_text(wr.exception) or '', 200)}"
+    return f"{text} in {_ms(wr.duration)}"
 
 
 def _origin(result: FlowResult, rows: list[_Row]) -> float:

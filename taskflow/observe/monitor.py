@@ -68,7 +68,9 @@ class PoolMonitor:
             state). ``None`` (the default): every ``Bulkhead``, ``RateLimit`` and
             ``CircuitBreaker`` alive in the process when the sample is taken (each registers
             itself when made; a second live object of the same kind and name is not
-            registered, see ``taskflow.resilience.export``). ``()``: none.
+            registered, see ``taskflow.resilience.export``), the load shedder and the
+            process's detached slots (``DetachedMetrics``: ``running``, ``refused``, ...;
+            ``taskflow_detached_*``). ``()``: none.
 
     Raises:
         ValueError: ``interval <= 0``, ``history_size < 1``, an unknown or invalid threshold,

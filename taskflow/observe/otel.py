@@ -19,6 +19,12 @@ exporters, as for any instrumented library). Once instrumented, every run starte
   children. On executors in other processes the span covers the attempt as the caller sees it,
   from submission to the outcome coming back.
 
+A detached node (``detach=True``) gets its ``taskflow.node`` spans too, with
+``taskflow.detached`` true, one per attempt, children of the run span, though they may start
+and end after it: the run span ends when ``start`` returns, and the node's span ends when the
+node does (``taskflow.state`` its final state; ``taskflow.abandoned`` true when its own timeout
+ended it while its attempt still ran).
+
 Events: ``taskflow.retry`` (on the failed attempt's span: ``attempt``, ``delay``, the error),
 ``taskflow.hedge`` (a duplicate attempt started), ``taskflow.item_failed`` (a fan-out item raised),
 ``taskflow.cancelled`` (on the run span when ``ctx.cancel`` ends the run; on a node span when the
@@ -48,7 +54,7 @@ from taskflow.engine import events
 from taskflow.model.result import ResultState
 
 if TYPE_CHECKING:
-    from taskflow.model.result import FlowResult
+    from taskflow.model.result import FlowResult, WorkResult
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
@@ -139,6 +145,7 @@ class _RunTrace(events.RunObserver):
         self.open: dict[int, Span] = {}  # node -> the span of its running attempt
         self.returned: set[int] = set()  # nodes whose deciding attempt returned (not abandoned)
         self.due: dict[int, float] = {}  # node -> when its next attempt was due (after a retry)
+        self.detached: dict[int, Span] = {}  # detached node -> the span of its running attempt
         self.ended = False
 
     def attempt_started(self, i: int, attempt: int) -> None:
@@ -215,6 +222,39 @@ class _RunTrace(events.RunObserver):
             else:
                 fields[f"taskflow.{k}"] = _value(v)
         span.add_event(f"taskflow.{name}", fields)
+
+    def detached_started(self, i: int, attempt: int) -> None:
+        run = self.run
+        span = self.tracer.start_span("taskflow.node", context=self.parent, attributes={
+            "taskflow.flow_id": run.flow_id, "taskflow.flow": run.flow_name,
+            "taskflow.node": run.names[i], "taskflow.attempt": attempt,
+            "taskflow.detached": True})
+        with self.lock:
+            self.detached[i] = span
+        # the attempt's own contextvars (a fresh copy per attempt): no detach needed
+        otel_context.attach(trace.set_span_in_context(span))
+
+    def detached_retry(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
+        with self.lock:
+            span = self.detached.pop(i, None)
+        if span is not None:
+            span.add_event("taskflow.retry", {"taskflow.attempt": attempt,
+                                              "taskflow.delay": delay, **_error_attrs(error)})
+            self._end(span, "EXCEPTION", error, abandoned=False)
+
+    def detached_ended(self, i: int, result: WorkResult[Any]) -> None:
+        with self.lock:
+            span = self.detached.pop(i, None)
+        running = span is not None
+        if span is None:  # it ended before any attempt started (its timeout, a refusal)
+            run = self.run
+            span = self.tracer.start_span("taskflow.node", context=self.parent, attributes={
+                "taskflow.flow_id": run.flow_id, "taskflow.flow": run.flow_name,
+                "taskflow.node": run.names[i], "taskflow.attempt": result.attempts,
+                "taskflow.detached": True})
+        state = result.state
+        self._end(span, state.name, result.exception,
+                  abandoned=running and state is ResultState.TIMEOUT)
 
     def run_ended(self, result: FlowResult) -> None:
         with self.lock:

@@ -19,6 +19,7 @@ from taskflow.resilience.batch import BatchMetrics
 from taskflow.resilience.breaker import BreakerMetrics
 from taskflow.resilience.bulkhead import BulkheadMetrics
 from taskflow.resilience.cache import CacheMetrics
+from taskflow.resilience.detached import DetachedMetrics
 from taskflow.resilience.ratelimit import RateLimitMetrics
 from taskflow.resilience.retrybudget import RetryBudgetMetrics
 from taskflow.resilience.shedding_metrics import LoadSheddingMetrics
@@ -115,9 +116,10 @@ class PoolSnapshot(BaseModel):
     """Alarms fired by this sample (silenced ones are left out)."""
     resilience: tuple[
         BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics
-        | BatchMetrics | RetryBudgetMetrics | CacheMetrics | LoadSheddingMetrics, ...
+        | BatchMetrics | RetryBudgetMetrics | CacheMetrics | LoadSheddingMetrics
+        | DetachedMetrics, ...
     ] = ()
-    """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches and retry budgets
-    the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""
+    """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches, retry budgets,
+    load shedding and detached slots (running, refused) the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""
     resilience_samples: tuple[Sample, ...] = Field(default=(), repr=False)
     """The same objects' Prometheus series, read in the same sample."""

@@ -12,6 +12,10 @@ it is off by default, see below):
   (``taskflow_node_duration_seconds{flow,node,state}``);
 * how often the node was on its run's critical path ([`critical_path`][taskflow.observe.stats.critical_path]).
 
+A detached node (``detach=True``) is counted twice: ``DETACHED`` when its run ends (handed
+off), then by its final state (``SUCCESS``, ``EXCEPTION``, ``TIMEOUT``) with its duration when
+it ends, possibly after the run returned (``record_run`` adds a callback to its Future).
+
 Memory is bounded: a window is a fixed-size ring, and at most ``max_series`` (flow, node) pairs
 are kept (results of later ones are only counted, in ``dropped_results``). Recording is
 lock-light: everything is computed from the result first, then one short critical section per
@@ -40,6 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -48,10 +53,12 @@ from taskflow.engine import events
 from taskflow.exposition import format_label as _label
 from taskflow.exposition import format_number as _num
 from taskflow.metrics import Percentiles
-from taskflow.model.result import ResultState
+from taskflow.model.result import ResultState, detached_future
 
 if TYPE_CHECKING:
-    from taskflow.model.result import FlowResult, RunRecord
+    from concurrent.futures import Future
+
+    from taskflow.model.result import FlowResult, RunRecord, WorkResult
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -71,6 +78,8 @@ __all__ = [
     "snapshot",
     "to_prometheus",
 ]
+
+_DETACHED = ResultState.DETACHED
 
 DEFAULT_BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -162,7 +171,7 @@ class _Histogram:
 
 
 class _NodeSeries:
-    __slots__ = ("counts", "critical", "duration", "hist", "wait", "wait_hist")
+    __slots__ = ("counts", "critical", "duration", "ended_later", "hist", "wait", "wait_hist")
 
     def __init__(self, window: int, n_buckets: int) -> None:
         self.counts: dict[str, int] = {}
@@ -171,6 +180,7 @@ class _NodeSeries:
         self.hist: dict[str, _Histogram] = {}  # by state
         self.wait_hist = _Histogram(n_buckets)
         self.critical = 0
+        self.ended_later = 0  # final outcomes of detached nodes (their run counted DETACHED)
 
 
 class _FlowSeries:
@@ -195,7 +205,8 @@ class NodeStatsModel(BaseModel):
     runs: int
     """Runs of the flow this node took part in."""
     counts: dict[str, int]
-    """Runs by the state the node ended in."""
+    """Runs by the state the node ended in (a detached node: ``DETACHED`` when its run ended,
+    then its final state when it ended; ``runs`` counts it once)."""
     duration: Percentiles | None
     """Seconds from first start to end over the window (nodes that started)."""
     queue_wait: Percentiles | None
@@ -363,10 +374,14 @@ class FlowStats:
         run = result._run
         names = run.names
         last: tuple[bool, float, int] | None = None
+        handed_off: list[int] = []
         for i, wr in enumerate(run.results):
             node_name = names[i]
             state = wr.state
             started, queued, finished = wr.started_at, wr.queued_at, wr.finished_at
+            if state is _DETACHED:  # handed off: its duration comes when it ends
+                handed_off.append(i)
+                finished = None
             if started is not None and finished is not None:
                 took = finished - started
                 duration: float | None = took
@@ -424,6 +439,27 @@ class FlowStats:
             self._add_new(series, set(new_nodes), figures, on_path)
         if self.runs is not None:
             self.runs.add(result, name, status)
+        for i in handed_off:
+            fut = detached_future(run, i)
+            if fut is not None:
+                fut.add_done_callback(partial(self._record_detached, name, names[i]))
+
+    def _record_detached(self, flow: str, node: str, fut: Future[WorkResult[Any]]) -> None:
+        """A detached node of a recorded run ended (the thread that ended it): count its
+        final state and its duration."""
+        wr = fut.result()
+        duration = wr.duration
+        bucket = 0 if duration is None else bisect.bisect_left(self.buckets, duration)
+        series = self._flows.get(flow)
+        if series is None:
+            return
+        with series.lock:
+            ns = series.nodes.get(node)
+            if ns is None:
+                series.dropped += 1
+                return
+            ns.ended_later += 1
+            _add(ns, (node, wr.state._value_, duration, bucket, None, 0))
 
     def enable(self) -> None:
         """Record every run started from now on, at its end, under its flow name (the engine
@@ -479,12 +515,13 @@ class FlowStats:
                 by_status = dict(series.by_status)
                 elapsed = list(series.elapsed.data)
                 nodes = [
-                    (n, dict(ns.counts), list(ns.duration.data), list(ns.wait.data), ns.critical)
+                    (n, dict(ns.counts), list(ns.duration.data), list(ns.wait.data), ns.critical,
+                     ns.ended_later)
                     for n, ns in sorted(series.nodes.items())
                 ]
             models = []
-            for n, counts, durations, waits, critical in nodes:
-                seen = sum(counts.values())
+            for n, counts, durations, waits, critical, later in nodes:
+                seen = sum(counts.values()) - later
                 models.append(NodeStatsModel(
                     node=n, runs=seen, counts=counts, duration=Percentiles.of(durations),
                     queue_wait=Percentiles.of(waits), critical=critical,

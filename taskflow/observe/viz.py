@@ -31,6 +31,7 @@ _TAGS = {
     ResultState.CANCELLED: "active",
     ResultState.SKIPPED: "active",
     ResultState.DEFAULT: "active",
+    ResultState.DETACHED: "active",  # handed off: the run did not wait for it
 }
 
 
@@ -154,6 +155,7 @@ _STATE_COLOURS = {
     ResultState.CANCELLED: ("#fff9c4", "#f9a825", "#1b1b1b"),
     ResultState.SKIPPED: ("#eeeeee", "#9e9e9e", "#757575"),
     ResultState.DEFAULT: ("#ffffff", "#9e9e9e", "#1b1b1b"),
+    ResultState.DETACHED: ("#ede7f6", "#5e35b1", "#1b1b1b"),
 }
 
 

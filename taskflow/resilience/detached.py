@@ -13,6 +13,9 @@ How the engine uses it (all calls are non-blocking)::
     try: ...                       # the work runs (bounded by its own timeout)
     finally: detached.leave(ok)    # exactly once per slot taken
 
+``PoolMonitor`` shows these figures by default (``PoolSnapshot.resilience``) and exports them
+to Prometheus (``taskflow_detached_running``, ``taskflow_detached_refused_total``, ...).
+
 Lowering the limit below the slots held refuses new work until enough of it has ended; it never
 cancels work already running. The lock guards the counters and the limit; nothing is called
 under it.
@@ -26,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow import _fork
 from taskflow.exposition import Sample
-from taskflow.resilience.export import render_prometheus
+from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int
 
 __all__ = [
@@ -142,6 +145,7 @@ slots = DetachedSlots()
 """The process's one bound (``taskflow.set_max_detached`` sets its limit)."""
 
 _fork.register(slots, hold="_lock")
+register(slots, "detached")  # PoolMonitor exports it by default (running, refused, ...)
 
 
 def set_max_detached(n: int) -> None:

@@ -1,7 +1,8 @@
 """``NodePolicy``: one node's resilience options, checked once when the node is defined.
 
 A node built with any of ``bulkhead``, ``breaker``, ``rate_limit``, ``fallback``, ``hedge``,
-``share_key``/``cache_ttl``, ``priority``, ``min_budget``, ``batch`` or ``retry_budget`` carries a
+``share_key``/``cache_ttl``, ``priority``, ``min_budget``, ``batch``, ``retry_budget`` or
+``detach`` carries a
 ``NodePolicy``; the
 compiled plan holds it per node (``Plan.policy``) and the engine (``taskflow.engine.guards``)
 reads it. A node without any of them carries None and the engine does nothing more for it.
@@ -45,7 +46,8 @@ class NodePolicy:
     every run of the node shares it.
     """
 
-    __slots__ = ("batch", "breaker", "bulkhead", "fallback", "flight", "hedge", "idempotent",
+    __slots__ = ("batch", "breaker", "bulkhead", "detach", "fallback", "flight", "hedge",
+                 "idempotent",
                  "min_budget", "name", "priority", "rate_limit", "retry_budget", "share_key")
 
     def __init__(self, name: str, *, fanout: bool, bulkhead: Bulkhead | None,
@@ -55,7 +57,7 @@ class NodePolicy:
                  cache_size: int, priority: float, min_budget: float | None,
                  batch: Batch | None = None, retry_budget: RetryBudget | None = None,
                  cache: Cache | None = None, stale_for: float | None = None,
-                 stale_if_error: float | None = None) -> None:
+                 stale_if_error: float | None = None, detach: bool = False) -> None:
         owner = f"node {name!r}"
         _check_type(name, "bulkhead", bulkhead, Bulkhead)
         _check_type(name, "breaker", breaker, CircuitBreaker)
@@ -81,6 +83,12 @@ class NodePolicy:
         if batch is not None and not fanout:
             _check_batched(owner, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
                            hedge=hedge, share_key=share_key, retry_budget=retry_budget)
+        if not isinstance(detach, bool):
+            raise FlowDefinitionError(f"{owner}: detach must be True or False, got {detach!r}")
+        if detach:
+            _check_detached(owner, bulkhead=bulkhead, breaker=breaker, rate_limit=rate_limit,
+                            fallback=fallback, hedge=hedge, share_key=share_key,
+                            min_budget=min_budget, batch=batch, retry_budget=retry_budget)
         if share_key is not None:
             check_share_key(share_key, node=name)
         elif cache_ttl is not None:
@@ -111,6 +119,7 @@ class NodePolicy:
                            else check_seconds(owner, "min_budget", min_budget, allow_zero=True))
         self.batch = batch
         self.retry_budget = retry_budget
+        self.detach = detach
 
     @property
     def gates(self) -> bool:
@@ -124,6 +133,8 @@ class NodePolicy:
                                                        "fallback", "hedge", "share_key",
                                                        "batch", "retry_budget")
                  if getattr(self, k) is not None]
+        if self.detach:
+            parts.append("detach=True")
         return f"<NodePolicy {self.name!r} {' '.join(parts)}>"
 
 
@@ -135,4 +146,16 @@ def _check_batched(owner: str, **options: object) -> None:
             f"{owner}: batch answers the node with a call shared by many nodes, so it makes "
             f"no attempt of its own for {', '.join(given)} to act on; keep batch with "
             "fallback, timeout, priority and min_budget, and put the rest in the batch's fn"
+        )
+
+
+def _check_detached(owner: str, **options: object) -> None:
+    """A detached node runs outside its run (after ``start`` may have returned): the options
+    that act within a run, or on a value its sons would read, are refused."""
+    given = [k for k, v in options.items() if v is not None]
+    if given:
+        raise FlowDefinitionError(
+            f"{owner}: detach=True runs the node outside its run (the run does not wait for "
+            f"it and nothing reads its value), so {', '.join(given)} cannot act on it; keep "
+            "detach with timeout, retries, retry_backoff and priority, or drop detach"
         )

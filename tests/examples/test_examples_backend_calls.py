@@ -42,4 +42,5 @@ def test_the_example_answers_each_deadline_as_its_docstring_says(capsys):
     assert any(line.startswith("{'x-envoy-expected-rq-timeout-ms': '100'} -> 504")
                for line in out)
     assert any(line.startswith("report: stock was clamped to") for line in out)
+    assert "audit: handed off DETACHED, ended SUCCESS" in out  # the detached audit write
     assert out[-1] == "a worker is free at once: True"

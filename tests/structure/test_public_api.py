@@ -22,6 +22,7 @@ PUBLIC = [
     "CircuitOpenError",
     "CycleError",
     "DeadlineWarning",
+    "DetachedRefusedError",
     "DuplicateNameError",
     "FallbackError",
     "FanInResult",

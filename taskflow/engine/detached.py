@@ -1,0 +1,545 @@
+"""Detached nodes (``detach=True``): handed off by their run, which does not wait for them.
+
+Audit writes, analytics events and cache warm-ups must neither delay the page nor pile up
+unbounded on a side thread. A detached node is a sink with a finite ``timeout``
+(``model/node.py`` and ``model/graph.py`` refuse anything else before a run starts). It becomes
+ready like any node, once its fathers succeed; when a loop pops it, ``Run.execute`` calls
+``hand_off`` instead of running it.
+
+The hand-off (the loop's thread, one critical section under the run's lock)
+==========================================================================
+* the node already ended without us (the run closed: a detached node not handed off by then
+  ends TIMEOUT or CANCELLED like any other): the loop moves on (``Run.late``);
+* no slot of the process's bound is free (``taskflow.resilience.detached.try_enter``, which
+  counts the refusal): outside the lock the node completes like any failed node, EXCEPTION
+  with ``DetachedRefusedError`` (its ``on_fail`` hook runs in the run, before ``start``
+  returns);
+* else it holds a slot; its WorkResult in the run becomes ``DETACHED`` (handed off at
+  ``started_at`` = ``finished_at``), the node is TERMINAL then SETTLED at once (it has no
+  sons; a ``Section``'s deadline, which held it until then, no longer does), and its
+  ``Detached``'s ``Handle`` (its Future) is registered in ``run.detached_work`` (what
+  ``FlowResult.detached(name)`` reads) before the run can finish.
+
+Outside the lock the node's own timer is armed, its first attempt is submitted to the run's
+executor, and the loop carries on as after any settled node.
+
+The detached life
+=================
+A ``Detached`` owns the node from then on: its own WorkResult (``final``: ``queued_at`` as in
+the run, ``started_at`` the hand-off, ``finished_at`` its end), its deadline (hand-off +
+``timeout``), its attempts (each one submission to the run's executor, run in a copy of the
+caller's contextvars: ``attempt``), its retries (``retries``/``retry_backoff`` as for any
+node, within its deadline; a back-off is a timer entry whose due time hands the next
+submission to a ``taskflow-coordinator`` thread) and its ``ctx.on_cancel`` callbacks. It ends
+exactly once (``end``; the claim is ``ended``, under ``lock``):
+
+* an attempt's outcome (its worker): SUCCESS or EXCEPTION, TIMEOUT if it came past the
+  deadline (its value dropped);
+* the deadline first (``timed_out``, on the timer thread, only claims the end and hands the
+  rest to a coordinator thread): TIMEOUT; the running attempt is abandoned (a thread cannot
+  be killed: ``executors.mark_abandoned`` tells the executor's metrics, its ``ctx.on_cancel``
+  callbacks run, its late outcome is dropped and logged);
+* the executor refusing a submission: EXCEPTION with its error.
+
+Then, on the thread that ended it and outside every lock: the outcome is logged, the run's
+node observers hear of it (``detached_ended``: its span ends), its ``on_success``/``on_fail``
+hook runs once, the slot is given back (``detached.leave(ok)``) and the Future resolves with
+``final`` (statistics record it from the Future: ``observe/stats.py``). Its hooks may run after
+``start`` returned; no other node's do (they never pass through here).
+
+The run never cancels it: a handed-off node is SETTLED, so closing the run (its deadline,
+``ctx.cancel``) has nothing of it to end; only its own ``timeout`` bounds it, and the
+process's ``set_max_detached`` bounds how many run at once.
+
+What a detached task and its hooks see
+======================================
+``current.run`` is the work's ``DetachedView``: the run's context entries, ``ctx.result_of``
+of its ancestors (settled before it was handed off), ``ctx.cancelled`` once it ended,
+``ctx.timeout()``/``deadline_headers()``/``remaining()`` from its own deadline,
+``ctx.on_cancel`` for its timeout; ``ctx.cancel`` does nothing (the run does not wait for it,
+so there is nothing for it to end). Its task and hooks run on the view's own copy of the node,
+whose ``work_result`` is ``final``.
+
+Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``cancels`` and ``retry``;
+the rest is fixed at the hand-off, or written by the one thread that holds the claim)
+=========================================================================================
+``run``, ``i``, ``name``, ``timeout``, ``deadline``, ``retries``, ``backoff``, ``cv`` (the
+caller's contextvars), ``view`` (None once it ended: the view holds the work, not back),
+``node`` (the view's copy), ``final``, ``future``;
+``ended`` (the end was claimed), ``futs`` (its attempts' futures, one after the other: those
+not done at the deadline are reported abandoned), ``cancels`` (the running attempt's
+``ctx.on_cancel`` callbacks), ``retry`` (the back-off's timer entry), ``timer`` (the
+deadline's entry).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import threading
+import time
+import weakref
+from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+from taskflow.engine import events, executors, remote, timer
+from taskflow.engine import hooks as hooking
+from taskflow.engine.states import RUNNING, TERMINAL
+from taskflow.errors import DetachedRefusedError, NodeTimeoutError, traceback_text
+from taskflow.model.context import TaskSupport, current
+from taskflow.model.result import HookError, ResultState, WorkResult
+
+if TYPE_CHECKING:
+    from taskflow.model.context import TaskContext
+    from taskflow.model.graph import Plan
+
+__all__ = ["Detached", "DetachedView", "DetachingRun", "Handle", "hand_off"]
+
+_DEFAULT = ResultState.DEFAULT
+_DETACHED = ResultState.DETACHED
+_SUCCESS = ResultState.SUCCESS
+_EXCEPTION = ResultState.EXCEPTION
+_TIMEOUT = ResultState.TIMEOUT
+_monotonic = time.monotonic
+
+
+class DetachingRun(hooking.HookedRun, Protocol):
+    """Exactly what a hand-off uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
+    check that). Fixed: ``plan``, ``executor``, ``cv``, ``flow_id``, ``flow_name``, ``t0``,
+    ``budget``, ``data``, ``ctx``; under ``lock``: ``code``, ``detached_work`` and what
+    ``settle_and_next`` moves."""
+
+    plan: Plan
+    executor: Executor
+    cv: contextvars.Context
+    code: list[int]
+    node_timers: dict[int, timer.Timer]
+    ctx: TaskContext
+    data: dict[str, Any]
+    node_observers: tuple[events.RunObserver, ...]
+    debug: bool
+    detached_work: dict[int, Handle] | None
+
+    def value_of(self, name: str) -> Any:
+        """``ctx.result_of(name)`` through the run."""
+
+    def move(self, i: int, new: int) -> None:
+        """Under lock: move node ``i`` along the state table."""
+
+    def settle_and_next(self, i: int, token: int, hooks: list[int],
+                        now: float) -> tuple[int, int, bool]:
+        """Under lock: settle node ``i``; the loop's next node, loops reserved, finish."""
+
+    def carry_on(self, nxt: int, k: int, fin: bool, hooks: list[int]) -> int:
+        """Outside the lock, after ``settle_and_next``."""
+
+    def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Record node ``i``'s outcome as any node's."""
+
+    def late(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """The node ended without us: the loop's next node."""
+
+
+def hand_off(run: DetachingRun, i: int, token: int) -> int:
+    """Loop ``token`` popped detached node ``i`` (RUNNING): hand it off, or end it refused;
+    returns the loop's next node (see the module docstring)."""
+    from taskflow.resilience import detached as slots  # pydantic: off ``import taskflow``'s path
+
+    wr = run.results[i]
+    now = _monotonic()
+    hooks: list[int] = []
+    work: Detached | None = None
+    entry: timer.Timer | None = None
+    with run.lock:
+        if run.code[i] != RUNNING or wr.state is not _DEFAULT or run.closed:
+            alive = False
+        else:
+            alive = True
+            if slots.try_enter():  # non-blocking, its own leaf lock: never calls out
+                work = Detached(run, i, now)
+                if run.detached_work is None:
+                    run.detached_work = {}
+                run.detached_work[i] = Handle(work.future)
+                wr.started_at = wr.finished_at = now
+                wr.state = _DETACHED
+                run.move(i, TERMINAL)
+                entry = run.node_timers.pop(i, None)  # its section's deadline: no longer its
+                nxt, k, fin = run.settle_and_next(i, token, hooks, now)
+    if not alive:
+        return run.late(i, token, None, None)
+    if entry is not None:
+        entry.cancel()
+    if work is None:
+        return run.complete(i, token, None,
+                            DetachedRefusedError(run.names[i], slots.max_detached()))
+    if run.debug:
+        run.log.bind(node=run.names[i]).debug(
+            "node {} handed off detached (timeout {}s)", run.names[i], work.timeout)
+    if run.node_observers:
+        events.node_settled(run.node_observers, i)
+    work.begin()
+    return run.carry_on(nxt, k, fin, hooks)
+
+
+class Handle:
+    """What a run keeps of a node it handed off: the Future of its final WorkResult. It holds
+    nothing of the work, so a run and its detached work never form a reference cycle: the
+    work holds its run until it ends, the run only this."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[WorkResult[Any]]) -> None:
+        self.future = future
+
+
+class Detached:
+    """One detached node after its hand-off (see the module docstring for every field)."""
+
+    __slots__ = ("backoff", "cancels", "cv", "deadline", "ended", "final", "future", "futs",
+                 "i", "lock", "name", "node", "retries", "retry", "run", "timeout", "timer",
+                 "view")
+
+    def __init__(self, run: DetachingRun, i: int, now: float) -> None:
+        plan = run.plan
+        self.run = run
+        self.i = i
+        self.name = plan.names[i]
+        t = plan.timeout[i]
+        assert t is not None and not math.isinf(t)  # the node's definition checked it
+        self.timeout = t
+        self.deadline = now + t
+        self.retries = plan.retries[i]
+        self.backoff = plan.backoff[i]
+        self.cv = run.cv
+        self.lock = threading.Lock()
+        self.ended = False
+        self.futs: list[Future[Any]] = []
+        self.cancels: list[Any] = []
+        self.retry: timer.Timer | None = None
+        self.timer: timer.Timer | None = None
+        final: WorkResult[Any] = WorkResult()
+        final.queued_at = run.results[i].queued_at
+        final.started_at = now
+        self.final = final
+        self.future: Future[WorkResult[Any]] = Future()
+        self.future.set_running_or_notify_cancel()  # nobody may cancel it: it resolves once
+        view = DetachedView(self)
+        # the view holds the work; the work holds it back only until it ended (no cycle then)
+        self.view: DetachedView | None = view
+        self.node = view.copy_of_node()
+
+    # -- starting and attempts -----------------------------------------------------------------
+
+    def begin(self) -> None:
+        """After the hand-off, outside the run's lock: arm the deadline, submit the first
+        attempt."""
+        self.timer = timer.schedule(self.deadline, self.timed_out)
+        self.submit()
+
+    def submit(self) -> None:
+        """Submit the next attempt (a thread that may submit: the hand-off's loop, or a
+        coordinator thread after a back-off)."""
+        with self.lock:
+            if self.ended:
+                return
+            self.retry = None
+        try:
+            fut = self.run.executor.submit(self.cv.copy().run, self.attempt)
+        except BaseException as exc:  # noqa: BLE001 - a refused submission ends the node
+            self.end(None, exc)
+            return
+        with self.lock:
+            if not self.ended:
+                self.futs.append(fut)  # one per attempt, made one after the other
+
+    def attempt(self) -> None:
+        """One attempt, on an executor worker (in its own copy of the caller's contextvars)."""
+        with self.lock:
+            if self.ended:
+                return  # timed out while it waited in the executor's queue
+            view = self.view
+        assert view is not None  # cleared only once ended
+        final, node = self.final, self.node
+        final.attempts += 1
+        final.thread = threading.current_thread().name
+        number = final.attempts
+        run = self.run
+        if run.node_observers:
+            events.detached_started(run.node_observers, self.i, number)
+        cur = current
+        d = cur.__dict__
+        prev = d.get("run"), d.get("idx"), d.get("hooking")
+        cur.run, cur.idx, cur.hooking = view, self.i, None
+        try:
+            if run.plan.has_begin[self.i]:
+                self.call_hook(view, node.on_begin, number)
+            try:
+                value = node.task(run.ctx, node.param)
+                error: BaseException | None = None
+            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+                value, error = None, exc
+        finally:
+            cur.run, cur.idx, cur.hooking = prev
+        with self.lock:
+            self.cancels = []  # callbacks of an attempt that ended by itself never run
+        if error is not None:
+            delay = self.retry_delay(error)
+            if delay >= 0.0:
+                if run.node_observers:
+                    events.detached_retry(run.node_observers, self.i, number, error, delay)
+                if delay == 0.0:
+                    self.submit()
+                    return
+                entry = timer.schedule(_monotonic() + delay, self.retry_due)
+                with self.lock:
+                    if not self.ended:
+                        self.retry = entry
+                        return
+                entry.cancel()
+                return
+        self.end(value, error)
+
+    def retry_delay(self, error: BaseException) -> float:
+        """0.0: retry now; > 0: after that back-off; < 0: no retry (within its deadline)."""
+        attempts = self.final.attempts
+        if attempts > self.retries or not isinstance(error, Exception) or self.ended:
+            return -1.0
+        delay = self.backoff * (2.0 ** min(attempts - 1, 1000))
+        return -1.0 if _monotonic() + delay >= self.deadline else delay
+
+    def retry_due(self) -> None:
+        """Timer thread: a back-off ended; a coordinator thread submits the next attempt."""
+        remote.coordinator.put(self.cv, self.submit, ())
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def timed_out(self) -> None:
+        """Timer thread: the deadline passed first; claim the end, hand the rest over."""
+        with self.lock:
+            if self.ended:
+                return
+            self.ended = True
+            running, self.futs = self.futs, []
+            cancels, self.cancels = self.cancels, []
+            retry, self.retry = self.retry, None
+        if retry is not None:
+            retry.cancel()
+        remote.coordinator.put(self.cv, self.abandon, (running, cancels))
+
+    def abandon(self, running: list[Future[Any]], cancels: list[Any]) -> None:
+        """Coordinator thread: the node timed out; abandon its attempt, then end it."""
+        executors.mark_abandoned(self.run.executor, [f for f in running if not f.done()])
+        for fn in cancels:
+            _call_cancel(self, fn)
+        self.finish(None, NodeTimeoutError(self.name, self.timeout))
+
+    def end(self, value: Any, error: BaseException | None) -> None:
+        """An attempt's outcome, or a refused submission: claim the end (dropped if the
+        deadline claimed it first) and finish."""
+        with self.lock:
+            late = self.ended
+            self.ended = True
+            entry, self.timer = self.timer, None
+            self.futs = []
+        if late:
+            log = self.run.log.bind(node=self.name)
+            if error is not None:
+                log.warning("late exception from timed-out detached node {} dropped: {!r}",  # noqa: PLE1205 - loguru formats with {}
+                            self.name, error)
+            else:
+                log.debug("late result from timed-out detached node {} dropped",  # noqa: PLE1205
+                          self.name)
+            return
+        if entry is not None:
+            entry.cancel()
+        if _monotonic() >= self.deadline:
+            value, error = None, NodeTimeoutError(self.name, self.timeout)
+        self.finish(value, error)
+
+    def finish(self, value: Any, error: BaseException | None) -> None:
+        """The claim's holder, outside every lock: write the outcome, log it, tell the
+        observers, run the hook once, give the slot back, resolve the Future."""
+        final = self.final
+        final.result = value
+        final.exception = error
+        final.finished_at = _monotonic()
+        final.state = (_SUCCESS if error is None else
+                       _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION)
+        ok = error is None
+        run = self.run
+        self.log_outcome()
+        if run.node_observers:
+            events.detached_ended(run.node_observers, self.i, final)
+        plan = run.plan
+        view = self.view
+        assert view is not None  # this thread holds the end: nobody cleared it
+        if plan.has_success[self.i] if ok else plan.has_fail[self.i]:
+            node = self.node
+            self.call_hook(view, node.on_success if ok else node.on_fail, final.attempts,
+                           outcome=True)
+        self.view = None
+        from taskflow.resilience import detached as slots
+
+        slots.leave(ok)
+        self.future.set_result(final)
+
+    def log_outcome(self) -> None:
+        final = self.final
+        log = self.run.log.bind(node=self.name, detached=True)
+        st = final.state
+        if st is _SUCCESS:
+            log.debug("detached node {} ended SUCCESS in {:.3f}s",  # noqa: PLE1205
+                      self.name, final.duration)
+            return
+        exc = final.exception
+        trace = ""
+        if exc is not None and exc.__traceback__ is not None:
+            trace = "\n" + traceback_text(exc).rstrip()
+        log.warning("detached node {} ended {}: {!r}{}",  # noqa: PLE1205 - loguru formats with {}
+                    self.name, st.name, exc, trace)
+
+    def call_hook(self, view: DetachedView, fn: Any, attempt: int,
+                  outcome: bool = False) -> None:
+        """Call a hook of the node on ``view`` (a raising hook is logged, never propagated;
+        its first error is kept on the view's ``hook_errors``)."""
+        cur = current
+        d = cur.__dict__
+        prev = d.get("run"), d.get("idx"), d.get("hooking")
+        cur.run, cur.idx, cur.hooking = view, self.i, view
+        try:
+            fn(TaskSupport(view, self.i, attempt))
+        except BaseException as exc:  # noqa: BLE001 - a hook never changes the outcome
+            fname = getattr(fn, "__name__", "?")
+            if outcome and self.i not in view.hook_errors:
+                view.hook_errors[self.i] = HookError(fname, exc)
+            self.run.log.bind(node=self.name).error(
+                "hook {} of detached node {} raised; ignored\n{}", fname, self.name,
+                traceback_text(exc))
+        finally:
+            cur.run, cur.idx, cur.hooking = prev
+
+    # -- what the view asks --------------------------------------------------------------------
+
+    def add_cancel(self, fn: Any) -> None:
+        """``ctx.on_cancel`` in an attempt: kept until it ends (run at once if it ended)."""
+        with self.lock:
+            if not self.ended:
+                self.cancels.append(fn)
+                return
+        _call_cancel(self, fn)
+
+    def __repr__(self) -> str:
+        state = self.final.state.name if self.future.done() else "running"
+        return f"<Detached {self.name!r} of flow {self.run.flow_id} {state}>"
+
+
+def _call_cancel(work: Detached, fn: Any) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - a callback's error is logged, never raised
+        work.run.log.bind(node=work.name).error(
+            "on_cancel callback of detached node {} raised; ignored\n{}", work.name,
+            traceback_text(exc))
+
+
+class _Attempt:
+    """The attempt of a detached node running on this thread, as ``ctx`` asks it
+    (``AttemptView``)."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Detached) -> None:
+        self.work = work
+
+    def deadline(self) -> float:
+        return -math.inf if self.work.ended else self.work.deadline
+
+    def on_cancel(self, fn: Any) -> None:
+        self.work.add_cancel(fn)
+
+    def note_clamp(self, seconds: float) -> None:
+        """Clamped calls of a detached node are not kept (its run has returned)."""
+
+
+class DetachedView:
+    """What a detached node's task and hooks see of their run (``ContextView`` and
+    ``RunView``): the run's entries and results, the node's own deadline and end."""
+
+    __slots__ = ("__weakref__", "budget", "ctx", "data", "deadline", "flow_id", "flow_name",
+                 "hook_errors", "names", "plan", "results", "t0", "work")
+
+    cancel_reason: str | None = None
+    expired = False
+    finished = False
+    watch = None
+
+    def __init__(self, work: Detached) -> None:
+        run = work.run
+        self.work = work
+        results = list(run.results)  # the fathers' are settled: they no longer change
+        results[work.i] = work.final
+        self.results = results
+        self.hook_errors: dict[int, HookError] = {}
+        self.flow_id = run.flow_id
+        self.flow_name = run.flow_name
+        self.deadline = work.deadline  # ``ctx.remaining()`` reads the node's own
+        self.t0 = run.t0
+        self.budget = work.timeout
+        self.names = run.names
+        self.plan = run.plan
+        self.ctx = run.ctx
+        self.data = run.data
+
+    def copy_of_node(self) -> Any:
+        """The view's copy of the node (its ``work_result`` is the node's final one)."""
+        work = self.work
+        defn = work.run.plan.nodes[work.i]
+        obj = object.__new__(type(defn))
+        d = obj.__dict__
+        d.update(defn.__dict__)
+        d["_run"] = weakref.ref(self)
+        d["_wr"] = work.final
+        d["_idx"] = work.i
+        d["_plans"] = ()
+        return obj
+
+    def cancelled_for_caller(self) -> bool:
+        return self.work.ended
+
+    def caller_name(self) -> str:
+        return self.work.name
+
+    def value_of(self, name: str) -> Any:
+        return self.work.run.value_of(name)
+
+    def cancel(self, reason: str | None) -> None:
+        """Nothing to end: the run does not wait for a detached node."""
+
+    def asking(self) -> _Attempt | None:
+        d = current.__dict__
+        if d.get("run") is not self or d.get("hooking") is self:
+            return None
+        return _Attempt(self.work)
+
+    def node(self, i: int) -> Any:
+        work = self.work
+        return work.node if i == work.i else work.run.node(i)
+
+    def index_of(self, name: str) -> int:
+        return self.work.run.plan.index[name]
+
+    def fathers_of(self, i: int) -> tuple[int, ...]:
+        return self.work.run.plan.fathers[i]
+
+    def sons_of(self, i: int) -> tuple[int, ...]:
+        return self.work.run.plan.sons[i]
+
+    def is_sink(self, i: int) -> bool:
+        return self.work.run.plan.sinks[i]
+
+    @property
+    def detached_work(self) -> dict[int, Handle]:
+        return {self.work.i: Handle(self.work.future)}
+
+    def __repr__(self) -> str:
+        return f"<DetachedView of {self.work!r}>"
