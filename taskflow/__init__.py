@@ -40,6 +40,7 @@ from taskflow.errors import (
     NodeTimeoutError,
     RejectedExecutionError,
     ResultNotAvailableError,
+    StreamNotFinishedError,
     TaskflowError,
     UnhashableKeyError,
     UpstreamFailedError,
@@ -52,7 +53,7 @@ from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode, Section
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
-from taskflow.scheduling import TaskScheduling, run_async
+from taskflow.scheduling import FlowStream, TaskScheduling, run_async
 
 if TYPE_CHECKING:
     from taskflow import http as http
@@ -183,6 +184,7 @@ __all__ = [
     "FlowResult",
     "FlowSpec",
     "FlowStatus",
+    "FlowStream",
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",
@@ -211,6 +213,7 @@ __all__ = [
     "RetryBudget",
     "SchedulingNode",
     "Section",
+    "StreamNotFinishedError",
     "SwitchNode",
     "TaskContext",
     "TaskScheduling",
