@@ -15,7 +15,8 @@ run's deadline at most, then closes the run (unfinished nodes TIMEOUT, their ``o
 run in the caller, as ``start`` does) and hands out what is left. A stream opened by a node of a
 run on the same executor (a nested stream) is an *inline* run (``inline.py``): ``next()`` runs
 the ready nodes on the calling thread until one settles, so a saturated or one-worker pool
-cannot deadlock on it.
+cannot deadlock on it; the timer closes it at its deadline even while one of its nodes runs
+on that thread (the node sees ``ctx.cancelled``; the rest is handed out by the next ``next()``).
 
 Every node comes out once: when the run ends, the nodes the channel did not report (a node that
 ended as the run closed may be reported after the end) come out in the plan's order, from the
@@ -44,7 +45,7 @@ from collections.abc import Iterator
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from taskflow.engine import closing, events, inline, remote
+from taskflow.engine import closing, events, inline, remote, timer
 from taskflow.engine.run import Run
 from taskflow.engine.states import INLINE
 from taskflow.errors import StreamNotFinishedError
@@ -92,6 +93,11 @@ def open_stream(run: Run) -> FlowStream:
     run.node_observers = (*run.node_observers, channel)
     run.quiet = False  # a node observer: the run takes the general path of ``Run.complete``
     stream = FlowStream(run, channel)
+    if run.mode is INLINE and not math.isinf(run.budget):
+        # a nested stream's node runs on the consumer's thread: the timer closes the run at
+        # its deadline (``ctx.cancelled`` turns true in that node) and hands the rest to the
+        # consumer's next ``next()``; cancelled when the run finishes
+        run.run_timer = timer.schedule(run.deadline, closing.expire_on_timer, run)
     run.begin()
     return stream
 
