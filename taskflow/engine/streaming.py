@@ -114,7 +114,8 @@ class FlowStream:
 
     ``next()`` blocks until the next node settles, never past the run's deadline: there it
     closes the run and the unfinished nodes' ``on_fail`` hooks run in the calling thread (as in
-    ``start``), then the rest comes out at once. In a nested stream (opened by a node running
+    ``start``; when the deadline comes between two calls, the timer closes the run and they
+    run on a ``taskflow-coordinator`` thread), then the rest comes out at once. In a nested stream (opened by a node running
     on the same executor) the nodes run on the thread that calls ``next()``.
 
     ``close()`` (or leaving a ``with`` block, or an exception raised in one) cancels the run:

@@ -511,3 +511,17 @@ def test_random_dags_stream_each_node_once_and_agree_with_start(dag: Any, worker
     assert got.status is expected.status
     assert dict(items) == {name: got.result_of(name) for name in names}
 
+
+
+def test_a_process_pool_streams_its_nodes(spawn_pool) -> None:
+    import remote_tasks
+
+    a = FunctionNode(remote_tasks.const, 1, name="a")
+    b = FunctionNode(remote_tasks.const, 2, name="b")
+    c = FunctionNode(remote_tasks.fail, "no", name="c")
+    a >> [b, c]
+    stream = TaskScheduling.stream(a, executor=spawn_pool, timeout=LONG)
+    items = list(stream)
+    assert items[0][0] == "a" and sorted(n for n, _ in items) == ["a", "b", "c"]
+    assert states(items) == {"a": S.SUCCESS, "b": S.SUCCESS, "c": S.EXCEPTION}
+    assert stream.result.result_of("b").result == 2
