@@ -525,3 +525,15 @@ def test_a_process_pool_streams_its_nodes(spawn_pool) -> None:
     assert items[0][0] == "a" and sorted(n for n, _ in items) == ["a", "b", "c"]
     assert states(items) == {"a": S.SUCCESS, "b": S.SUCCESS, "c": S.EXCEPTION}
     assert stream.result.result_of("b").result == 2
+
+
+def test_a_section_deadline_comes_out_at_its_deadline_before_the_slow_part(make_executor,
+                                                                          gate) -> None:
+    release = gate()
+    below = FunctionNode(waits_for(gate()), name="below", deadline=SHORT)
+    slow = FunctionNode(waits_for(release), name="slow")
+    stream = TaskScheduling.stream([below, slow], executor=make_executor(2), timeout=LONG)
+    name, wr = next(stream)
+    assert (name, wr.state) == ("below", S.TIMEOUT)  # slow still waits for the test
+    release.set()
+    assert [(n, w.state) for n, w in stream] == [("slow", S.SUCCESS)]
