@@ -229,6 +229,28 @@ def test_close_cancels_the_run_and_is_idempotent(make_executor) -> None:
         next(stream)
 
 
+def test_closing_runs_the_cancelled_nodes_hooks_once(make_executor, gate) -> None:
+    log = HookLog()
+    entered, never = threading.Event(), gate()
+
+    def held(ctx: TaskContext, p: Any) -> None:
+        entered.set()
+        waits_for(never)(ctx, p)
+
+    top = Hooked("top", const(1), log)
+    running = Hooked("running", held, log)
+    waiting = Hooked("waiting", const(2), log)
+    top >> running >> waiting
+    stream = TaskScheduling.stream(top, executor=make_executor(2), timeout=LONG)
+    assert next(stream)[0] == "top"
+    assert entered.wait(LONG)
+    stream.close()
+    stream.close()
+    assert log.kinds("top") == ["on_success"]
+    assert log.kinds("running") == ["on_fail"] and log.kinds("waiting") == ["on_fail"]
+    assert stream.result.result_of("running").state is S.CANCELLED
+
+
 def test_an_exception_in_the_with_block_cancels_the_run(make_executor) -> None:
     cancelled = threading.Event()
     top = FunctionNode(const(1), name="top")
