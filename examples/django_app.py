@@ -28,6 +28,7 @@ Run it from the repository's root with Django's development server::
     curl 'localhost:8000/products/sku-1?fail=recommendations'  # 200, without recommendations
     curl 'localhost:8000/pool'
     curl 'localhost:8000/metrics'
+    curl -N 'localhost:8000/products/sku-1/page'   # streamed HTML: the slow reviews come last
 
 (``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
 
@@ -40,16 +41,18 @@ pool sizing and what ``--preload`` changes)::
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import django
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 from loguru import logger
 
@@ -62,6 +65,7 @@ from taskflow import (
     TaskScheduling,
     ThreadPool,
     UpstreamFailedError,
+    WorkResult,
 )
 
 if not settings.configured:
@@ -160,6 +164,47 @@ FunctionNode(category) >> [
 ] >> PAGE
 
 
+# -- the streamed page: its own graph, the slow reviews last ---------------------------------------
+
+# ``GET /products/<sku>/page`` sends HTML in parts: the top of the page at once, then each part
+# as soon as its node settles, the slowest (the full reviews, from a slow backend) last. A part
+# the budget cut says so in its place; CSS ``order`` lays the parts out whatever order they
+# arrive in. No ``page`` node here: the response itself is the join.
+STREAM_BUDGET = 1.0  # seconds for the whole streamed page
+REVIEWS_S = 0.25  # the full reviews backend is slow; the rest of the page does not wait for it
+
+
+def full_reviews(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "reviews", REVIEWS_S)
+    return {"rating": 4.7, "count": 1284, "top": "Great switches, a little loud."}
+
+
+STREAMED_PAGE = [FunctionNode(product_info), FunctionNode(category)]  # the two top nodes
+STREAMED_PAGE[0] >> [FunctionNode(price), FunctionNode(stock)]
+STREAMED_PAGE[1] >> [
+    FunctionNode(full_reviews, name="reviews"),
+    FunctionNode(recommendations, timeout=0.2, fallback=lambda ctx, error: []),
+]
+
+PAGE_TOP = (
+    "<!doctype html><html><head><meta charset=utf-8><title>{sku}</title>"
+    "<style>main{{display:flex;flex-direction:column}}"
+    "#product_info{{order:1}}#price{{order:2}}#stock{{order:3}}#reviews{{order:4}}"
+    "#recommendations{{order:5}}</style></head><body><main>\n"
+)
+PAGE_END = "</main></body></html>\n"
+
+
+def page_part(name: str, wr: WorkResult[Any]) -> str:
+    """One settled node as an HTML section (``category`` only feeds others: no section)."""
+    if name == "category":
+        return ""
+    if wr.state in (ResultState.SUCCESS, ResultState.DEGRADED):
+        body = html.escape(json.dumps(wr.result))
+        return f'<section id="{name}" data-state="{wr.state.name}">{body}</section>\n'
+    return f'<section id="{name}" data-state="{wr.state.name}">unavailable</section>\n'
+
+
 # -- the web layer ------------------------------------------------------------------------------
 
 
@@ -212,6 +257,28 @@ def render(request: HttpRequest, result: FlowResult, sku: str) -> JsonResponse:
     return JsonResponse(body, status=502)
 
 
+def product_page(request: HttpRequest, sku: str) -> StreamingHttpResponse:
+    """The product page as streamed HTML (``TaskScheduling.stream``): each part is sent as its
+    node settles. The run starts here, inside the trace middleware (its nodes carry the trace
+    id; they read the request from the context as in ``product_detail``). When the client goes
+    away the server closes the response, which closes the generator and the stream: the run
+    is cancelled (its nodes see ``ctx.cancelled``)."""
+    parts = TaskScheduling.stream(STREAMED_PAGE, executor=POOL, timeout=STREAM_BUDGET,
+                                  name="product_page",
+                                  context=TaskContext(request=request, sku=sku))
+
+    def body() -> Iterator[str]:
+        with parts:  # leaving it early (the client went away) cancels the run
+            yield PAGE_TOP.format(sku=html.escape(sku))
+            for name, wr in parts:
+                part = page_part(name, wr)
+                if part:
+                    yield part
+        yield PAGE_END
+
+    return StreamingHttpResponse(body(), content_type="text/html; charset=utf-8")
+
+
 def pool_metrics(request: HttpRequest) -> JsonResponse:
     """The shared pool's metrics (``taskflow.PoolMetrics``) as JSON, taken now."""
     return JsonResponse(POOL.metrics().model_dump(mode="json"))
@@ -225,6 +292,7 @@ def prometheus(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("products/<str:sku>", product_detail),
+    path("products/<str:sku>/page", product_page),
     path("pool", pool_metrics),
     path("metrics", prometheus),
 ]

@@ -41,6 +41,7 @@ thread)::
     curl 'localhost:8000/products/sku-1?slow=recommendations'  # 200, without recommendations
     curl 'localhost:8000/pool'
     curl 'localhost:8000/metrics'
+    curl -N 'localhost:8000/products/sku-1/page'   # streamed HTML: the slow reviews come last
 
 (``slow`` and ``fail`` inject a fault into one backend call, to try the error paths.)
 
@@ -58,13 +59,16 @@ sizing and what ``--preload`` changes)::
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import flask
-from flask import Flask, Response, g, request
+from flask import Flask, Response, g, request, stream_with_context
 from loguru import logger
 
 from taskflow import (
@@ -79,6 +83,7 @@ from taskflow import (
     TaskScheduling,
     ThreadPool,
     UpstreamFailedError,
+    WorkResult,
 )
 
 BUDGET = 0.5  # seconds a page may take, queueing included
@@ -176,6 +181,47 @@ FunctionNode(category) >> [
 ] >> PAGE
 
 
+# -- the streamed page: its own graph, the slow reviews last ---------------------------------------
+
+# ``GET /products/<sku>/page`` sends HTML in parts: the top of the page at once, then each part
+# as soon as its node settles, the slowest (the full reviews, from a slow backend) last. A part
+# the budget cut says so in its place; CSS ``order`` lays the parts out whatever order they
+# arrive in. No ``page`` node here: the response itself is the join.
+STREAM_BUDGET = 1.0  # seconds for the whole streamed page
+REVIEWS_S = 0.25  # the full reviews backend is slow; the rest of the page does not wait for it
+
+
+def full_reviews(ctx: TaskContext, _: Any) -> dict[str, Any]:
+    backend(ctx, "reviews", REVIEWS_S)
+    return {"rating": 4.7, "count": 1284, "top": "Great switches, a little loud."}
+
+
+STREAMED_PAGE = [FunctionNode(product_info), FunctionNode(category)]  # the two top nodes
+STREAMED_PAGE[0] >> [FunctionNode(price), FunctionNode(stock)]
+STREAMED_PAGE[1] >> [
+    FunctionNode(full_reviews, name="reviews"),
+    FunctionNode(recommendations, timeout=RECO_TIMEOUT, fallback=lambda ctx, error: []),
+]
+
+PAGE_TOP = (
+    "<!doctype html><html><head><meta charset=utf-8><title>{sku}</title>"
+    "<style>main{{display:flex;flex-direction:column}}"
+    "#product_info{{order:1}}#price{{order:2}}#stock{{order:3}}#reviews{{order:4}}"
+    "#recommendations{{order:5}}</style></head><body><main>\n"
+)
+PAGE_END = "</main></body></html>\n"
+
+
+def page_part(name: str, wr: WorkResult[Any]) -> str:
+    """One settled node as an HTML section (``category`` only feeds others: no section)."""
+    if name == "category":
+        return ""
+    if wr.state in (ResultState.SUCCESS, ResultState.DEGRADED):
+        body = html.escape(json.dumps(wr.result))
+        return f'<section id="{name}" data-state="{wr.state.name}">{body}</section>\n'
+    return f'<section id="{name}" data-state="{wr.state.name}">unavailable</section>\n'
+
+
 # -- the web layer ------------------------------------------------------------------------------
 
 
@@ -218,6 +264,32 @@ def render(result: FlowResult, sku: str) -> tuple[Response, int]:
 
 def jsonify(body: dict[str, Any], **more: Any) -> Response:
     return flask.jsonify({**body, **more})
+
+
+@app.get("/products/<sku>/page")
+def product_page(sku: str) -> Response:
+    """The product page as streamed HTML (``TaskScheduling.stream``): each part is sent as its
+    node settles. The run starts here, in the request's context (its nodes read ``request``
+    and ``g`` as in ``product_detail``); ``stream_with_context`` keeps that context while
+    Flask sends the body. A client that goes away closes the generator, which closes the
+    stream: the run is cancelled (its nodes see ``ctx.cancelled``)."""
+    with logger.contextualize(trace_id=g.trace_id):
+        parts = TaskScheduling.stream(STREAMED_PAGE, executor=POOL, timeout=STREAM_BUDGET,
+                                      name="product_page", context=TaskContext(sku=sku))
+
+    @stream_with_context
+    def body() -> Iterator[str]:
+        with parts:  # leaving it early (the client went away) cancels the run
+            yield PAGE_TOP.format(sku=html.escape(sku))
+            for name, wr in parts:
+                part = page_part(name, wr)
+                if part:
+                    yield part
+        yield PAGE_END
+        logger.info("page {} sent in {:.3f}s: {}", sku, parts.result.elapsed,
+                    parts.result.status.name)
+
+    return Response(body(), mimetype="text/html")
 
 
 @app.get("/pool")

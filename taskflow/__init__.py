@@ -41,6 +41,7 @@ from taskflow.errors import (
     NodeTimeoutError,
     RejectedExecutionError,
     ResultNotAvailableError,
+    StreamNotFinishedError,
     TaskflowError,
     UnhashableKeyError,
     UpstreamFailedError,
@@ -53,7 +54,7 @@ from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode, Section
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
-from taskflow.scheduling import TaskScheduling, run_async
+from taskflow.scheduling import FlowStream, TaskScheduling, run_async
 
 if TYPE_CHECKING:
     from taskflow import http as http
@@ -185,6 +186,7 @@ __all__ = [
     "FlowResult",
     "FlowSpec",
     "FlowStatus",
+    "FlowStream",
     "FlowTimeoutError",
     "ForkNode",
     "FunctionNode",
@@ -213,6 +215,7 @@ __all__ = [
     "RetryBudget",
     "SchedulingNode",
     "Section",
+    "StreamNotFinishedError",
     "SwitchNode",
     "TaskContext",
     "TaskScheduling",

@@ -31,6 +31,7 @@ __all__ = [
     "NodeTimeoutError",
     "RejectedExecutionError",
     "ResultNotAvailableError",
+    "StreamNotFinishedError",
     "TaskflowError",
     "UnhashableKeyError",
     "UpstreamFailedError",
@@ -188,6 +189,16 @@ class ResultNotAvailableError(TaskflowError, LookupError):
         self.name = name
         self.state = state
         super().__init__(f"no result for node {name!r}: it is {state}")
+
+
+class StreamNotFinishedError(TaskflowError, RuntimeError):
+    """``FlowStream.result`` read before the stream ended (it never blocks: iterate the
+    stream to its end, or close it, first)."""
+
+    def __init__(self, flow_id: str) -> None:
+        self.flow_id = flow_id
+        super().__init__(f"the stream of flow {flow_id} has not ended: iterate it to the end "
+                         "or close it before reading its result")
 
 
 class RemoteTaskError(TaskflowError, RuntimeError):

@@ -1,4 +1,5 @@
-"""The facade: ``TaskScheduling.start`` (blocking), ``.submit`` (a Future) and ``run_async``."""
+"""The facade: ``TaskScheduling.start`` (blocking), ``.submit`` (a Future), ``.stream`` (the nodes
+as they settle) and ``run_async``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
-from taskflow.engine import closing, executors, shedding
+from taskflow.engine import closing, executors, shedding, streaming
 from taskflow.engine.run import Run
+from taskflow.engine.streaming import FlowStream
 from taskflow.errors import DeadlineWarning, FlowDefinitionError, RejectedExecutionError
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
@@ -22,7 +24,7 @@ from taskflow.model.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.engine.shedding import Priority
 
-__all__ = ["TaskScheduling", "run_async"]
+__all__ = ["FlowStream", "TaskScheduling", "run_async"]
 
 
 def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
@@ -48,11 +50,14 @@ def _warn_late_deadlines(plan: Any, budget: float) -> None:
 
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
              future: Future[FlowResult] | None, targets: Any = None, name: Any = None,
-             t0: float | None = None, overrides: Any = None, priority: Any = "normal") -> Run:
+             t0: float | None = None, overrides: Any = None, priority: Any = "normal",
+             stream: bool = False) -> Run:
     """Validate everything, shed the run if its priority is shed at the current load, and
     build the run; nothing has been submitted when this raises.
 
-    ``t0`` is when the caller called (its budget counts from then, this work included)."""
+    ``t0`` is when the caller called (its budget counts from then, this work included).
+    ``stream``: a streamed run, owned by the coordinator threads (a Future of its own) unless
+    it is nested and runs inline."""
     if not isinstance(executor, Executor):
         raise TypeError(
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
@@ -83,10 +88,15 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     outer = getattr(current, "run", None)
     # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
     # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
-    inline = (future is None and outer is not None and not caps.remote
+    inline = ((future is None or stream) and outer is not None and not caps.remote
               and executors.same_executor(outer.executor, executor))
     if plan.any_deadline and budget != math.inf:
         _warn_late_deadlines(plan, budget)
+    if stream:
+        future = None
+        if not inline:  # its caller goes away between items: the coordinator owns the run
+            future = Future()
+            future.set_running_or_notify_cancel()
     if plan.any_policy:
         executors.check_executor(plan, caps.remote, type(executor).__name__)
     if not inline:  # an inline run submits nothing: there is nothing to shed
@@ -147,6 +157,43 @@ class TaskScheduling:
                        priority)
         run.begin()
         return closing.wait(run)
+
+    @staticmethod
+    def stream(nodes: Any, *, executor: Executor, timeout: float | None = None,
+               context: TaskContext | None = None, targets: Any = None,
+               name: str | None = None,
+               overrides: Mapping[str, Any] | None = None,
+               priority: Priority = "normal") -> FlowStream:
+        """Start the run and hand out its nodes as they settle: a
+        [`FlowStream`][taskflow.FlowStream] of ``(name, WorkResult)``.
+
+        Arguments as [`start`][taskflow.scheduling.TaskScheduling.start] (``targets``,
+        ``name``, ``overrides`` and ``priority`` included), validated the same way: a bad
+        argument or a shed run raises here, before anything runs. Each node comes out once,
+        in the order nodes settle; the iteration ends with the run (all settled, or the budget
+        spent: the unfinished nodes come out last, TIMEOUT). ``next()`` never waits past the
+        run's deadline; between two items the run goes on without the caller (taskflow's
+        coordinator and timer threads keep it). Once the stream is exhausted (or closed),
+        ``.result`` is the FlowResult ``start`` would have returned; before, it raises
+        ``StreamNotFinishedError``. ``close()``, leaving a ``with`` block or dropping the
+        stream cancels the run (unfinished nodes CANCELLED).
+
+        Hooks run as in ``start``, once each. Opened by a node running on the same executor
+        (a nested stream), the nested run is inline: its nodes run on the thread that calls
+        ``next()``, so a one-worker pool does not deadlock.
+
+        Example (a page that flushes each part as it is ready)::
+
+            with TaskScheduling.stream(PAGE, executor=pool, timeout=0.5) as parts:
+                for name, wr in parts:
+                    if wr.state is ResultState.SUCCESS:
+                        yield render(name, wr.result)
+            log_run(parts.result)
+        """
+        t0 = time.monotonic()
+        run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides,
+                       priority, stream=True)
+        return streaming.open_stream(run)
 
     @staticmethod
     def submit(nodes: Any, *, executor: Executor, timeout: float | None = None,

@@ -56,7 +56,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   the general path). Set by ``begin`` before
   any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
-  told about every node): set by ``begin`` before any node is queued, read without the lock.
+  told about every node): the listeners' are added by ``begin`` (to a stream's channel,
+  ``streaming.py``) before any node is queued, read without the lock.
 ``code[i]``: node ``i``'s lifecycle code (WAITING, QUEUED, RUNNING, BACKOFF, TERMINAL, SETTLED).
 ``left[i]``, ``nsucc[i]``, ``nskip[i]``: fathers not terminal / succeeded / skipped.
 ``results[i]``: node ``i``'s WorkResult; ``result``/``exception`` written before ``state``.
@@ -447,8 +448,10 @@ class Run:
 
     def begin(self) -> None:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
-        if events.LISTENERS:
-            self.observers, self.node_observers = events.observe(self)
+        if events.LISTENERS:  # added to those already given (a stream's channel)
+            seen, per_node = events.observe(self)
+            self.observers += seen
+            self.node_observers += per_node
             self.quiet = not self.debug and not self.node_observers
         plan = self.plan
         if not plan.nodes:

@@ -212,6 +212,8 @@ def curl(words: list[str], comment: str, server: Server | None, origin: str) -> 
         if arg == "-H":
             key, _, value = next(args).partition(":")
             headers[key.strip()] = value.strip()
+        elif arg in ("-N", "--no-buffer"):  # a streamed page: urllib reads it all the same
+            continue
         elif arg.startswith("-"):
             raise AssertionError(f"{origin}: curl option {arg!r} not understood here")
         else:

@@ -216,3 +216,57 @@ def test_16_threads_x_10_requests_at_once_do_not_cross_talk(example, records, mo
             t, i = sku.removeprefix("sku-").split("-")
             assert record["extra"]["trace_id"] == f"t{t}-r{i}"
     assert flows_logged == set(trace_of_flow)
+
+
+# --- the streamed page (TaskScheduling.stream behind stream_with_context) -------------------------
+
+
+def gate_reviews(example: ModuleType, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[threading.Event, threading.Event, threading.Event]:
+    """The reviews backend says it started (the first Event), then waits for the second, which
+    the test sets, or for its run to be cancelled (which sets the third)."""
+    entered, release, cancelled = threading.Event(), threading.Event(), threading.Event()
+    real = example.backend
+
+    def backend(ctx: Any, call: str, seconds: float) -> None:
+        if call != "reviews":
+            return real(ctx, call, seconds)
+        ctx.on_cancel(cancelled.set)
+        entered.set()
+        while not release.wait(0.005):
+            if ctx.cancelled:
+                return None
+        return None
+
+    monkeypatch.setattr(example, "backend", backend)
+    monkeypatch.setattr(example, "STREAM_BUDGET", LONG)  # the test, not the clock, orders it
+    return entered, release, cancelled
+
+
+def test_streamed_page_sends_the_top_parts_before_the_slow_reviews(client, example,
+                                                                   monkeypatch) -> None:
+    _, release, _ = gate_reviews(example, monkeypatch)
+    response = client.get("/products/sku-7/page", buffered=False)
+    assert response.status_code == 200 and response.mimetype == "text/html"
+    chunks = iter(response.response)
+    got = [next(chunks).decode()]
+    assert got[0].startswith("<!doctype html>") and "<title>sku-7</title>" in got[0]
+    while not all(f'id="{part}"' in "".join(got) for part in ("product_info", "price", "stock")):
+        got.append(next(chunks).decode())
+    assert 'id="reviews"' not in "".join(got)  # still waiting for the test
+    release.set()
+    rest = [chunk.decode() for chunk in chunks]
+    response.close()
+    assert rest[-1] == example.PAGE_END
+    assert 'id="reviews" data-state="SUCCESS"' in "".join(rest)
+    assert "&quot;sku-7&quot;" in "".join(got)  # product_info read the request's sku
+
+
+def test_closing_the_streamed_page_early_cancels_its_run(client, example, monkeypatch) -> None:
+    entered, _, cancelled = gate_reviews(example, monkeypatch)
+    response = client.get("/products/sku-8/page", buffered=False)
+    chunks = iter(response.response)
+    assert next(chunks).startswith(b"<!doctype html>")
+    assert entered.wait(LONG)  # the slow part is running
+    response.close()  # what the server does when the client goes away
+    assert cancelled.wait(LONG)
