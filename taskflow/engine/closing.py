@@ -16,7 +16,10 @@ and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
 Invariants: ``finished`` is set exactly once, after every claimed hook started (``finish``
 runs the owed hooks and waits ``HOOK_GRACE`` for those running); no hook starts after it; user
 code, ``cancel`` and ``mark_abandoned`` are never called while holding the run's lock; a run
-closed by a cancel can still be closed by the deadline (then the wait for ``keep`` ends).
+closed by a cancel can still be closed by the deadline (then the wait for ``keep`` ends);
+one closer per end, decided under the lock: at the deadline the first of the caller, the timer,
+a stream's consumer and a worker past it closes, the others return (``expired``); a stand-in
+is computed once per node (``fallbacks.py``: the closer waits for one a worker computes).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
-from taskflow.engine import attempts, events, guards, inline, timer
+from taskflow.engine import attempts, events, fallbacks, guards, inline, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import INLINE, SETTLED, TERMINAL
@@ -97,7 +100,10 @@ def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -
     """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
     are claimed (``owed``), queued work is cancelled and running work abandoned."""
     with run.lock:
-        if run.finished or (run.closed and state is not _TIMEOUT):
+        # one closer per way to end: the first at the deadline (the caller, the timer, a
+        # stream's consumer, a worker past it) closes; a cancel may be followed by the
+        # deadline, which ends only what the cancel left running (the node that cancelled)
+        if run.finished or run.expired or (run.closed and state is not _TIMEOUT):
             return
         now = _monotonic()
         if run.closed:
@@ -159,7 +165,7 @@ def _end_unsettled(run: ClosingRun, state: ResultState, reason: str | None, keep
             # abandoned with the run's own loops, after the lock
             wr.result, fan_running = fan.abort()
             fan_futs.extend(fan_running)
-        if not (plan.any_policy and guards.defer_close(run, i, state, later)):
+        if not (plan.any_policy and fallbacks.defer_close(run, i, state, later)):
             run.fail(i, exc, state, now)
         run.move(i, SETTLED)
         victims.append(i)
@@ -197,7 +203,7 @@ def close_rest(run: ClosingRun, timers: list[timer.Timer], running: list[Future[
     if run.guards:
         guards.release(run, victims)
     if later:
-        guards.close_stand_ins(run, later)
+        fallbacks.close_stand_ins(run, later)
     for i in victims:
         hooking.log_outcome(run, i)
         if run.node_observers:

@@ -32,7 +32,16 @@ import time
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from taskflow.engine import attempts, closing, events, guards, sections, settling, timer
+from taskflow.engine import (
+    attempts,
+    closing,
+    events,
+    fallbacks,
+    guards,
+    sections,
+    settling,
+    timer,
+)
 from taskflow.engine.states import BACKOFF, PARKED, QUEUED, REMOTE, RUNNING, WAITING
 from taskflow.errors import NodeTimeoutError
 from taskflow.model.result import ResultState, WorkResult
@@ -74,7 +83,7 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
     computes its ``stand_in`` first and calls this again.)"""
     plan = run.plan
     if stand_in is None and plan.any_policy and plan.policy[i] is not None and (
-            guards.timeout_stand_in(run, i, node_timeout)):
+            fallbacks.timeout_stand_in(run, i, node_timeout)):
         return
     fan = run.fans.get(i)
     if fan is not None:
@@ -89,7 +98,7 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
         now = _monotonic()
         running = run.code[i] == RUNNING
         if stand_in is not None:
-            guards.end_timed_out(run, i, stand_in, now)
+            fallbacks.end_timed_out(run, i, stand_in, now)
         elif plan.any_deadline:
             run.fail(i, sections.timeout_error(plan, i, run.t0, now), _TIMEOUT, now)
         else:

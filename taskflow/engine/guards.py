@@ -41,11 +41,8 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   run's deadline is checked): a single-flight leader resolves its shared call, even when its
   own run has given up, so the runs still waiting get the value.
 
-``stand_in(run, i, error)`` (``complete``, outside the lock): a value kept within
-  ``stale_if_error`` (first), else the fallback's value; the node ends DEGRADED. A raising fallback ends it EXCEPTION with ``FallbackError`` (both chained).
-  Failures decided on threads that may not call user code (the timer's node timeout, the
-  run's deadline under the lock, a failed father under the lock) get their stand-in on the
-  owner's thread: ``timeout_stand_in``, ``defer_close``/``close_stand_ins``, ``doom``.
+Stand-ins (a fallback's value, or a stale one, for a node that failed) are ``fallbacks.py``'s:
+  computed once per node end, by whoever settles the node first.
 
 ``release(run, nodes)`` (outside the lock) when nodes ended without their attempt returning (node
   timeout, the run's deadline, a join that no longer needs them): everything they hold is given
@@ -105,9 +102,9 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from taskflow.engine import batching, events, sections, timer
+from taskflow.engine import batching, events, timer
 from taskflow.engine.states import (
     ADMIT_DONE,
     ADMIT_GO,
@@ -115,16 +112,13 @@ from taskflow.engine.states import (
     NO_LOOP,
     QUEUED,
     RUNNING,
-    TERMINAL,
 )
 from taskflow.engine.states import PARKED as PARKED_STATE
 from taskflow.errors import (
     BulkheadFullError,
     CircuitOpenError,
-    FallbackError,
     NodeCancelledError,
     NodeTimeoutError,
-    UpstreamFailedError,
 )
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
@@ -140,15 +134,9 @@ __all__ = [
     "ReadyCounter",
     "admit",
     "attempt_done",
-    "close_stand_ins",
-    "defer_close",
-    "doom",
-    "end_timed_out",
     "finish",
     "release",
-    "stand_in",
     "take_outcome",
-    "timeout_stand_in",
 ]
 
 GO, PARKED, DONE = ADMIT_GO, ADMIT_PARKED, ADMIT_DONE
@@ -181,8 +169,8 @@ class Guard:
     """One node's resilience bookkeeping in one run (see the module: who owns what)."""
 
     __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "member", "outcome", "permit",
-                 "race", "reservation", "retry", "seat", "shared", "ticket", "token_timer",
-                 "wait")
+                 "race", "reservation", "retry", "seat", "shared", "stand", "ticket",
+                 "token_timer", "wait")
 
     def __init__(self) -> None:
         self.wait = 0  # what the node is parked for (0: nothing)
@@ -201,6 +189,7 @@ class Guard:
         self.hedge_timer: timer.Timer | None = None
         self.seat: Any = None  # its seat in a batch's call (``batching``)
         self.retry: Any = None  # a retry-budget token for its next attempt (``retrying``)
+        self.stand: Any = None  # who computes its stand-in, and its value (``fallbacks``)
 
 
 class ReadyCounter(batching.GatheringEconomy, Protocol):
@@ -840,146 +829,3 @@ def finish(run: GuardedRun, i: int, value: Any, error: BaseException | None) -> 
             call.set_result(value)
         else:
             call.set_exception(error)
-
-
-# -- fallbacks -------------------------------------------------------------------------------------
-
-def stand_in(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None, Any]:
-    """``(value, error, degraded)`` for node ``i`` failing with ``error``: with a fallback,
-    ``(its value, None, error)``, or ``(None, FallbackError, None)`` when it raised; without
-    one (or when nobody will read it), ``(None, error, None)``."""
-    pol = _policy(run, i)
-    fallback = pol.fallback
-    stale = pol.flight is not None and pol.flight.stale_if_error > 0
-    if (fallback is None and not stale) or run.closed or run.results[i].state is not _DEFAULT:
-        return None, error, None
-    if stale:  # ``stale_if_error``: a kept value comes before the fallback (as in RFC 5861)
-        found, value = _stale_value(run, i, pol)
-        if found:
-            return value, None, error
-    if fallback is None:
-        return None, error, None
-    try:
-        return fallback.value(run.ctx, error), None, error
-    except FallbackError as exc:
-        return None, exc, None
-
-
-def _stale_value(run: GuardedRun, i: int, pol: Any) -> tuple[bool, Any]:
-    """``(True, value)``: a value kept up to ``cache_ttl + stale_if_error`` for node ``i``'s
-    key (outside the lock: the cache may do I/O)."""
-    from taskflow.resilience.singleflight import share_key_of
-
-    try:
-        key = share_key_of(pol.share_key, run.ctx, run.plan.nodes[i].param, node=pol.name)
-    except Exception:  # noqa: BLE001 - the key failed: no stale value, the error stands
-        return False, None
-    return pol.flight.stale_value(key)  # type: ignore[no-any-return]
-
-
-def _compute(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None]:
-    """The fallback's ``(value, None)`` or ``(None, FallbackError)`` (a thread that may call
-    user code, outside the lock)."""
-    fallback = _policy(run, i).fallback
-    cur = current
-    prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
-    cur.run, cur.idx = run, i
-    try:
-        return run.cv.copy().run(fallback.value, run.ctx, error), None
-    except FallbackError as exc:
-        return None, exc
-    finally:
-        cur.run, cur.idx = prev
-
-
-def _end(run: GuardedRun, i: int, error: BaseException, got: tuple[Any, BaseException | None],
-         now: float) -> None:
-    """Under the lock: node ``i`` ends DEGRADED with the stand-in, or EXCEPTION when the
-    fallback raised."""
-    value, failed = got
-    if failed is not None:
-        run.fail(i, failed, _EXCEPTION, now)
-        return
-    wr = run.results[i]
-    wr.result = value
-    wr.exception = error
-    wr.finished_at = now
-    wr.state = _DEGRADED
-    run.move(i, TERMINAL)
-
-
-_R = TypeVar("_R", bound=GuardedRun)
-
-
-def timeout_stand_in(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> bool:
-    """Timer thread, node ``i``'s own timeout passed: True when the owner takes over (it
-    computes the fallback, then calls ``timed_out(run, i, stand_in)``: the engine's
-    ``deadlines.node_timeout``)."""
-    if _policy(run, i).fallback is None:
-        return False
-    run.post(_timeout_owner, run, i, timed_out)
-    return True
-
-
-def _timeout_owner(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -> None:
-    with run.lock:
-        if run.closed or run.results[i].state is not _DEFAULT:
-            return
-    plan = run.plan
-    error = (sections.timeout_error(plan, i, run.t0, time.monotonic()) if plan.any_deadline
-             else NodeTimeoutError(run.names[i], plan.timeout[i]))
-    got = _compute(run, i, error)
-    timed_out(run, i, (error, got))
-
-
-def end_timed_out(run: GuardedRun, i: int, stand: tuple[Any, Any], now: float) -> None:
-    """Under the lock (``node_timeout``): end node ``i`` with the stand-in computed for it."""
-    error, got = stand
-    _end(run, i, error, got, now)
-
-
-def defer_close(run: GuardedRun, i: int, state: ResultState, later: list[int]) -> bool:
-    """Under the lock, the run closing: True when node ``i``'s TIMEOUT gets a stand-in instead
-    (it leaves the live states now; ``close_stand_ins`` writes its outcome before any hook)."""
-    pol = run.plan.policy[i]
-    if pol is None or pol.fallback is None or state is not ResultState.TIMEOUT:
-        return False
-    run.move(i, TERMINAL)
-    later.append(i)
-    return True
-
-
-def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
-    """Outside the lock, on the closing owner's thread: the stand-ins of ``defer_close``."""
-    for i in later:
-        error = NodeTimeoutError(run.names[i], run.budget, budget=True)
-        got = _compute(run, i, error)
-        with run.lock:
-            value, failed = got
-            wr = run.results[i]
-            wr.finished_at = _monotonic()
-            if failed is None:
-                wr.result = value
-                wr.exception = error
-                wr.state = _DEGRADED
-            else:
-                wr.exception = failed
-                wr.state = _EXCEPTION
-
-
-def doom(run: GuardedRun, s: int, f: int, now: float) -> bool:
-    """Under the lock, father ``f`` (the one to blame: ``settling.failed_father``) failed son
-    ``s``: True when ``s`` has a fallback; it is queued with the failure decided, and its
-    worker computes the stand-in."""
-    pol = run.plan.policy[s]
-    if pol is None or pol.fallback is None:
-        return False
-    err = UpstreamFailedError(run.names[s], run.names[f])
-    err.__cause__ = run.results[f].exception
-    g = _guard(run, s)
-    g.outcome = (None, err)
-    run.move(s, QUEUED)
-    run.results[s].queued_at = now
-    run.economy.enqueue(s)
-    return True
-

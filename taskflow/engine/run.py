@@ -161,6 +161,7 @@ from taskflow.engine import (
     detached,
     events,
     executors,
+    fallbacks,
     guards,
     loops,
     ranking,
@@ -805,7 +806,7 @@ class Run:
             value, error = None, sections.timeout_error(plan, i, self.t0, now)
         degraded = None
         if error is not None and guarded:
-            value, error, degraded = guards.stand_in(self, i, error)
+            value, error, degraded = fallbacks.stand_in(self, i, error)
         if error is None:
             learn_duration(plan.est, i, wr.started_at, now)
         ok = error is None and degraded is None

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from taskflow.engine import attempts, events, guards, timer
+from taskflow.engine import attempts, events, fallbacks, guards, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import QUEUED, SETTLED, TERMINAL, WAITING
@@ -180,7 +180,7 @@ def _apply_join(run: SettlingRun, s: int, f: int, decision: int, hooks: list[int
         work.append(s)
     else:
         blamed = failed_father(run, s, f)
-        if run.plan.any_policy and guards.doom(run, s, blamed, now):
+        if run.plan.any_policy and fallbacks.doom(run, s, blamed, now):
             return  # it has a fallback: queued to end DEGRADED
         _fail_fast(run, s, blamed, now)
         hooks.append(s)
