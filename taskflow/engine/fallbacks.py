@@ -32,7 +32,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from taskflow.engine import sections
-from taskflow.engine.guards import Guard, GuardedRun
+from taskflow.engine.guards import GuardedRun
+from taskflow.engine.guards import guard_of as _guard
+from taskflow.engine.guards import policy_of as _policy
 from taskflow.engine.states import QUEUED, TERMINAL
 from taskflow.errors import FallbackError, NodeTimeoutError, UpstreamFailedError
 from taskflow.model.context import current
@@ -45,20 +47,6 @@ _DEFAULT = ResultState.DEFAULT
 _DEGRADED = ResultState.DEGRADED
 _EXCEPTION = ResultState.EXCEPTION
 _monotonic = time.monotonic
-
-
-def _policy(run: GuardedRun, i: int) -> Any:
-    """Node ``i``'s ``NodePolicy`` (never None here: only nodes with one have a stand-in)."""
-    pol = run.plan.policy[i]
-    assert pol is not None
-    return pol
-
-
-def _guard(run: GuardedRun, i: int) -> Guard:
-    g: Guard | None = run.guards.get(i)
-    if g is None:
-        g = run.guards.setdefault(i, Guard())
-    return g
 
 
 class _Stand:

@@ -135,6 +135,8 @@ __all__ = [
     "admit",
     "attempt_done",
     "finish",
+    "guard_of",
+    "policy_of",
     "release",
     "take_outcome",
 ]
@@ -263,6 +265,9 @@ def _guard(run: GuardedRun, i: int) -> Guard:
     if g is None:
         g = run.guards.setdefault(i, Guard())
     return g
+
+
+policy_of, guard_of = _policy, _guard  # for the stand-ins (``fallbacks``)
 
 
 def _alive(run: GuardedRun, i: int) -> bool:
