@@ -60,6 +60,23 @@ of its ancestors (settled before it was handed off), ``ctx.cancelled`` once it e
 so there is nothing for it to end). Its task and hooks run on the view's own copy of the node,
 whose ``work_result`` is ``final``.
 
+A refresh (``Refresh``, started by ``refresh``)
+===============================================
+A node with ``stale_for`` served a stale cached value at its ``share_key`` gate; the cache
+(``CacheBase.refresh_with``) took the key's single flight and a slot of the same bound, and
+hands ``refresh(run, i, limit, finish)`` (``Run.start_refresh``) the seconds it may take: the
+node's ``timeout``, or ``DEFAULT_REFRESH_TIMEOUT``. A ``Refresh`` is a ``Detached`` of node ``i``
+that was never handed off (the run's node keeps the value it was served): its deadline counts
+from its own start, its attempts (retries included) run in the caller's contextvars on the
+run's executor and see the same ``DetachedView`` (``ctx.cancelled`` False until it ends,
+``ctx.timeout()`` and the clamped clients from its deadline, ``ctx.on_cancel`` called at it),
+whether the run has ended or not. What differs: no hook of the node runs and the run's node
+observers hear nothing (the node already ended in the run), its log line names it a refresh
+(bound ``refresh=True``), and instead of giving the slot back its end calls the cache's
+``finish(value, error)``, which stores the value or counts the failure, frees the key's single
+flight and gives the slot back (``taskflow.resilience.detached.metrics()`` counts it
+``succeeded`` or ``failed``).
+
 Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``cancels`` and ``retry``;
 the rest is fixed at the hand-off, or written by the one thread that holds the claim)
 =========================================================================================
@@ -92,8 +109,9 @@ from taskflow.model.result import HookError, ResultState, WorkResult
 if TYPE_CHECKING:
     from taskflow.model.context import TaskContext
     from taskflow.model.graph import Plan
+    from taskflow.resilience.cache import Finish
 
-__all__ = ["Detached", "DetachedView", "DetachingRun", "Handle", "hand_off"]
+__all__ = ["Detached", "DetachedView", "DetachingRun", "Handle", "Refresh", "hand_off", "refresh"]
 
 _DEFAULT = ResultState.DEFAULT
 _DETACHED = ResultState.DETACHED
@@ -199,12 +217,17 @@ class Detached:
                  "i", "lock", "name", "node", "retries", "retry", "run", "timeout", "timer",
                  "view")
 
-    def __init__(self, run: DetachingRun, i: int, now: float) -> None:
+    LABEL = "detached node"  # how its log lines name it
+    HOOKED = True  # its hooks run and the run's node observers hear of it
+    EXTRA: dict[str, Any] = {}  # bound in its outcome's log line, beside node and detached
+
+    def __init__(self, run: DetachingRun, i: int, now: float,
+                 timeout: float | None = None) -> None:
         plan = run.plan
         self.run = run
         self.i = i
         self.name = plan.names[i]
-        t = plan.timeout[i]
+        t = plan.timeout[i] if timeout is None else timeout
         assert t is not None and not math.isinf(t)  # the node's definition checked it
         self.timeout = t
         self.deadline = now + t
@@ -264,14 +287,15 @@ class Detached:
         final.thread = threading.current_thread().name
         number = final.attempts
         run = self.run
-        if run.node_observers:
+        hooked = self.HOOKED
+        if hooked and run.node_observers:
             events.detached_started(run.node_observers, self.i, number)
         cur = current
         d = cur.__dict__
         prev = d.get("run"), d.get("idx"), d.get("hooking")
         cur.run, cur.idx, cur.hooking = view, self.i, None
         try:
-            if run.plan.has_begin[self.i]:
+            if hooked and run.plan.has_begin[self.i]:
                 self.call_hook(view, node.on_begin, number)
             try:
                 value = node.task(run.ctx, node.param)
@@ -285,7 +309,7 @@ class Detached:
         if error is not None:
             delay = self.retry_delay(error)
             if delay >= 0.0:
-                if run.node_observers:
+                if hooked and run.node_observers:
                     events.detached_retry(run.node_observers, self.i, number, error, delay)
                 if delay == 0.0:
                     self.submit()
@@ -344,11 +368,11 @@ class Detached:
         if late:
             log = self.run.log.bind(node=self.name)
             if error is not None:
-                log.warning("late exception from timed-out detached node {} dropped: {!r}",  # noqa: PLE1205 - loguru formats with {}
-                            self.name, error)
+                log.warning("late exception from timed-out {} {} dropped: {!r}",  # noqa: PLE1205 - loguru formats with {}
+                            self.LABEL, self.name, error)
             else:
-                log.debug("late result from timed-out detached node {} dropped",  # noqa: PLE1205
-                          self.name)
+                log.debug("late result from timed-out {} {} dropped",  # noqa: PLE1205
+                          self.LABEL, self.name)
             return
         if entry is not None:
             entry.cancel()
@@ -365,9 +389,17 @@ class Detached:
         final.finished_at = _monotonic()
         final.state = (_SUCCESS if error is None else
                        _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION)
+        self.log_outcome()
+        self.settle(value, error)
+        self.view = None
+        self.future.set_result(final)
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        """The outcome is written and logged: tell the observers, run the hook once, give the
+        slot back."""
         ok = error is None
         run = self.run
-        self.log_outcome()
+        final = self.final
         if run.node_observers:
             events.detached_ended(run.node_observers, self.i, final)
         plan = run.plan
@@ -377,26 +409,24 @@ class Detached:
             node = self.node
             self.call_hook(view, node.on_success if ok else node.on_fail, final.attempts,
                            outcome=True)
-        self.view = None
         from taskflow.resilience import detached as slots
 
         slots.leave(ok)
-        self.future.set_result(final)
 
     def log_outcome(self) -> None:
         final = self.final
-        log = self.run.log.bind(node=self.name, detached=True)
+        log = self.run.log.bind(node=self.name, detached=True, **self.EXTRA)
         st = final.state
         if st is _SUCCESS:
-            log.debug("detached node {} ended SUCCESS in {:.3f}s",  # noqa: PLE1205
-                      self.name, final.duration)
+            log.debug("{} {} ended SUCCESS in {:.3f}s",  # noqa: PLE1205
+                      self.LABEL, self.name, final.duration)
             return
         exc = final.exception
         trace = ""
         if exc is not None and exc.__traceback__ is not None:
             trace = "\n" + traceback_text(exc).rstrip()
-        log.warning("detached node {} ended {}: {!r}{}",  # noqa: PLE1205 - loguru formats with {}
-                    self.name, st.name, exc, trace)
+        log.warning("{} {} ended {}: {!r}{}",  # noqa: PLE1205 - loguru formats with {}
+                    self.LABEL, self.name, st.name, exc, trace)
 
     def call_hook(self, view: DetachedView, fn: Any, attempt: int,
                   outcome: bool = False) -> None:
@@ -433,12 +463,40 @@ class Detached:
         return f"<Detached {self.name!r} of flow {self.run.flow_id} {state}>"
 
 
+class Refresh(Detached):
+    """A ``stale_for`` refresh of node ``i``'s cached value: detached work of its own (see
+    "A refresh" in the module docstring). ``finish(value, error)`` is the cache's end of it."""
+
+    __slots__ = ("finish_cache",)
+
+    LABEL = "refresh of node"
+    HOOKED = False
+    EXTRA = {"refresh": True}
+
+    def __init__(self, run: DetachingRun, i: int, now: float, timeout: float,
+                 finish: Finish) -> None:
+        super().__init__(run, i, now, timeout)
+        self.final.queued_at = now
+        self.finish_cache = finish
+
+    def settle(self, value: Any, error: BaseException | None) -> None:
+        """The cache stores the value (or counts the failure), frees the key's single flight
+        and gives the slot back."""
+        self.finish_cache(value, error)
+
+
+def refresh(run: DetachingRun, i: int, limit: float, finish: Finish) -> None:
+    """Start a refresh of node ``i``'s cached value, bounded by ``limit`` seconds from now
+    (``CacheBase.refresh_with``'s runner; the gate that served the stale value calls it)."""
+    Refresh(run, i, _monotonic(), limit, finish).begin()
+
+
 def _call_cancel(work: Detached, fn: Any) -> None:
     try:
         fn()
     except Exception as exc:  # noqa: BLE001 - a callback's error is logged, never raised
         work.run.log.bind(node=work.name).error(
-            "on_cancel callback of detached node {} raised; ignored\n{}", work.name,
+            "on_cancel callback of {} {} raised; ignored\n{}", work.LABEL, work.name,
             traceback_text(exc))
 
 

@@ -246,6 +246,9 @@ class GuardedRun(batching.BatchedRun, Protocol):
     def node(self, i: int) -> Any:
         """The run's copy of node ``i``."""
 
+    def start_refresh(self, i: int, limit: float, finish: Callable[[Any, Any], None]) -> None:
+        """Refresh node ``i``'s cached value as detached work (``detached.refresh``)."""
+
     def route(self, i: int, node: Any, value: Any) -> None:
         """A switch returned ``value``: record the sons it chose."""
 
@@ -364,10 +367,8 @@ def _share_gate(run: GuardedRun, i: int, g: Guard, pol: Any, now: float) -> int:
         g.shared = True
         run.results[i].shared = True
         g.outcome = (member.call.result(), None)
-        if member.stale:  # ``stale_for``: served now, one refresh runs detached
-            node = run.plan.nodes[i]
-            flight.refresh(key, partial(node.task, run.ctx, node.param), executor=run.executor,
-                           timeout=run.plan.timeout[i])
+        if member.stale:  # ``stale_for``: served now, one refresh runs as detached work
+            flight.refresh(key, partial(run.start_refresh, i), timeout=run.plan.timeout[i])
         return DONE
     # the leader, or an outcome or the lead arrived between join and here
     return DONE if g.outcome is not None else GO

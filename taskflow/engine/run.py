@@ -273,6 +273,7 @@ class Run:
     docstring for every field)."""
 
     detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
+    start_refresh = detached.refresh  # a ``stale_for`` refresh: detached work of its own
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,

@@ -35,9 +35,14 @@ a stored value that cannot be decoded is a miss, logged.
 
 Refreshes: ``begin_refresh(key)`` is the single flight of refreshes, exactly one per key at a
 time in this process (a set guarded by the lock), and across processes best effort through
-``try_lock`` (Redis: ``SET NX PX``). ``refresh(...)`` runs it as detached work: it takes a slot
-of ``taskflow.resilience.detached`` (refused when full: counted, the stale value still served),
-runs on the given executor under its own timeout, and a failure is logged, never raised.
+``try_lock`` (Redis: ``SET NX PX``). A refresh is detached work: it takes a slot of
+``taskflow.resilience.detached`` (refused when full: counted, the stale value still served)
+and holds it, with the key's single flight, until its work reports its end once
+(``finish(value, error)``: the value is stored, a failure counted, never raised).
+``refresh_with(key, runner)`` has a runner start that work: the engine's runs the node's task
+as an attempt of its own (``taskflow.engine.detached.Refresh``: its deadline, ``ctx.on_cancel``,
+the caller's contextvars, its outcome logged). ``refresh(key, call, executor=)`` is the
+stand-alone form: ``call()`` on the executor, the cache giving up on it at its timeout.
 
 Invariants: the lock of a cache guards its counters and its set of refreshing keys only (and
 the LRU's dict); the backend, the codec and user code are never called under it.
@@ -53,6 +58,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future
+from functools import partial
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from loguru import logger
@@ -85,6 +91,12 @@ __all__ = [
 
 FRESH, STALE, STALE_IF_ERROR, EXPIRED = "fresh", "stale", "stale_if_error", "expired"
 DEFAULT_REFRESH_TIMEOUT = 30.0  # a refresh's own timeout when the node has none
+
+
+Finish = Callable[[Any, BaseException | None], None]
+"""How a refresh's work reports its end: ``finish(value, error)``, once."""
+Runner = Callable[[float, Finish], None]
+"""What starts a refresh's work: ``runner(limit_seconds, finish)`` (``CacheBase.refresh_with``)."""
 
 
 class Entry(NamedTuple):
@@ -285,10 +297,49 @@ class CacheBase:
             self._refreshing.discard(key)
 
     def refresh(self, key: str, call: Callable[[], Any], *, keep: float, executor: Executor,
-                timeout: float | None = None) -> Future[Any] | None:
+                timeout: float | None = None) -> Future[bool] | None:
         """Run ``call`` detached to store a new value under ``key``: one per key at a time;
         None when another refresh runs or no detached slot was free (counted ``refused``).
-        The returned future never raises for the caller: a failure is logged and counted."""
+        ``call`` runs on ``executor``, bounded by ``timeout`` (the cache stops waiting for it
+        then: a thread cannot be cut); a failure is logged and counted. The returned future
+        resolves True when a new value was stored and never raises for the caller. A node's
+        refresh (``stale_for``) goes through ``refresh_with``: the engine runs it as an attempt.
+        """
+
+        def run(limit: float, finish: Finish) -> None:
+            timer = threading.Timer(limit, finish,
+                                    (None, TimeoutError(f"refresh timed out after {limit}s")))
+            timer.daemon = True
+
+            def work() -> None:
+                try:
+                    value, error = call(), None
+                except BaseException as exc:  # noqa: BLE001 - never reaches the served page
+                    value, error = None, exc
+                timer.cancel()
+                finish(value, error)
+
+            timer.start()
+            try:
+                executor.submit(work)
+            except BaseException:
+                timer.cancel()
+                raise
+
+        return self._refresh(key, run, keep, timeout, logged=False)
+
+    def refresh_with(self, key: str, runner: Runner, *, keep: float,
+                     timeout: float | None = None) -> Future[bool] | None:
+        """Refresh ``key`` with ``runner(limit, finish)``: it starts the work (bounded by
+        ``limit`` seconds: ``timeout``, or ``DEFAULT_REFRESH_TIMEOUT`` without one) and calls
+        ``finish(value, error)`` once when it ends, ``error`` set when it failed or timed out;
+        the runner logs that outcome. One per key at a time, a detached slot held from here to
+        ``finish`` (None when not started, as ``refresh``); the new value is stored on success.
+        """
+        return self._refresh(key, runner, keep, timeout, logged=True)
+
+    def _refresh(self, key: str, runner: Runner, keep: float, timeout: float | None,
+                 logged: bool) -> Future[bool] | None:
         limit = (DEFAULT_REFRESH_TIMEOUT if timeout is None or not math.isfinite(timeout)
                  or timeout <= 0 else timeout)
         if not self.begin_refresh(key, limit):
@@ -298,42 +349,28 @@ class CacheBase:
             self.count("refused")
             return None
         self.count("refreshes")
-        done: Future[Any] = Future()
-        timer = threading.Timer(limit, self._refresh_timed_out, (key, done, limit))
-        timer.daemon = True
-
-        def work() -> None:
-            try:
-                value = call()
-            except BaseException as exc:  # noqa: BLE001 - never reaches the served page
-                self._finish(key, done, timer, None, exc)
-                return
-            self._finish(key, done, timer, value, None, keep)
-
+        done: Future[bool] = Future()
+        finish = partial(self._finish, key, done, keep, logged)
         try:
-            timer.start()
-            executor.submit(work)
+            runner(limit, finish)
         except BaseException as exc:  # noqa: BLE001 - a closed executor: the refresh failed
-            self._finish(key, done, timer, None, exc)
+            finish(None, exc)
         return done
 
-    def _refresh_timed_out(self, key: str, done: Future[Any], limit: float) -> None:
-        self._finish(key, done, None, None, TimeoutError(f"refresh timed out after {limit}s"))
-
-    def _finish(self, key: str, done: Future[Any], timer: threading.Timer | None, value: Any,
-                error: BaseException | None, keep: float = 0.0) -> None:
-        # the work and its timer race: the first to claim ``done`` finishes the refresh once
+    def _finish(self, key: str, done: Future[bool], keep: float, logged: bool, value: Any,
+                error: BaseException | None) -> None:
+        # the first to claim ``done`` finishes the refresh once (``refresh``'s work and its
+        # timer race; a later claim is dropped)
         with self._lock:
             if done.running() or done.done():
                 return
             done.set_running_or_notify_cancel()
-        if timer is not None:
-            timer.cancel()
         ok = error is None and self.set(key, value, keep=keep)
         if error is not None:
             self.count("errors")
-            logger.warning("cache {!r}: refresh of {!r} failed ({}: {}); the stale value "
-                           "stays", self.name, key, type(error).__name__, error)
+            if not logged:
+                logger.warning("cache {!r}: refresh of {!r} failed ({}: {}); the stale value "
+                               "stays", self.name, key, type(error).__name__, error)
         self.end_refresh(key)
         detached.leave(ok)
         done.set_result(ok)

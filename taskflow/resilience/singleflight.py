@@ -44,7 +44,15 @@ from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
-from taskflow.resilience.cache import FRESH, STALE, STALE_IF_ERROR, Cache, LruCache, key_text
+from taskflow.resilience.cache import (
+    FRESH,
+    STALE,
+    STALE_IF_ERROR,
+    Cache,
+    LruCache,
+    Runner,
+    key_text,
+)
 from taskflow.resilience.callbacks import Callback, run_callbacks
 from taskflow.resilience.errors import UnhashableKeyError
 from taskflow.resilience.export import render_prometheus
@@ -304,15 +312,14 @@ class SingleFlight:
         """Seconds a success is kept: ``cache_ttl`` plus the longer stale window."""
         return (self.cache_ttl or 0.0) + max(self.stale_for, self.stale_if_error)
 
-    def refresh(self, key: Hashable, call: Callable[[], Any], *, executor: Any,
-                timeout: float | None) -> bool:
-        """Stale-while-revalidate: refresh ``key`` detached with ``call()`` (one per key at a
-        time, see ``CacheBase.refresh``); False when not started (another runs, no slot, or a
-        protocol-only cache that cannot refresh)."""
-        refresh = getattr(self.cache, "refresh", None)
+    def refresh(self, key: Hashable, runner: Runner, *, timeout: float | None) -> bool:
+        """Stale-while-revalidate: refresh ``key`` detached, ``runner(limit, finish)`` starting
+        its work (one per key at a time, see ``CacheBase.refresh_with``); False when not
+        started (another runs, no slot, or a protocol-only cache that cannot refresh)."""
+        refresh = getattr(self.cache, "refresh_with", None)
         if not callable(refresh):
             return False
-        return refresh(key_text(self.name, key), call, keep=self.keep, executor=executor,
+        return refresh(key_text(self.name, key), runner, keep=self.keep,
                        timeout=timeout) is not None
 
     def stale_value(self, key: Hashable) -> tuple[bool, Any]:
