@@ -20,6 +20,7 @@ from loguru import logger
 
 from taskflow._version import __version__ as __version__
 from taskflow.errors import (
+    ArgumentError,
     BatchCallError,
     BatchKeyError,
     BatchResultError,
@@ -35,6 +36,8 @@ from taskflow.errors import (
     FlowDefinitionError,
     FlowFailedError,
     FlowTimeoutError,
+    InvalidArgumentError,
+    InvalidArgumentValueError,
     InvalidNodeError,
     LoadShedError,
     NodeCancelledError,
@@ -44,6 +47,7 @@ from taskflow.errors import (
     StreamNotFinishedError,
     TaskflowError,
     UnhashableKeyError,
+    UnknownNodeError,
     UpstreamFailedError,
 )
 from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
@@ -162,6 +166,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Alarm",
+    "ArgumentError",
     "Batch",
     "BatchCallError",
     "BatchKeyError",
@@ -191,6 +196,8 @@ __all__ = [
     "ForkNode",
     "FunctionNode",
     "Hedge",
+    "InvalidArgumentError",
+    "InvalidArgumentValueError",
     "InvalidNodeError",
     "LoadShedError",
     "ItemTimeoutError",
@@ -225,6 +232,7 @@ __all__ = [
     "Thresholds",
     "UnhashableKeyError",
     "UnknownCaseError",
+    "UnknownNodeError",
     "UpstreamFailedError",
     "WorkResult",
     "budget_from_headers",

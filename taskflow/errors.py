@@ -24,7 +24,9 @@ __all__ = [
     "FlowDefinitionError",
     "FlowFailedError",
     "FlowTimeoutError",
+    "ArgumentError",
     "InvalidArgumentError",
+    "InvalidArgumentValueError",
     "InvalidNodeError",
     "LoadShedError",
     "NodeCancelledError",
@@ -34,7 +36,9 @@ __all__ = [
     "StreamNotFinishedError",
     "TaskflowError",
     "UnhashableKeyError",
+    "UnknownNodeError",
     "UpstreamFailedError",
+    "did_you_mean",
     "traceback_text",
 ]
 
@@ -57,11 +61,77 @@ class InvalidNodeError(FlowDefinitionError, TypeError):
     the wrong type or unknown (also a TypeError)."""
 
 
-class InvalidArgumentError(TaskflowError, TypeError):
-    """An argument of the wrong kind: given to an object that shows runs or pools (such as the
-    web app), raised when that object is built, or to a function that reads one (such as
-    ``budget_from_headers`` given something that is not a mapping of headers); also a
-    TypeError."""
+class ArgumentError(TaskflowError):
+    """A bad argument of a call, raised before anything runs: the root of the two kinds below,
+    each also the matching builtin (``InvalidArgumentError`` a ``TypeError``,
+    ``InvalidArgumentValueError`` a ``ValueError``). ``argument`` names the argument (None when
+    the raiser does not say)."""
+
+    def __init__(self, message: str, *, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class InvalidArgumentError(ArgumentError, TypeError):
+    """An argument of the wrong type: ``TaskScheduling.start`` (``stream``, ``submit``,
+    ``run_async``) given an executor that is not an ``Executor``, a timeout that is not a number,
+    a context that is not a ``TaskContext``; an object that shows runs or pools (such as the web
+    app) given the wrong kind of thing, raised when that object is built; a function that reads
+    one (such as ``budget_from_headers`` given something that is not a mapping of headers).
+    Also a TypeError."""
+
+
+class InvalidArgumentValueError(ArgumentError, FlowDefinitionError):
+    """An argument of the right type with a value that cannot be used: a negative or NaN
+    ``timeout``, an empty ``name``, an unknown ``priority`` of ``TaskScheduling.start`` (and
+    ``stream``, ``submit``, ``run_async``). Also a ``ValueError``, and a
+    ``FlowDefinitionError`` (what these raised before they had a class of their own)."""
+
+
+class UnknownNodeError(TaskflowError, KeyError):
+    """A node looked up by a name that no node of the run has (``ctx.result_of``,
+    ``FlowResult.result_of``, ``result[name]``, ``result.detached``). ``name`` is the name asked
+    for (also ``args[0]``, as a plain ``KeyError(name)`` has it), ``close`` the run's node name
+    closest to it, if any is close; the message says "did you mean ...?" then."""
+
+    def __init__(self, name: str, known: Iterable[str], message: str | None = None) -> None:
+        super().__init__(name)
+        self.name = name
+        close = _close(name, known)
+        self.close = close
+        hint = f"; did you mean {close!r}?" if close is not None else ""
+        self.message = (message or f"no node named {name!r} in this run") + hint
+
+    def __str__(self) -> str:  # KeyError's own would print only the name's repr
+        return self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_unknown_node, (self.name, self.close, self.message))
+
+
+def _unknown_node(name: str, close: str | None, message: str) -> UnknownNodeError:
+    err = UnknownNodeError(name, ())
+    err.close = close
+    err.message = message
+    return err
+
+
+def _close(name: object, known: Iterable[str]) -> str | None:
+    """The name of ``known`` closest to ``name``, if one is close enough (difflib's ratio of at
+    least 0.6), else None."""
+    if not isinstance(name, str):
+        return None
+    import difflib  # only an error message needs it
+
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """``" (did you mean 'product'?)"`` when a name of ``known`` is close to ``name``, else
+    ``""``: the hint an error about an unknown name ends with."""
+    close = _close(name, known)
+    return f" (did you mean {close!r}?)" if close is not None else ""
 
 
 class CycleError(FlowDefinitionError):

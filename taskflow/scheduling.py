@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from taskflow.engine import closing, executors, shedding, streaming
 from taskflow.engine.run import Run
 from taskflow.engine.streaming import FlowStream
-from taskflow.errors import DeadlineWarning, FlowDefinitionError, RejectedExecutionError
+from taskflow.errors import (
+    DeadlineWarning,
+    FlowDefinitionError,
+    InvalidArgumentError,
+    InvalidArgumentValueError,
+    RejectedExecutionError,
+)
 from taskflow.model.context import TaskContext, bind_context, current
 from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
 from taskflow.model.node import check_timeout
@@ -32,10 +38,27 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
     if name is None:
         return tops[0].name if tops else ""
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        raise InvalidArgumentError(f"name must be a str or None, got {type(name).__name__}",
+                                   argument="name")
     if not name:
-        raise FlowDefinitionError("name must not be empty (None: the first top node's name)")
+        raise InvalidArgumentValueError(
+            "name must not be empty (None: the first top node's name)", argument="name")
     return name
+
+
+def _budget(timeout: Any) -> float:
+    """The run's budget from ``timeout``: None and ``inf`` are none (``inf``)."""
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidArgumentError(
+            f"timeout must be a number of seconds or None, got {type(timeout).__name__}",
+            argument="timeout")
+    try:
+        budget = check_timeout(timeout)
+    except FlowDefinitionError as exc:  # negative or NaN
+        raise InvalidArgumentValueError(str(exc), argument="timeout") from None
+    return math.inf if budget is None else budget
 
 
 def _warn_late_deadlines(plan: Any, budget: float) -> None:
@@ -59,24 +82,24 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     ``stream``: a streamed run, owned by the coordinator threads (a Future of its own) unless
     it is nested and runs inline."""
     if not isinstance(executor, Executor):
-        raise TypeError(
+        raise InvalidArgumentError(
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
-            f"taskflow.ThreadPool, ProcessPoolExecutor, ...), got {type(executor).__name__}"
-        )
+            f"taskflow.ThreadPool, ProcessPoolExecutor, ...), got {type(executor).__name__}",
+            argument="executor")
     refused = executors.refusal(executor)
     if refused is not None:
         raise RejectedExecutionError(f"{refused}; nothing was submitted: start the flow on an "
                                      "executor that is running")
-    budget = check_timeout(timeout)
+    budget = _budget(timeout)
     prio = shedding.check_priority(priority)
-    if budget is None:
-        budget = math.inf
     if context is None:
         ctx = TaskContext()
     elif isinstance(context, TaskContext):
         ctx = context
     else:
-        raise TypeError(f"context must be a taskflow.TaskContext or None, got {type(context).__name__}")
+        raise InvalidArgumentError(
+            f"context must be a taskflow.TaskContext or None, got {type(context).__name__}",
+            argument="context")
     tops = as_top_nodes(nodes)
     flow_name = _flow_name(name, tops)
     plan = compile_plan(tops)
@@ -143,10 +166,14 @@ class TaskScheduling:
             The FlowResult; it does not raise for node failures (see ``raise_for_failure``).
 
         Raises:
-            FlowDefinitionError: invalid graph or options (cycle, duplicate name, a target not
-                in the graph, ...).
-            TypeError: nodes, executor, timeout, context, targets or name of the wrong type.
-            ValueError: negative or NaN timeout.
+            InvalidArgumentError: executor, timeout, context, name, priority or overrides of
+                the wrong type (a ``TypeError``); ``argument`` names it.
+            InvalidArgumentValueError: a negative or NaN timeout, an empty name, an unknown
+                priority, a target or an override naming no node of the graph ("did you mean
+                ...?") (a ``ValueError`` and a ``FlowDefinitionError``); ``argument`` names it.
+                Both are ``taskflow.ArgumentError``s.
+            FlowDefinitionError: invalid graph or node options (cycle, duplicate name, ...).
+            InvalidNodeError: nodes (or a target) that are not nodes (a ``TypeError``).
             RejectedExecutionError: the executor is already shut down: nothing was
                 submitted. One shut down during the run fails the nodes it refuses.
             LoadShedError: the run's priority is shed at the current load: nothing was

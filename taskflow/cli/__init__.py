@@ -79,6 +79,7 @@ from taskflow.cli.terminal import (
     positive_int,
     terminal_safe,
 )
+from taskflow.errors import did_you_mean
 from taskflow.metrics import Percentiles, PoolMetrics
 from taskflow.model.result import FlowResult
 from taskflow.pools.threadpool import ThreadPool
@@ -298,7 +299,8 @@ def _print_demo(run: DemoRun, args: argparse.Namespace, out: TextIO) -> None:
 def _demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.fail is not None and args.fail not in NODE_NAMES:
         print(
-            f"{args.prog} demo: error: unknown node {args.fail!r} for --fail; "
+            f"{args.prog} demo: error: unknown node {args.fail!r}"
+            f"{did_you_mean(args.fail, NODE_NAMES)} for --fail; "
             f"nodes are: {', '.join(NODE_NAMES)}",
             file=err,
         )

@@ -65,7 +65,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from taskflow.errors import FlowDefinitionError
+from taskflow.errors import FlowDefinitionError, did_you_mean
 from taskflow.kinds.fanout import FanOutNode
 from taskflow.model.context import TaskContext
 from taskflow.model.joins import Join
@@ -598,11 +598,16 @@ class _Builder:
             return f"tasks[{self.join_of[name]}].fork.join"
         return ""
 
+    def unknown(self, name: str, place: str) -> SpecError:
+        """The error for a reference to task ``name``, which the spec does not define."""
+        names = list(self.index) + list(self.join_of)
+        known = ", ".join(repr(n) for n in names)
+        return self.error(place, f"unknown task {name!r}{did_you_mean(name, names)} (tasks: {known})")
+
     def lookup(self, name: str, place: str) -> SchedulingNode[Any, Any]:
         node = self.nodes.get(name)
         if node is None:
-            known = ", ".join(repr(n) for n in list(self.index) + list(self.join_of))
-            raise self.error(place, f"unknown task {name!r} (tasks: {known})")
+            raise self.unknown(name, place)
         return node
 
     def node(self, name: str, place: str) -> SchedulingNode[Any, Any]:
@@ -615,8 +620,7 @@ class _Builder:
             return self.nodes[name]
         i = self.index.get(name)
         if i is None:
-            known = ", ".join(repr(n) for n in list(self.index) + list(self.join_of))
-            raise self.error(place, f"unknown task {name!r} (tasks: {known})")
+            raise self.unknown(name, place)
         if name in self.building:
             raise self.error(place, f"task {name!r} is part of its own switch case or fork branch")
         self.building.add(name)

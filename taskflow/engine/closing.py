@@ -36,7 +36,12 @@ from taskflow.engine import attempts, events, fallbacks, guards, inline, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import INLINE, SETTLED, TERMINAL
-from taskflow.errors import NodeCancelledError, NodeTimeoutError, ResultNotAvailableError
+from taskflow.errors import (
+    NodeCancelledError,
+    NodeTimeoutError,
+    ResultNotAvailableError,
+    UnknownNodeError,
+)
 from taskflow.model.context import current, detach_run
 from taskflow.model.result import FlowResult, ResultState, WorkResult
 
@@ -337,7 +342,7 @@ def value_of(results: list[WorkResult[Any]], index: dict[str, int], flow_id: str
     try:
         wr = results[index[name]]
     except KeyError:
-        raise KeyError(f"no node named {name!r} in flow {flow_id}") from None
+        raise UnknownNodeError(name, index, f"no node named {name!r} in flow {flow_id}") from None
     st = wr.state
     if st is not _SUCCESS and st is not _DEGRADED:
         raise ResultNotAvailableError(name, st.name)

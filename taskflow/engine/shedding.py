@@ -22,7 +22,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from taskflow.engine.executors import unwrap
-from taskflow.errors import FlowDefinitionError, InvalidArgumentError
+from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError, did_you_mean
 
 if TYPE_CHECKING:
     from taskflow.resilience.shedding import LoadShedder
@@ -41,9 +41,11 @@ def check_priority(priority: object) -> Priority:
         return priority
     if not isinstance(priority, str):
         raise InvalidArgumentError(
-            f"priority must be 'critical', 'normal' or 'sheddable', got {type(priority).__name__}")
-    raise FlowDefinitionError(
-        f"priority must be 'critical', 'normal' or 'sheddable', got {priority!r}")
+            f"priority must be 'critical', 'normal' or 'sheddable', got {type(priority).__name__}",
+            argument="priority")
+    raise InvalidArgumentValueError(
+        f"priority must be 'critical', 'normal' or 'sheddable', got {priority!r}"
+        f"{did_you_mean(priority, ('critical', 'normal', 'sheddable'))}", argument="priority")
 
 
 def _load() -> LoadShedder:

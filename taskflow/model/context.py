@@ -21,6 +21,7 @@ from taskflow.errors import (
     InvalidArgumentError,
     NodeCancelledError,
     ResultNotAvailableError,
+    UnknownNodeError,
 )
 from taskflow.model.deadlines import check_seconds, deadline_headers_for
 from taskflow.model.result import RunRecord, WorkResult
@@ -387,7 +388,9 @@ class TaskContext(MutableMapping[str, Any]):
         another process only the fathers' results are available.
 
         Raises:
-            KeyError: no node of that name in the run (the message says how to wire it in).
+            UnknownNodeError: no node of that name in the run (a ``KeyError``; the message
+                names the run's node closest to it, "did you mean 'product'?", or says how to
+                wire the node in).
             ResultNotAvailableError: the node is not upstream of the asking node, or has not
                 (or not successfully) finished.
         """
@@ -419,12 +422,15 @@ def _check_upstream(run: RunView, asker: int, name: str) -> None:
     try:
         target = run.index_of(name)
     except KeyError:
-        raise KeyError(
-            f"node {asking!r} asked for the result of {name!r}, but no node of flow "
-            f"{run.flow_id} is named {name!r}; wire the node that computes it upstream of "
-            f"{asking!r} (<node {asking!r}>.depends_on(<node {name!r}>), or "
-            f"<node {name!r}> >> <node {asking!r}>) so that the run includes it"
-        ) from None
+        said = (f"node {asking!r} asked for the result of {name!r}, but no node of flow "
+                f"{run.flow_id} is named {name!r}")
+        err = UnknownNodeError(name, run.names, said)
+        if err.close is None:
+            err.message += (
+                f"; wire the node that computes it upstream of {asking!r} "
+                f"(<node {asking!r}>.depends_on(<node {name!r}>), or "
+                f"<node {name!r}> >> <node {asking!r}>) so that the run includes it")
+        raise err from None
     if target == asker:
         return
     fathers_of = run.fathers_of

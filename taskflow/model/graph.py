@@ -19,7 +19,14 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from taskflow.errors import CycleError, DuplicateNameError, FlowDefinitionError, InvalidNodeError
+from taskflow.errors import (
+    CycleError,
+    DuplicateNameError,
+    FlowDefinitionError,
+    InvalidArgumentValueError,
+    InvalidNodeError,
+    did_you_mean,
+)
 from taskflow.model import joins
 from taskflow.model.node import FunctionNode, NodeKind, SchedulingNode, not_a_node
 
@@ -218,7 +225,8 @@ def select_targets(plan: Plan, targets: object) -> Plan:
     ``targets`` is a node, a node name, or an iterable of them; each must be in ``plan``.
 
     Raises:
-        FlowDefinitionError: a target is not in the graph (named), or ``targets`` is empty.
+        InvalidArgumentValueError: a target is not in the graph (named, with the closest node
+            name), or ``targets`` is empty (a ``FlowDefinitionError``).
         InvalidNodeError: a target is neither a node nor a name.
     """
     key = _target_indices(plan, targets)
@@ -261,11 +269,14 @@ def _target_indices(plan: Plan, targets: object) -> tuple[int, ...]:
             if i is None or plan.nodes[i] is not t:
                 name = t.__dict__.get("name", "?")
                 other = " (a different node has that name)" if name in plan.index else ""
-                raise FlowDefinitionError(f"target {name!r} is not in {where}{other}")
+                raise InvalidArgumentValueError(f"target {name!r} is not in {where}{other}",
+                                                argument="targets")
         elif isinstance(t, str):
             j = plan.index.get(t)
             if j is None:
-                raise FlowDefinitionError(f"target {t!r} names no node in {where}")
+                raise InvalidArgumentValueError(
+                    f"target {t!r} names no node in {where}{did_you_mean(t, plan.index)}",
+                    argument="targets")
             i = j
         else:
             raise InvalidNodeError(
@@ -273,7 +284,8 @@ def _target_indices(plan: Plan, targets: object) -> tuple[int, ...]:
             )
         found.add(i)
     if not found:
-        raise FlowDefinitionError("targets is empty; pass targets=None to run the whole graph")
+        raise InvalidArgumentValueError(
+            "targets is empty; pass targets=None to run the whole graph", argument="targets")
     return tuple(sorted(found))
 
 

@@ -76,13 +76,17 @@ class NodeState(enum.Enum):
     """Coarse lifecycle of a node in one run (the Java design's INIT/WORKING/FINISH/ERROR).
 
     ``SUCCESS`` and ``SKIPPED`` end in ``FINISH``; ``EXCEPTION``, ``TIMEOUT`` and ``CANCELLED``
-    in ``ERROR``.
+    in ``ERROR``. ``str()`` is the bare name (``"FINISH"``).
     """
 
     INIT = 0
     WORKING = 3
     FINISH = 1
     ERROR = 2
+
+    def __str__(self) -> str:
+        """The bare name (``"FINISH"``)."""
+        return self.name
 
 
 class NodeKind(enum.Enum):

@@ -17,11 +17,14 @@ anything runs, and is read-only afterwards but for ``est`` (its own list, as any
 from __future__ import annotations
 
 import copy
-import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from taskflow.errors import FlowDefinitionError
+from taskflow.errors import (
+    InvalidArgumentError,
+    InvalidArgumentValueError,
+    did_you_mean,
+)
 from taskflow.model.graph import Plan
 from taskflow.model.node import SchedulingNode, arity_problem
 
@@ -43,14 +46,11 @@ class Constant:
         return f"Constant({self.value!r})"
 
 
-def _unknown(names: list[str], known: Mapping[str, int]) -> FlowDefinitionError:
-    hints = []
-    for name in names:
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return FlowDefinitionError(
+def _unknown(names: list[str], known: Mapping[str, int]) -> InvalidArgumentValueError:
+    hints = [f"{name!r}{did_you_mean(name, known)}" for name in names]
+    return InvalidArgumentValueError(
         f"overrides name{'s' if len(hints) > 1 else ''} {', '.join(hints)} not in this run; "
-        f"its nodes are {', '.join(repr(n) for n in sorted(known))}")
+        f"its nodes are {', '.join(repr(n) for n in sorted(known))}", argument="overrides")
 
 
 def _task_of(name: str, override: Any) -> Callable[[Any, Any], Any]:
@@ -58,7 +58,8 @@ def _task_of(name: str, override: Any) -> Callable[[Any, Any], Any]:
         return Constant(override)
     problem = arity_problem(override, "fn(ctx, param)", 2)
     if problem is not None:
-        raise FlowDefinitionError(f"override of node {name!r}: {problem}")
+        raise InvalidArgumentValueError(f"override of node {name!r}: {problem}",
+                                        argument="overrides")
     task: Callable[[Any, Any], Any] = override
     return task
 
@@ -77,17 +78,20 @@ def override_plan(plan: Plan, overrides: object) -> Plan:
     the module docstring).
 
     Raises:
-        TypeError: ``overrides`` is not a mapping, or a key is not a str.
-        FlowDefinitionError: a name is not a node of this run (with the closest names), or a
-            callable override cannot be called as ``fn(ctx, param)``.
+        InvalidArgumentError: ``overrides`` is not a mapping, or a key is not a str (a
+            ``TypeError``).
+        InvalidArgumentValueError: a name is not a node of this run (with the closest names),
+            or a callable override cannot be called as ``fn(ctx, param)`` (a
+            ``FlowDefinitionError``).
     """
     if not isinstance(overrides, Mapping):
-        raise TypeError("overrides must be a mapping of node name -> value or fn(ctx, param), "
-                        f"got {type(overrides).__name__}")
+        raise InvalidArgumentError(
+            "overrides must be a mapping of node name -> value or fn(ctx, param), "
+            f"got {type(overrides).__name__}", argument="overrides")
     bad = [k for k in overrides if not isinstance(k, str)]
     if bad:
-        raise TypeError(f"overrides keys must be node names (str), got {bad[0]!r} "
-                        f"({type(bad[0]).__name__})")
+        raise InvalidArgumentError(f"overrides keys must be node names (str), got {bad[0]!r} "
+                                   f"({type(bad[0]).__name__})", argument="overrides")
     unknown = [name for name in overrides if name not in plan.index]
     if unknown:
         raise _unknown(unknown, plan.index)

@@ -116,7 +116,9 @@ class NodeReport(BaseModel):
     result: JsonValue = None
     result_repr: str | None = None
     error_type: str | None
+    """The class name of the node's error ([`WorkResult.error`][taskflow.WorkResult])."""
     error: str | None
+    """``str()`` of the node's error (``WorkResult.error``, also named ``exception``)."""
     cause: str | None
     not_run: str | None = None
     """Why the node never started, when it ended without running: ``"upstream failed"`` (a

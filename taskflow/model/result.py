@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from types import MappingProxyType
@@ -18,6 +19,7 @@ from taskflow.errors import (
     DetachedRefusedError,
     NodeTimeoutError,
     ResultNotAvailableError,
+    UnknownNodeError,
     UpstreamFailedError,
 )
 
@@ -33,7 +35,8 @@ V = TypeVar("V")
 
 
 class ResultState(enum.Enum):
-    """How a node ended in one run. ``DEFAULT`` until it ends."""
+    """How a node ended in one run. ``DEFAULT`` until it ends. ``str()`` is the bare name
+    (``"SUCCESS"``), as the JSON report writes it."""
 
     DEFAULT = "DEFAULT"
     SUCCESS = "SUCCESS"
@@ -48,9 +51,14 @@ class ResultState(enum.Enum):
     Future ``FlowResult.detached(name)``; a detached node that was refused, or never started,
     ends EXCEPTION, CANCELLED or TIMEOUT instead."""
 
+    def __str__(self) -> str:
+        """The bare name (``"SUCCESS"``), as the JSON report writes it."""
+        return self.name
+
 
 class FlowStatus(enum.Enum):
-    """How a run ended, as a whole (see ``FlowResult.status``)."""
+    """How a run ended, as a whole (see ``FlowResult.status``). ``str()`` is the bare name
+    (``"COMPLETED"``), as the JSON report writes it."""
 
     COMPLETED = "COMPLETED"
     """Nothing failed or degraded."""
@@ -63,6 +71,10 @@ class FlowStatus(enum.Enum):
     """The budget ended the run."""
     CANCELLED = "CANCELLED"
     """``ctx.cancel`` ended the run."""
+
+    def __str__(self) -> str:
+        """The bare name (``"COMPLETED"``), as the JSON report writes it."""
+        return self.name
 
 
 class HookError(NamedTuple):
@@ -80,8 +92,11 @@ class WorkResult(Generic[V]):
     Attributes:
         result: the value ``task`` returned (None unless SUCCESS).
         state: the [`ResultState`][taskflow.ResultState]; written after ``result``/``exception``.
-        exception: the original exception; for a node failed fast, an ``UpstreamFailedError``
-            whose ``__cause__`` is the father's exception.
+        error: the node's error, the original exception (None unless it failed or degraded);
+            for a node failed fast, an ``UpstreamFailedError`` whose ``__cause__`` is the
+            father's exception. The JSON report calls it ``error`` too (``NodeReport.error``,
+            its text, and ``error_type``).
+        exception: the same object as ``error`` (its first name, kept as an alias).
         attempts: how many times ``task`` was started.
         queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
             ``started_at`` is the first attempt's start.
@@ -125,6 +140,11 @@ class WorkResult(Generic[V]):
         self.shared = False
         self.batch: str | None = None
         self.retry_refused = False
+
+    @property
+    def error(self) -> BaseException | None:
+        """The node's error (``exception``, under the name the report uses)."""
+        return self.exception
 
     @property
     def marks(self) -> tuple[str, ...]:
@@ -247,8 +267,20 @@ def _names(names: list[str], limit: int) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
+    """``text`` on one line: whole when it fits ``limit``, else its whole first sentence (up to
+    three times ``limit``), else cut at the last word that fits, with ``...``."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    if len(flat) <= limit:
+        return flat
+    end = _SENTENCE_END.search(flat)
+    if end is not None and end.end() <= 3 * limit:
+        return flat[: end.end()] + " ..."
+    cut = flat[: limit - 3]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut) + " ..."
+
+
+_SENTENCE_END = re.compile(r"[.!?](?= )")
 
 
 
@@ -370,11 +402,7 @@ class FlowResult(Mapping[str, Any]):
 
     # Mapping
     def __getitem__(self, name: str) -> Any:
-        try:
-            i = self._run.index_of(name)
-        except KeyError:
-            raise KeyError(name) from None
-        return self._run.node(i)
+        return self._run.node(self._index(name))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._run.names)
@@ -383,11 +411,16 @@ class FlowResult(Mapping[str, Any]):
         return len(self._run.names)
 
     def result_of(self, name: str) -> WorkResult[Any]:
-        """The WorkResult of node ``name`` (KeyError if there is no such node)."""
+        """The WorkResult of node ``name`` (``UnknownNodeError``, a KeyError, if there is no such
+        node: its message names the closest node name, "did you mean 'product'?")."""
+        return self._run.results[self._index(name)]
+
+    def _index(self, name: str) -> int:
         try:
-            return self._run.results[self._run.index_of(name)]
+            return self._run.index_of(name)
         except KeyError:
-            raise KeyError(name) from None
+            raise UnknownNodeError(name, self._run.names,
+                                   f"no node named {name!r} in flow {self.flow_id}") from None
 
     @property
     def outputs(self) -> dict[str, Any]:
@@ -553,14 +586,12 @@ class FlowResult(Mapping[str, Any]):
         first) gets a Future already resolved with its WorkResult in this run.
 
         Raises:
-            KeyError: no node of that name in the run.
+            UnknownNodeError: no node of that name in the run (a ``KeyError``, "did you
+                mean ...?").
             ResultNotAvailableError: the node is not a detached one.
         """
         run = self._run
-        try:
-            i = run.index_of(name)
-        except KeyError:
-            raise KeyError(name) from None
+        i = self._index(name)
         fut = detached_future(run, i)
         if fut is not None:
             return fut

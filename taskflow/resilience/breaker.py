@@ -47,9 +47,15 @@ __all__ = ["BreakerMetrics", "BreakerPermit", "BreakerState", "CircuitBreaker"]
 
 
 class BreakerState(str, Enum):
+    """A circuit breaker's state; ``str()`` is the value (``"open"``), as metrics and JSON
+    write it."""
+
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 _CLOSED, _OPEN, _HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN

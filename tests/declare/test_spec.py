@@ -241,6 +241,13 @@ def test_graph_errors_name_the_place_in_the_document(doc: dict[str, Any], place:
     assert text in str(info.value)
 
 
+def test_a_mistyped_task_reference_asks_did_you_mean() -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec({"tasks": [task("product"), task("price", fathers=["prodcut"])]})
+    assert "unknown task 'prodcut' (did you mean 'product'?) (tasks: 'product', 'price')" in str(
+        info.value)
+
+
 @needs_yaml
 def test_yaml_errors_carry_the_line(tmp_path: Path) -> None:
     path = tmp_path / "flow.yaml"

@@ -20,11 +20,47 @@ def test_quick_start_runs_as_printed(capsys):
 
 
 def test_first_screen_gives_the_two_set_up_commands():
+    """The demo's install is the lightest one (no extras); the test command is the whole suite."""
     first_screen = README[: README.index("## Quick start")]
-    assert "pip install -e '.[dev]' && python -m taskflow demo" in first_screen
+    assert "pip install -e . && python -m taskflow demo" in first_screen
     assert "pip install -e '.[dev]' && pytest" in first_screen
     ci_lines = {line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()}
-    assert {"pip install -e '.[dev]'", "pytest"} <= ci_lines, "CI runs what the README prints"
+    assert {"pip install -e '.[dev]'", "pytest", "pip install -e .",
+            "python -m taskflow demo > /dev/null"} <= ci_lines, "CI runs what the README prints"
+
+
+def test_first_screen_says_which_tests_skip_without_which_system_packages():
+    first_screen = " ".join(README[: README.index("## Quick start")].split())
+    for needed in ("`redis-server`", "Chromium", "`test.test_concurrent_futures`", "`.ci/run`"):
+        assert needed in first_screen, needed
+    ci = (ROOT / ".ci" / "run").read_text()
+    for package in ("redis-server", "chromium", "testsuite"):
+        assert package in ci, package
+
+
+def test_the_demo_needs_no_extra():
+    """``pip install -e .`` is enough for the demo: it imports nothing an extra brings."""
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib.abc\n"
+            "class NoExtras(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in EXTRAS: raise ImportError(name)\n"
+            f"EXTRAS = {sorted(EXTRA_MODULES)!r}\n"
+            "sys.meta_path.insert(0, NoExtras())\n"
+            "from taskflow.cli import main\n"
+            "sys.exit(main(['demo']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+# what the extras bring that the library alone lacks (``pip install -e .`` gives pydantic,
+# loguru and psutil)
+EXTRA_MODULES = {"yaml", "flask", "django", "loky", "dask", "prometheus_client", "opentelemetry",
+                 "gunicorn", "uvicorn", "requests", "httpx", "redis", "mkdocs", "pytest",
+                 "hypothesis"}
 
 
 def test_first_screen_warns_that_start_runs_everything_connected():
@@ -119,3 +155,20 @@ def test_the_readme_stays_a_first_screen_and_its_links():
     assert not tables, tables
     section = README[README.index("## Performance"):]
     assert "docs/concepts/performance.md" in section.split("\n## ", 1)[0]
+
+
+def test_troubleshooting_quotes_the_error_of_a_checkout_folder_that_shadows_the_install(tmp_path):
+    """A script beside a folder named ``taskflow`` (the clone) imports that folder: the message
+    troubleshooting quotes is the one Python prints."""
+    import subprocess
+    import sys
+
+    (tmp_path / "taskflow").mkdir()  # a clone's top: no __init__.py
+    (tmp_path / "page.py").write_text("from taskflow import FunctionNode\n")
+    done = subprocess.run([sys.executable, str(tmp_path / "page.py")], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    message = ("ImportError: cannot import name 'FunctionNode' from 'taskflow' "
+               "(unknown location)")
+    assert message in done.stderr, done.stderr
+    page = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    assert f"## `{message}`" in page and message in page.split(f"## `{message}`", 1)[1]

@@ -10,6 +10,7 @@ import taskflow
 
 PUBLIC = [
     "Alarm",
+    "ArgumentError",
     "Batch",
     "BatchCallError",
     "BatchKeyError",
@@ -39,6 +40,8 @@ PUBLIC = [
     "ForkNode",
     "FunctionNode",
     "Hedge",
+    "InvalidArgumentError",
+    "InvalidArgumentValueError",
     "InvalidNodeError",
     "ItemTimeoutError",
     "Join",
@@ -73,6 +76,7 @@ PUBLIC = [
     "Thresholds",
     "UnhashableKeyError",
     "UnknownCaseError",
+    "UnknownNodeError",
     "UpstreamFailedError",
     "WorkResult",
     "budget_from_headers",
