@@ -3,21 +3,21 @@
 The whole public API is re-exported here; the documentation site (``docs/``, built with
 ``mkdocs build``) describes it, its API reference is generated from these docstrings. The parts
 that need pydantic or other heavy imports (report models, pools and monitors, FlowSpec,
-Conductor) load on first use (``__getattr__``), so ``import taskflow`` stays fast.
+Conductor, the resilience primitives) load on first use (``__getattr__``), and loguru loads
+with the program that uses it (``taskflow.logs``), so ``import taskflow`` stays fast
+(``benchmarks/import_time.py``). What a run itself needs is all loaded here, so no run ever
+imports a module after its clock has started.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from loguru import logger
-
+from taskflow import logs as logs
 from taskflow._version import __version__ as __version__
 from taskflow.errors import (
     ArgumentError,
@@ -82,8 +82,6 @@ if TYPE_CHECKING:
     from taskflow.resilience.retrybudget import RetryBudget
     from taskflow.resilience.shedding import set_load_shedding
 
-logger.disable("taskflow")
-
 # name -> the module that defines it, imported on first access
 _LAZY = {
     "Alarm": "taskflow.observe.snapshots",
@@ -122,18 +120,20 @@ _MODULES = {
 }
 
 
-class _ModuleNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _ModuleNames:
     """``import taskflow.web``, ``from taskflow.stats import enable``: the module-valued names
     of ``_MODULES`` import as the modules they name (the same module object under both names),
-    so the import statements the documentation shows work, not only attribute access."""
+    so the import statements the documentation shows work, not only attribute access. A finder
+    and loader by their methods (``importlib.abc``'s base classes would cost ``import
+    taskflow`` ``importlib.resources`` and ``tempfile``)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+                  ) -> ModuleSpec | None:
         if fullname.startswith("taskflow.") and fullname[9:] in _MODULES:
-            return importlib.util.spec_from_loader(fullname, self)
+            return ModuleSpec(fullname, self)  # type: ignore[arg-type]
         return None
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+    def create_module(self, spec: ModuleSpec) -> None:
         return None  # a placeholder; exec_module puts the real module in its place
 
     def exec_module(self, module: ModuleType) -> None:

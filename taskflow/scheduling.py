@@ -3,7 +3,6 @@ as they settle) and ``run_async``."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 import warnings
@@ -257,6 +256,10 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
     taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
     """
+    # loaded by the event loop awaiting this, long before: ``import taskflow`` skips asyncio,
+    # and the run's clock starts after this line
+    import asyncio
+
     t0 = time.monotonic()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()

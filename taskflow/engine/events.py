@@ -53,7 +53,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, Any, Protocol
 
-from loguru import logger
+from taskflow.logs import logger
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor

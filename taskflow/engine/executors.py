@@ -13,12 +13,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from loguru import logger
-
 from taskflow.errors import FlowDefinitionError
+from taskflow.logs import logger
 
 if TYPE_CHECKING:
     from taskflow.model.graph import Plan
@@ -86,6 +85,13 @@ def _module_of(executor: Executor) -> str:
     return type(executor).__module__
 
 
+def _is_process_pool(executor: Executor) -> bool:
+    """Whether ``executor`` is a ``ProcessPoolExecutor``, without importing its module (and
+    ``multiprocessing``) at ``import taskflow``: no instance exists before it is imported."""
+    module = sys.modules.get("concurrent.futures.process")
+    return module is not None and isinstance(executor, module.ProcessPoolExecutor)
+
+
 def capabilities(executor: Executor) -> Capabilities:
     """The capabilities of ``executor`` (see the module docstring)."""
     kind = type(executor)
@@ -97,7 +103,7 @@ def capabilities(executor: Executor) -> Capabilities:
         return caps
     inner = unwrap(executor)
     mod = _module_of(inner)
-    if isinstance(inner, ProcessPoolExecutor) or mod.startswith(("distributed", "loky")):
+    if _is_process_pool(inner) or mod.startswith(("distributed", "loky")):
         return Capabilities(1 << 30, True, mod.startswith(("distributed", "loky")))
     n: Any = getattr(executor, "max_size", None)
     if not isinstance(n, int):

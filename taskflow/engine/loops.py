@@ -38,9 +38,8 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
-from loguru import logger
-
 from taskflow.errors import RejectedExecutionError
+from taskflow.logs import logger
 
 __all__ = ["LoopOwner", "queued_here", "spawn"]
 

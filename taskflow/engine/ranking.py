@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from taskflow.model.graph import Plan
+from taskflow.resilience.dispatch import node_weights, remaining_paths
 
 __all__ = ["pop_best", "rank"]
 
@@ -20,8 +21,6 @@ def rank(plan: Plan) -> list[tuple[float, float]]:
     """Each node's dispatch rank in a run of a plan with resilience options: (``priority``,
     longest remaining path to a sink), the path weighted by each node's typical duration so
     far (``plan.est``; an unmeasured node counts as the median of the measured ones)."""
-    from taskflow.resilience.dispatch import node_weights, remaining_paths
-
     est = plan.est
     n = len(plan.nodes)
     weights = node_weights(range(n), lambda i: est[i] if est[i] >= 0.0 else None)

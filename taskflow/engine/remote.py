@@ -22,7 +22,6 @@ The coordinator thread is process-wide, started on first use, and started afresh
 from __future__ import annotations
 
 import contextlib
-import pickle
 import threading
 import time
 import traceback
@@ -34,13 +33,12 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
-from loguru import logger
-
 from taskflow import _fork
 from taskflow.engine import executors, guards, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
+from taskflow.logs import logger
 from taskflow.model.context import TaskContext, attach_view
 from taskflow.model.result import ResultState, WorkResult
 
@@ -390,6 +388,8 @@ class RemoteAttempt:
 def _round_trip(value: Any, cloud: bool) -> None:
     """Raise if ``value`` does not survive the way back to the caller's process: pickle, or,
     with ``cloud`` (the executor pickles with cloudpickle), cloudpickle where pickle fails."""
+    import pickle  # in the executor's process, which got this call by pickle: loaded there
+
     try:
         pickle.loads(pickle.dumps(value))
         return
@@ -455,6 +455,8 @@ def remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[s
                 remaining: float, flow_id: str, flow_name: str = "", cloud: bool = False) -> Any:
     """Runs in the executor's process: one fan-out item (the node arrives pickled once, as
     ``blob``, without its param); ``cloud`` as for ``remote_call``."""
+    import pickle  # loaded: this call came by pickle
+
     node = pickle.loads(blob)
     ctx = TaskContext(entries)
     view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)

@@ -150,8 +150,6 @@ from functools import partial
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from loguru import logger
-
 from taskflow import logs
 from taskflow.engine import (
     attempts,
@@ -195,6 +193,7 @@ from taskflow.errors import (
     NodeTimeoutError,
     TaskflowError,
 )
+from taskflow.logs import logger
 from taskflow.model.context import TaskContext, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
@@ -229,10 +228,11 @@ def set_strict(on: bool) -> None:
 def _debug_enabled() -> bool:
     """Whether per-node DEBUG lines are on (``taskflow.logs.log_nodes``) and would reach a
     loguru sink (checked once per run)."""
-    if not logs.logging_nodes():
+    real = logs.loguru_logger()
+    if real is None or not logs.logging_nodes():
         return False
     try:
-        core = logger._core  # type: ignore[attr-defined]
+        core = real._core  # type: ignore[attr-defined]
         if not core.handlers or core.min_level > 10:
             return False
         name = "taskflow.engine."

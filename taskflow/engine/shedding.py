@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from taskflow.engine.executors import unwrap
 from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError, did_you_mean
+from taskflow.resilience.shedding import shedder
 
 if TYPE_CHECKING:
-    from taskflow.resilience.shedding import LoadShedder
     from taskflow.resilience.shedding import Priority as Priority
 
 __all__ = ["admit", "check_priority", "executor_load"]
 
 _FULL = float("inf")
-_shedder: LoadShedder | None = None  # loaded by the first run that is measured
 
 
 def check_priority(priority: object) -> Priority:
@@ -46,16 +45,6 @@ def check_priority(priority: object) -> Priority:
     raise InvalidArgumentValueError(
         f"priority must be 'critical', 'normal' or 'sheddable', got {priority!r}"
         f"{did_you_mean(priority, ('critical', 'normal', 'sheddable'))}", argument="priority")
-
-
-def _load() -> LoadShedder:
-    """The process's shedder (``taskflow.resilience.shedding``), imported on first use: a
-    program that never starts a run does not load the resilience part."""
-    global _shedder
-    from taskflow.resilience.shedding import shedder
-
-    _shedder = shedder
-    return shedder
 
 
 def executor_load(executor: Executor) -> tuple[str, float] | None:
@@ -84,7 +73,6 @@ def _stdlib_load(pool: Any) -> float:
 def admit(plan: Any, executor: Executor, priority: Priority, flow: str) -> None:
     """Count the run admitted, or raise ``LoadShedError`` (counted) when its priority is shed
     at the load of its executor or of one of its bulkheads."""
-    shedder = _shedder or _load()
     threshold = shedder.threshold(priority)
     if threshold is not None:
         measured = executor_load(executor)

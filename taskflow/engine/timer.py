@@ -21,9 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loguru import logger
-
 from taskflow import _fork
+from taskflow.logs import logger
 
 __all__ = ["Timer", "TimerThread", "schedule", "timer_thread"]
 

@@ -35,9 +35,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from loguru import logger
-
 from taskflow.errors import FlowDefinitionError, InvalidArgumentError, InvalidNodeError
+from taskflow.logs import logger
 
 __all__ = ["DEADLINE", "ENVOY", "GRPC", "budget_from_headers", "check_seconds",
            "deadline_headers_for", "parse_header"]

@@ -28,10 +28,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
-from loguru import logger
 
 from taskflow import _fork
 from taskflow.errors import traceback_text
+from taskflow.logs import logger
 from taskflow.metrics import PoolMetrics
 from taskflow.observe.prometheus import render_prometheus
 from taskflow.observe.snapshots import Alarm, AlarmKind, PoolSnapshot, ProcessMetrics, Thresholds

@@ -87,10 +87,9 @@ from concurrent.futures import Executor, Future
 from enum import Enum
 from typing import Any, Final, ParamSpec, TypeVar
 
-from loguru import logger
-
 from taskflow import _fork
 from taskflow.errors import BrokenPoolError, RejectedExecutionError
+from taskflow.logs import logger
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pools.workers import (
     CLAIMED,

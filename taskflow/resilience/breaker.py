@@ -33,11 +33,11 @@ from collections.abc import Callable
 from enum import Enum
 from threading import Lock
 
-from loguru import logger
 from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
+from taskflow.logs import logger
 from taskflow.resilience.errors import CircuitOpenError
 from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_ratio, check_seconds, rebuild

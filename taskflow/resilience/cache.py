@@ -61,11 +61,11 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from loguru import logger
 from pydantic import BaseModel, ConfigDict
 
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
+from taskflow.logs import logger
 from taskflow.resilience import detached
 from taskflow.resilience.export import render_prometheus
 from taskflow.resilience.options import check_int, check_name

@@ -15,9 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from loguru import logger
-
 from taskflow.errors import traceback_text
+from taskflow.logs import logger
 
 __all__ = ["Callback", "run_callbacks"]
 

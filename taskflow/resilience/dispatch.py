@@ -12,7 +12,6 @@ queue then orders its nodes by (priority, path, arrival).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from graphlib import TopologicalSorter
 from typing import TypeVar
@@ -28,8 +27,15 @@ def node_weights(nodes: Iterable[H], median: Callable[[H], float | None], *,
     measured ones (they count as typical), or ``default`` when none is measured."""
     nodes = list(nodes)
     known = {n: m for n in nodes if (m := median(n)) is not None and m >= 0.0}
-    fill = statistics.median(known.values()) if known else default
+    fill = _median(sorted(known.values())) if known else default
     return {n: known.get(n, fill) for n in nodes}
+
+
+def _median(ordered: list[float]) -> float:
+    """``statistics.median`` of a sorted, non-empty list (that module stays off a run's path:
+    ``import taskflow`` loads this one)."""
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def remaining_paths(sons: Mapping[H, Iterable[H]], weights: Mapping[H, float]) -> dict[H, float]:

@@ -170,3 +170,59 @@ def test_a_node_that_overran_its_timeout_and_then_returned_logs_no_late_exceptio
     late = [r["message"] for r in lines if "late" in r["message"]]
     assert not any("quiet" in m for m in late if "exception" in m)
     assert any("loud" in m and "ValueError" in m for m in late)
+
+
+def _fresh(code: str) -> str:
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_loguru_imported_after_taskflow_finds_it_disabled_until_enabled() -> None:
+    # import taskflow leaves loguru unimported; whenever the program imports it, taskflow is
+    # disabled in it at once, and logger.enable("taskflow") turns its lines on as before
+    out = _fresh("""
+        import sys
+        from concurrent.futures import ThreadPoolExecutor
+        import taskflow
+        assert "loguru" not in sys.modules
+        def boom(ctx, p):
+            raise ValueError("boom")
+        node = taskflow.FunctionNode(boom, name="b")
+        with ThreadPoolExecutor(1) as pool:
+            taskflow.TaskScheduling.start(node, executor=pool)  # nothing can listen yet
+            import loguru
+            from loguru import logger
+            assert type(loguru.__spec__.loader).__module__ != "taskflow.logs"  # its own loader
+            records = []
+            logger.remove()
+            logger.add(records.append, level="TRACE")
+            taskflow.TaskScheduling.start(node, executor=pool)
+            assert records == [], records
+            logger.enable("taskflow")
+            taskflow.TaskScheduling.start(node, executor=pool)
+            assert any("boom" in str(r) for r in records), records
+        print("OK")
+        """)
+    assert out == "OK"
+
+
+def test_taskflows_logger_is_silent_before_loguru_and_loguru_after() -> None:
+    out = _fresh("""
+        import sys
+        from taskflow import logs
+        assert logs.loguru_logger() is None
+        logs.logger.opt(exception=True).bind(node="x").warning("nobody listens {}", 1)
+        with logs.logger.contextualize(a=1):
+            pass
+        from loguru import logger
+        assert logs.loguru_logger() is logger
+        assert logs.logger.bind.__self__ is logger
+        print("OK")
+        """)
+    assert out == "OK"

@@ -248,3 +248,69 @@ def test_the_checker_sees_all_three_kinds_of_import() -> None:
         ("taskflow.observe.viz", "function", "f"),
         ("taskflow.pools.threadpool", "function", "f"),
     ]
+
+
+# -- nothing is imported inside a run ------------------------------------------------------------
+# A run's modules (the engine, the facade, the kinds) import what they need at module level. The
+# function-level imports they keep load modules that are in ``sys.modules`` before any run that
+# reaches them: the resilience modules of a node's options (imported with its ``NodePolicy``
+# when the node is built, see ``test_what_a_run_imports_lazily_is_loaded_with_the_node_policy``)
+# and, off the thread-pool path, what a process pool or an event loop has loaded already.
+RUN_PARTS = {ENGINE, FACADE, KINDS}
+LAZY_IN_A_RUN_OUTSIDE_TASKFLOW = {
+    # (module, function) -> modules: the caller's event loop has asyncio; the run's clock starts
+    # after the import
+    ("taskflow.scheduling", "run_async"): {"asyncio"},
+    # process pools: multiprocessing has pickle; loky and dask ship and load cloudpickle
+    ("taskflow.engine.executors", "pickler"): {"pickle", "cloudpickle"},
+    ("taskflow.engine.remote", "_round_trip"): {"pickle", "cloudpickle"},
+    ("taskflow.engine.remote", "remote_work"): {"pickle"},
+}
+
+
+def _function_level_imports_outside_taskflow() -> set[tuple[str, str, str]]:
+    found = set()
+    for name, (_, tree) in modules().items():
+        if part_of(name) not in RUN_PARTS:
+            continue
+
+        def walk(node: ast.AST, function: str | None, module: str = name) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    walk(child, function or child.name)
+                    continue
+                if function and isinstance(child, ast.Import):
+                    found.update((module, function, a.name) for a in child.names
+                                 if a.name.split(".")[0] != "taskflow")
+                elif (function and isinstance(child, ast.ImportFrom) and not child.level
+                      and (child.module or "").split(".")[0] != "taskflow"):
+                    found.add((module, function, child.module or ""))
+                walk(child, function)
+
+        walk(tree, None)
+    return found
+
+
+def test_a_runs_modules_import_no_other_library_inside_functions_but_the_listed() -> None:
+    listed = {(m, f, t) for (m, f), targets in LAZY_IN_A_RUN_OUTSIDE_TASKFLOW.items()
+              for t in targets}
+    assert _function_level_imports_outside_taskflow() == listed
+
+
+def test_what_a_run_imports_lazily_is_loaded_with_the_node_policy() -> None:
+    # every taskflow module a run's module imports inside a function is one that building a
+    # node with options has loaded (``resilience.policy``'s module-level imports, transitively)
+    found = all_imports()
+    eager: dict[str, set[str]] = {}
+    for imp in found:
+        if imp.kind == "module":
+            eager.setdefault(imp.source, set()).add(imp.target)
+    loaded, todo = set(), ["taskflow.resilience.policy"]
+    while todo:
+        mod = todo.pop()
+        if mod not in loaded:
+            loaded.add(mod)
+            todo.extend(eager.get(mod, ()))
+    lazy = {imp for imp in found if imp.kind == "function" and part_of(imp.source) in RUN_PARTS}
+    assert lazy, "the checker found no function-level import in a run's modules"
+    assert [imp for imp in lazy if imp.target not in loaded] == []
