@@ -50,9 +50,6 @@ from taskflow.errors import (
     UnknownNodeError,
     UpstreamFailedError,
 )
-from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
-from taskflow.kinds.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
-from taskflow.kinds.switch import SwitchNode, UnknownCaseError
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
@@ -64,6 +61,9 @@ if TYPE_CHECKING:
     from taskflow import http as http
     from taskflow.declare import conductor
     from taskflow.declare.spec import FlowSpec, load_spec
+    from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
+    from taskflow.kinds.forkjoin import ForkNode, JoinNode, JoinOutput, fork_join
+    from taskflow.kinds.switch import SwitchNode, UnknownCaseError
     from taskflow.metrics import Percentiles, PoolMetrics
     from taskflow.model.report import FlowReport, NodeReport
     from taskflow.observe import otel as otel
@@ -82,8 +82,19 @@ if TYPE_CHECKING:
     from taskflow.resilience.retrybudget import RetryBudget
     from taskflow.resilience.shedding import set_load_shedding
 
-# name -> the module that defines it, imported on first access
+# name -> the module that defines it, imported on first access (the node kinds too: a program
+# names them when it builds its flows, before any run, and the engine never needs them)
 _LAZY = {
+    "FanInResult": "taskflow.kinds.fanout",
+    "FanOutNode": "taskflow.kinds.fanout",
+    "FanOutPolicyError": "taskflow.kinds.fanout",
+    "ItemTimeoutError": "taskflow.kinds.fanout",
+    "ForkNode": "taskflow.kinds.forkjoin",
+    "JoinNode": "taskflow.kinds.forkjoin",
+    "JoinOutput": "taskflow.kinds.forkjoin",
+    "fork_join": "taskflow.kinds.forkjoin",
+    "SwitchNode": "taskflow.kinds.switch",
+    "UnknownCaseError": "taskflow.kinds.switch",
     "Alarm": "taskflow.observe.snapshots",
     "PoolMonitor": "taskflow.observe.monitor",
     "PoolSnapshot": "taskflow.observe.snapshots",

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
     from loguru import Logger
 
-__all__ = ["log_nodes", "logger", "logging_nodes", "loguru_logger"]
+# ``logger`` and ``loguru_logger`` are what taskflow's own modules write through
+__all__ = ["log_nodes", "logging_nodes"]
 
 _node_lines = False
 _loguru: Any = None  # loguru's logger, once loguru is imported and taskflow disabled in it

@@ -52,11 +52,12 @@ def test_no_module_is_imported_while_a_run_is_in_progress(what: str) -> None:
 
 def test_import_taskflow_loads_none_of_what_only_some_programs_use() -> None:
     # loguru (and the asyncio, ssl, multiprocessing it drags in), the resilience part's
-    # pydantic models, process pools, importlib.resources: loaded by the programs that use them
+    # pydantic models, process pools, importlib.resources, the node kinds: loaded by the
+    # programs that use them
     heavy = ["loguru", "asyncio", "ssl", "multiprocessing", "concurrent.futures.process",
              "pydantic", "taskflow.resilience.bulkhead", "importlib.resources", "tempfile",
              "json", "psutil", "taskflow.observe", "taskflow.pools", "taskflow.declare",
-             "taskflow.http", "taskflow.cli"]
+             "taskflow.http", "taskflow.cli", "taskflow.kinds"]
     code = f"import sys\nimport taskflow\nprint(' '.join(m for m in {heavy!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)

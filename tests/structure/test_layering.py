@@ -62,7 +62,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # the root imports these parts only lazily (inside functions or for type checkers), so that
 # ``import taskflow`` stays light
-LAZY_ONLY: dict[str, set[str]] = {ROOT_PART: {POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP}}
+LAZY_ONLY: dict[str, set[str]] = {ROOT_PART: {KINDS, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP}}
 # observability sees the engine through its instrumentation points only
 ENGINE_FOR_OBSERVE = {"taskflow.engine.events"}
 # (importer, function) -> modules it may import lazily against the table
