@@ -34,7 +34,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
 from taskflow import _fork
-from taskflow.engine import executors, guards, sections, timer
+from taskflow.engine import executors, guards, retrying, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING
 from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
@@ -77,11 +77,13 @@ def preflight_pickle(pickler: Any, executor_name: str, name: str,
 
 class RemoteHost(guards.GuardedRun, Protocol):
     """What running nodes on a remote executor needs from the run (``run.Run`` satisfies it):
-    what the gates need (a remote node's attempts pass them too), and more."""
+    what the gates need (a remote node's attempts pass them too), what retries need
+    (``retrying.BudgetedRun``), and more."""
 
     caps: executors.Capabilities
     flow_id: str
     flow_name: str
+    debug: bool
     remote_futs: dict[int, Future[Any]]
     node_observers: tuple[Any, ...]
     ready: deque[int]
@@ -104,17 +106,8 @@ class RemoteHost(guards.GuardedRun, Protocol):
     def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
         """Start fan-out node ``i``'s fan-out; the loop ``token``'s next node."""
 
-    def requeue(self, i: int) -> None:
-        """Timer thread: node ``i``'s back-off ended; queue its next attempt."""
-
     def route(self, i: int, node: Any, value: Any) -> None:
         """A switch's value: record the sons it chose."""
-
-    def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
-        """0: retry now, > 0: after that back-off, < 0: no retry."""
-
-    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
-        """Tell the run's observers that an attempt failed and another follows."""
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the run's owner thread."""
@@ -159,7 +152,7 @@ def _retry(host: RemoteHost, i: int, delay: float) -> bool:
             host.economy.enqueue(i)
             return True
         host.move(i, BACKOFF)
-        timer.schedule(time.monotonic() + delay, host.requeue, i)
+        timer.schedule(time.monotonic() + delay, retrying.requeue, host, i)
         return False
 
 
@@ -248,10 +241,10 @@ def _outcome(host: RemoteHost, i: int, fut: Future[Any]) -> None:
         guards.attempt_done(host, i, error is None)  # no hedging here: always True
     if error is not None:
         wr = host.results[i]
-        delay = host.retry_delay(i, wr, error)
+        delay = retrying.retry_delay(host, i, wr, error)
         if delay >= 0.0:
             if host.node_observers:
-                host.retrying(i, wr.attempts, error, delay)
+                retrying.retrying(host, i, wr.attempts, error, delay)
             if _retry(host, i, delay):
                 dispatch(host)
             return

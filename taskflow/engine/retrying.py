@@ -1,7 +1,10 @@
-"""Retry budgets at run time: a node with ``retry_budget=`` deposits for its first attempt and
+"""A node's retries at run time: whether a failed attempt is retried and after what back-off
+(``retry_delay``), telling the observers (``retrying``), parking the node in BACKOFF
+(``back_off``) and queueing its next attempt when the back-off ends (``requeue``, the timer
+thread); and retry budgets: a node with ``retry_budget=`` deposits for its first attempt and
 withdraws for each retry.
 
-``Run.retry_delay`` decides that a failed attempt is retried (retries left, a back-off that
+``retry_delay`` decides that a failed attempt is retried (retries left, a back-off that
 fits the budget); then, on the node's own thread and outside the lock, ``allow`` asks the
 budget for a token (``RetryBudget.withdraw``). Refused: no retry is made, the node ends with
 its last error and its result says so (``WorkResult.retry_refused``). Granted: the token is
@@ -19,28 +22,123 @@ uses it. Nothing here is called under the run's lock but the handover.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from taskflow.engine import events
+from taskflow.engine import events, sections, timer
+from taskflow.engine.economy import Economy
+from taskflow.engine.states import BACKOFF, QUEUED, RUNNING
+from taskflow.model.graph import Plan
 from taskflow.model.result import ResultState, WorkResult
 
-__all__ = ["BudgetedRun", "allow", "attempt_begins"]
+__all__ = ["BudgetedRun", "allow", "attempt_begins", "back_off", "requeue", "retry_delay",
+           "retrying"]
 
 _DEFAULT = ResultState.DEFAULT
+_monotonic = time.monotonic
 
 
 class BudgetedRun(Protocol):
-    """What retry budgets use of a run (``run.Run`` satisfies it). ``lock`` guards ``closed``,
-    ``guards`` and the results' states; ``observers`` is fixed before any node is queued."""
+    """What a node's retries use of a run (``run.Run`` satisfies it). ``lock`` guards
+    ``closed``, ``code``, ``guards``, the economy and the results' states; ``plan``,
+    ``deadline``, ``t0``, ``debug`` are fixed at creation; ``observers`` and
+    ``node_observers`` before any node is queued."""
 
     lock: threading.Lock
     closed: bool
+    plan: Plan
+    code: list[int]
+    deadline: float
+    t0: float
+    debug: bool
     results: list[WorkResult[Any]]
     observers: tuple[events.RunObserver, ...]
+    node_observers: tuple[events.RunObserver, ...]
 
     @property
     def guards(self) -> Any:
         """Node -> its ``guards.Guard`` (``retry``: the token for its next attempt)."""
+
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy (its fields under ``lock``)."""
+
+    @property
+    def log(self) -> Any:
+        """The run's logger."""
+
+    def move(self, i: int, new: int) -> None:
+        """Under lock: move node ``i`` to state ``new``."""
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the run's owner thread."""
+
+    def dispatch(self, k: int) -> None:
+        """Outside the lock, on a thread that may submit: start ``k`` reserved loops."""
+
+
+def retry_delay(run: BudgetedRun, i: int, wr: WorkResult[Any], error: BaseException) -> float:
+    """Node ``i``'s attempt failed with ``error``: 0.0, retry now; > 0, retry after that
+    back-off; < 0, no retry (none left, not an Exception, the run closed, the node settled,
+    the back-off would pass a deadline, the budget refused it)."""
+    plan = run.plan
+    if wr.attempts > plan.retries[i] or not isinstance(error, Exception) or run.closed:
+        return -1.0
+    if wr.state is not _DEFAULT:
+        return -1.0
+    # a float product overflows to inf (no retry), where 2.0 ** n would raise
+    delay = plan.backoff[i] * (2.0 ** min(wr.attempts - 1, 1000))
+    limit = run.deadline
+    t = plan.timeout[i]
+    if t is not None and wr.started_at is not None:
+        limit = min(limit, wr.started_at + t)
+    if plan.any_deadline:
+        limit = sections.limit(plan, i, run.t0, limit)
+    if _monotonic() + delay >= limit:
+        return -1.0
+    if plan.any_policy:
+        pol = plan.policy[i]
+        if pol is not None and pol.retry_budget is not None and not allow(
+                run, i, pol, wr.attempts):
+            return -1.0  # the budget refused it: the node ends with this error
+    if run.debug:
+        run.log.bind(node=plan.names[i]).debug(
+            "node {} failed attempt {}, retrying in {:.3f}s: {!r}",
+            plan.names[i], wr.attempts, delay, error)
+    return delay
+
+
+def retrying(run: BudgetedRun, i: int, attempt: int, error: BaseException,
+             delay: float) -> None:
+    """Tell the observers that attempt ``attempt`` of node ``i`` failed and another follows
+    after ``delay`` seconds."""
+    events.event(run.observers, i, "retry", {"attempt": attempt, "delay": delay,
+                                             "error": error})
+    events.attempt_ended(run.node_observers, i, attempt, error, events.RETRY)
+
+
+def back_off(run: BudgetedRun, i: int, wr: WorkResult[Any], token: int, delay: float) -> int:
+    """Node ``i``'s attempt failed and another follows after ``delay`` seconds: park it in
+    BACKOFF (the timer requeues it) and return loop ``token``'s next node."""
+    with run.lock:
+        if run.code[i] == RUNNING and wr.state is _DEFAULT:
+            run.move(i, BACKOFF)
+            timer.schedule(_monotonic() + delay, requeue, run, i)
+        return run.economy.next_unless_abandoned(token)
+
+
+def requeue(run: BudgetedRun, i: int) -> None:
+    """Timer thread: node ``i``'s back-off ended; queue its next attempt (the owner
+    dispatches it)."""
+    with run.lock:
+        if run.code[i] != BACKOFF or run.closed:
+            return
+        run.move(i, QUEUED)
+        run.economy.enqueue(i)
+        k = run.economy.reserve()
+    if k:
+        run.post(run.dispatch, k)
 
 
 def attempt_begins(run: BudgetedRun, i: int, pol: Any, first: bool) -> None:

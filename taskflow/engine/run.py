@@ -173,7 +173,6 @@ from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
 from taskflow.engine.economy import Economy, learn_duration
 from taskflow.engine.states import (
-    BACKOFF,
     INLINE,
     LEGAL_BITS,
     LOOPS,
@@ -608,13 +607,13 @@ class Run:
             if guarded and not guards.attempt_done(self, i, error is None):
                 return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
-                delay = self.retry_delay(i, wr, error)
+                delay = retrying.retry_delay(self, i, wr, error)
                 if delay >= 0.0 and self.node_observers:
-                    self.retrying(i, wr.attempts, error, delay)
+                    retrying.retrying(self, i, wr.attempts, error, delay)
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
-                    return self.back_off(i, wr, token, delay)
+                    return retrying.back_off(self, i, wr, token, delay)
             return self.complete(i, token, value, error)
 
     def execute_plain(self, i: int, token: int, tname: str) -> int:
@@ -635,22 +634,13 @@ class Run:
             try:
                 value = node.fn(ctx, node.param)
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
-                delay = self.retry_delay(i, wr, exc)
+                delay = retrying.retry_delay(self, i, wr, exc)
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
-                    return self.back_off(i, wr, token, delay)
+                    return retrying.back_off(self, i, wr, token, delay)
                 return self.complete(i, token, None, exc)
             return self.complete(i, token, value, None)
-
-    def back_off(self, i: int, wr: WorkResult[Any], token: int, delay: float) -> int:
-        """Node ``i``'s attempt failed and another follows after ``delay`` seconds: park it in
-        BACKOFF (the timer requeues it) and return the loop's next node."""
-        with self.lock:
-            if self.code[i] == RUNNING and wr.state is _DEFAULT:
-                self.move(i, BACKOFF)
-                timer.schedule(_monotonic() + delay, self.requeue, i)
-            return self.economy.next_unless_abandoned(token)
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
@@ -694,52 +684,6 @@ class Run:
             return -1
         with self.lock:
             return self.economy.next_unless_abandoned(token)
-
-    def retry_delay(self, i: int, wr: WorkResult[Any], error: BaseException) -> float:
-        """0.0: retry now; > 0: retry after that back-off; < 0: no retry."""
-        plan = self.plan
-        if wr.attempts > plan.retries[i] or not isinstance(error, Exception) or self.closed:
-            return -1.0
-        if wr.state is not _DEFAULT:
-            return -1.0
-        # a float product overflows to inf (no retry), where 2.0 ** n would raise
-        delay = plan.backoff[i] * (2.0 ** min(wr.attempts - 1, 1000))
-        limit = self.deadline
-        t = plan.timeout[i]
-        if t is not None and wr.started_at is not None:
-            limit = min(limit, wr.started_at + t)
-        if plan.any_deadline:
-            limit = sections.limit(plan, i, self.t0, limit)
-        if _monotonic() + delay >= limit:
-            return -1.0
-        if plan.any_policy:
-            pol = plan.policy[i]
-            if pol is not None and pol.retry_budget is not None and not retrying.allow(
-                    self, i, pol, wr.attempts):
-                return -1.0  # the budget refused it: the node ends with this error
-        if self.debug:
-            self.log.bind(node=plan.names[i]).debug(
-                "node {} failed attempt {}, retrying in {:.3f}s: {!r}",
-                plan.names[i], wr.attempts, delay, error)
-        return delay
-
-    def retrying(self, i: int, attempt: int, error: BaseException, delay: float) -> None:
-        """Tell the observers that attempt ``attempt`` of node ``i`` failed and another follows
-        after ``delay`` seconds."""
-        events.event(self.observers, i, "retry", {"attempt": attempt, "delay": delay,
-                                                  "error": error})
-        events.attempt_ended(self.node_observers, i, attempt, error, events.RETRY)
-
-    def requeue(self, i: int) -> None:
-        """Timer thread: a back-off ended; queue the next attempt (the owner dispatches it)."""
-        with self.lock:
-            if self.code[i] != BACKOFF or self.closed:
-                return
-            self.move(i, QUEUED)
-            self.economy.enqueue(i)
-            k = self.economy.reserve()
-        if k:
-            self.post(self.dispatch, k)
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
