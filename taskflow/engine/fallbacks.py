@@ -51,8 +51,8 @@ _monotonic = time.monotonic
 
 class _Stand:
     """One node's stand-in in one run: claimed once, then published once. Fields under the
-    run's lock: ``got`` (``(value, FallbackError | None)`` once computed, or the owner's
-    ``(error, got)`` pair), ``idle`` (the closer's Condition while it waits)."""
+    run's lock: ``got`` (``(error, (value, failed))`` once computed: ``failed`` is the
+    FallbackError, or ``error`` itself when none was found), ``idle`` (a waiter's Condition)."""
 
     __slots__ = ("got", "idle")
 
@@ -231,7 +231,8 @@ def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
             i = j
         else:
             i = ~j
-            error, got = _wait_for_stand(run, i)
+            with run.lock:
+                error, got = _wait(run, _guard(run, i).stand)
         with run.lock:
             value, failed = got
             wr = run.results[i]
@@ -247,13 +248,6 @@ def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
             else:
                 wr.exception = failed
                 wr.state = _EXCEPTION
-
-
-def _wait_for_stand(run: GuardedRun, i: int) -> tuple[BaseException, Any]:
-    """The ``(error, (value, failed))`` another thread computes for node ``i`` (it claimed the
-    stand-in before the run closed), once it is there."""
-    with run.lock:
-        return _wait(run, _guard(run, i).stand)
 
 
 def _wait(run: GuardedRun, stand: _Stand) -> tuple[BaseException, Any]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from taskflow import FunctionNode, ResultState, TaskContext, TaskScheduling
+from taskflow.errors import NodeTimeoutError
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -87,12 +88,15 @@ def test_stream_deadline_runs_each_fallback_once_while_a_second_closer_arrives(
     # son0's fallback until the other one has had its chance to close the run too
     calls = Calls()
     release = threading.Event()
-    both_tried = threading.Event()
+
+    def hold() -> None:
+        # stands in for a slow fallback: no event can say the other closer has tried, since
+        # a correct engine never calls the fallback again
+        time.sleep(SHORT * 4)
+
     root = FunctionNode(hangs(release), name="root")
     sons = [FunctionNode(lambda c, p: "real", name=f"son{k}",
-                         fallback=calls.fallback(f"son{k}",
-                                                 first=(lambda: both_tried.wait(SHORT * 4))
-                                                 if k == 0 else None))
+                         fallback=calls.fallback(f"son{k}", first=hold if k == 0 else None))
             for k in range(3)]
     for s in sons:
         root >> s
@@ -144,8 +148,7 @@ def test_min_budget_refusal_at_the_deadline_computes_its_stand_in_once() -> None
         wr = r["son"].work_result
         assert wr.state is S.DEGRADED
         assert wr.result == "stand-in of son"
-        assert "min_budget" in " ".join(getattr(wr.exception, "__notes__", [])) or (
-            wr.exception is not None)
+        assert isinstance(wr.exception, NodeTimeoutError)  # the refusal (or the budget) it stands in for
 
 
 def test_a_cancel_then_the_deadline_ends_only_the_node_that_cancelled(
