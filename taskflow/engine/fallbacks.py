@@ -82,7 +82,8 @@ def _publish(run: GuardedRun, stand: _Stand, got: Any) -> None:
             stand.idle.notify_all()
 
 
-def stand_in(run: GuardedRun, i: int, error: BaseException) -> tuple[Any, BaseException | None, Any]:
+def stand_in(run: GuardedRun, i: int,
+             error: BaseException) -> tuple[Any, BaseException | None, Any]:
     """``(value, error, degraded)`` for node ``i`` failing with ``error`` (its own thread, outside
     the lock): with a fallback, ``(its value, None, error)``, or ``(None, FallbackError, None)``
     when it raised; without one (or when another thread ends the node), ``(None, error, None)``."""

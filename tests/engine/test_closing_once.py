@@ -148,7 +148,7 @@ def test_min_budget_refusal_at_the_deadline_computes_its_stand_in_once() -> None
         wr = r["son"].work_result
         assert wr.state is S.DEGRADED
         assert wr.result == "stand-in of son"
-        assert isinstance(wr.exception, NodeTimeoutError)  # the refusal (or the budget) it stands in for
+        assert isinstance(wr.exception, NodeTimeoutError)  # the refusal it stands in for
 
 
 def test_a_cancel_then_the_deadline_ends_only_the_node_that_cancelled(
