@@ -4,12 +4,12 @@ as they settle) and ``run_async``."""
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
+from taskflow import clock
 from taskflow.engine import closing, executors, shedding, streaming
 from taskflow.engine.run import Run
 from taskflow.engine.streaming import FlowStream
@@ -178,7 +178,7 @@ class TaskScheduling:
             LoadShedError: the run's priority is shed at the current load: nothing was
                 submitted (counted per priority in ``PoolMonitor`` and Prometheus).
         """
-        t0 = time.monotonic()  # the budget counts from the call
+        t0 = clock.now()  # the budget counts from the call
         run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides,
                        priority)
         run.begin()
@@ -216,7 +216,7 @@ class TaskScheduling:
                         yield render(name, wr.result)
             log_run(parts.result)
         """
-        t0 = time.monotonic()
+        t0 = clock.now()
         run = _prepare(nodes, executor, timeout, context, None, targets, name, t0, overrides,
                        priority, stream=True)
         return streaming.open_stream(run)
@@ -235,7 +235,7 @@ class TaskScheduling:
         run on that thread. Validation errors are raised
         here, before anything runs.
         """
-        t0 = time.monotonic()
+        t0 = clock.now()
         future: Future[FlowResult] = Future()
         future.set_running_or_notify_cancel()
         run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
@@ -260,7 +260,7 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     # and the run's clock starts after this line
     import asyncio
 
-    t0 = time.monotonic()
+    t0 = clock.now()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
     run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,

@@ -19,12 +19,12 @@ the taskflow run and the hand-written run execute exactly the same code. The CLI
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+from taskflow import clock
 from taskflow.model.context import TaskContext, TaskSupport
 from taskflow.model.node import FunctionNode
 from taskflow.model.result import FlowResult
@@ -91,7 +91,7 @@ class StagedContext(dict[str, Any]):
 
 def _backend_call(ctx: Bus, node: str, seconds: float) -> None:
     """Stand in for one remote call: block for ``seconds``, or raise if the demo fails ``node``."""
-    time.sleep(seconds)
+    clock.sleep(seconds)
     if FAIL_KEY in ctx and ctx[FAIL_KEY] == node:
         raise DemoFailure(node)
 
@@ -217,28 +217,28 @@ def run_staged(
         Exception: The first error a step raised.
     """
     data = StagedContext(sku=sku)
-    start = time.monotonic()
+    start = clock.now()
     deadline = None if timeout is None else start + timeout
 
     def left() -> float | None:
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
+        return None if deadline is None else max(0.0, deadline - clock.now())
 
     # stage 1: the product side; product_info first, since price and stock need it
-    data["product_info"] = executor.submit(product_info, data, sku).result(timeout=left())
+    data["product_info"] = clock.result(executor.submit(product_info, data, sku), left())
     futures = {name: executor.submit(STEPS[name], data, sku) for name in ("price", "stock")}
     for name, future in futures.items():
-        data[name] = future.result(timeout=left())
+        data[name] = clock.result(future, left())
 
     # stage 2: the item side, which has waited for the whole product side
-    data["category"] = executor.submit(category, data, sku).result(timeout=left())
+    data["category"] = clock.result(executor.submit(category, data, sku), left())
     futures = {
         name: executor.submit(STEPS[name], data, sku) for name in ("reviews", "recommendations")
     }
     for name, future in futures.items():
-        data[name] = future.result(timeout=left())
+        data[name] = clock.result(future, left())
 
     page = aggregate(data, sku)
-    return page, time.monotonic() - start
+    return page, clock.now() - start
 
 
 @dataclass

@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import events, sections, timer
 from taskflow.engine.states import ADMIT_DONE, ADMIT_GO, ADMIT_PARKED, INLINE, PARKED, QUEUED
 from taskflow.errors import NodeCancelledError, RejectedExecutionError
@@ -72,7 +72,6 @@ __all__ = ["WAIT_BATCH", "BatchedRun", "ItemHost", "Seated", "gate", "joinable",
 WAIT_BATCH = 4
 
 _DEFAULT = ResultState.DEFAULT
-_monotonic = time.monotonic
 
 
 class Seated(Protocol):
@@ -198,7 +197,7 @@ def joinable(policy: Sequence[Any], guards: Any, deadline: float, j: int) -> boo
     if g is not None and g.outcome is not None:
         return False
     pol = policy[j]
-    return pol.min_budget is None or deadline - _monotonic() >= pol.min_budget
+    return pol.min_budget is None or deadline - clock.now() >= pol.min_budget
 
 
 def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
@@ -236,7 +235,7 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
         if call is not mine:
             _hand_off(batch, call)
     for call in opened:
-        timer.schedule(_monotonic() + batch.window, _window_passed, batch, call)
+        timer.schedule(clock.now() + batch.window, _window_passed, batch, call)
     if parked:
         return ADMIT_PARKED
     if mine is not None:
@@ -445,6 +444,6 @@ def seat_items(host: ItemHost, batch: Any, entries: list[tuple[Hashable, Any]]
     for call in closed[1:]:
         _hand_off(batch, call)
     for call in opened:
-        timer.schedule(_monotonic() + batch.window, _window_passed, batch, call)
+        timer.schedule(clock.now() + batch.window, _window_passed, batch, call)
     return seats, mine
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import attempts, events, fallbacks, guards, inline, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import Economy
@@ -48,7 +48,8 @@ from taskflow.model.result import FlowResult, ResultState, WorkResult
 __all__ = ["HOOK_GRACE", "ClosingRun", "FinishedRun", "close", "expire", "expire_on_timer",
            "finish", "value_of", "wait"]
 
-# how long finishing a run waits for hooks already started (they are meant to be quick)
+# how long finishing a run waits for hooks already started (they are meant to be quick); real
+# time even under a fake clock (``clock.real_wait_for``): it only bounds a wait for threads
 HOOK_GRACE = 0.05
 
 _SUCCESS = ResultState.SUCCESS
@@ -56,7 +57,6 @@ _DEGRADED = ResultState.DEGRADED
 _TIMEOUT = ResultState.TIMEOUT
 _SKIPPED = ResultState.SKIPPED
 _DEFAULT = ResultState.DEFAULT
-_monotonic = time.monotonic
 
 
 class ClosingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
@@ -110,7 +110,7 @@ def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -
         # deadline, which ends only what the cancel left running (the node that cancelled)
         if run.finished or run.expired or (run.closed and state is not _TIMEOUT):
             return
-        now = _monotonic()
+        now = clock.now()
         if run.closed:
             keep = -1  # the budget ends the wait for the node that cancelled the run
         run.closed = run.economy.closed = True
@@ -231,7 +231,7 @@ def finish(run: ClosingRun) -> None:
                 idle = run.hooks_idle
                 if idle is None:
                     idle = run.hooks_idle = threading.Condition(run.lock)
-                idle.wait_for(lambda: run.hooks_running <= mine, HOOK_GRACE)
+                clock.real_wait_for(idle, lambda: run.hooks_running <= mine, HOOK_GRACE)
             if run.owed:
                 continue  # a closer claimed more while we waited: run them first
             run.finished = True
@@ -249,7 +249,7 @@ def finish(run: ClosingRun) -> None:
         t.cancel()
     detach_run(run.ctx, run, FinishedRun(run.flow_id, run.deadline, run.cancel_reason,
                                          run.plan.index, run.results, run.flow_name))
-    _hand_over(run, FlowResult(run, _monotonic() - run.t0))
+    _hand_over(run, FlowResult(run, clock.now() - run.t0))
 
 
 def _hand_over(run: ClosingRun, result: FlowResult) -> None:
@@ -282,11 +282,11 @@ def wait(run: ClosingRun) -> FlowResult:
         if infinite:
             item = inbox.get()
         else:
-            left = run.deadline - _monotonic()
+            left = run.deadline - clock.now()
             try:
                 if left <= 0:
                     raise Empty
-                item = inbox.get(timeout=min(left, threading.TIMEOUT_MAX))
+                item = clock.get(inbox, min(left, threading.TIMEOUT_MAX))
             except Empty:
                 expire(run)
                 infinite = True  # the result follows promptly

@@ -28,10 +28,10 @@ entry holds the run strongly only until the node ends or the run finishes (both 
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import (
     attempts,
     closing,
@@ -50,7 +50,6 @@ __all__ = ["TimedRun", "after_timeout", "arm_node_timeout", "node_timeout",
            "own_timeout_passed", "past_deadline"]
 
 _TIMEOUT = ResultState.TIMEOUT
-_monotonic = time.monotonic
 
 
 class TimedRun(closing.ClosingRun, settling.SettlingRun, Protocol):
@@ -95,7 +94,7 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
     with run.lock:
         if run.closed or run.code[i] not in (WAITING, QUEUED, RUNNING, BACKOFF, PARKED):
             return
-        now = _monotonic()
+        now = clock.now()
         running = run.code[i] == RUNNING
         if stand_in is not None:
             fallbacks.end_timed_out(run, i, stand_in, now)

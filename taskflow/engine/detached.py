@@ -94,11 +94,11 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
-import time
 import weakref
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import events, executors, remote, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.states import RUNNING, TERMINAL
@@ -118,7 +118,6 @@ _DETACHED = ResultState.DETACHED
 _SUCCESS = ResultState.SUCCESS
 _EXCEPTION = ResultState.EXCEPTION
 _TIMEOUT = ResultState.TIMEOUT
-_monotonic = time.monotonic
 
 
 class DetachingRun(hooking.HookedRun, Protocol):
@@ -164,7 +163,7 @@ def hand_off(run: DetachingRun, i: int, token: int) -> int:
     from taskflow.resilience import detached as slots  # pydantic: off ``import taskflow``'s path
 
     wr = run.results[i]
-    now = _monotonic()
+    now = clock.now()
     hooks: list[int] = []
     work: Detached | None = None
     entry: timer.Timer | None = None
@@ -314,7 +313,7 @@ class Detached:
                 if delay == 0.0:
                     self.submit()
                     return
-                entry = timer.schedule(_monotonic() + delay, self.retry_due)
+                entry = timer.schedule(clock.now() + delay, self.retry_due)
                 with self.lock:
                     if not self.ended:
                         self.retry = entry
@@ -329,7 +328,7 @@ class Detached:
         if attempts > self.retries or not isinstance(error, Exception) or self.ended:
             return -1.0
         delay = self.backoff * (2.0 ** min(attempts - 1, 1000))
-        return -1.0 if _monotonic() + delay >= self.deadline else delay
+        return -1.0 if clock.now() + delay >= self.deadline else delay
 
     def retry_due(self) -> None:
         """Timer thread: a back-off ended; a coordinator thread submits the next attempt."""
@@ -376,7 +375,7 @@ class Detached:
             return
         if entry is not None:
             entry.cancel()
-        if _monotonic() >= self.deadline:
+        if clock.now() >= self.deadline:
             value, error = None, NodeTimeoutError(self.name, self.timeout)
         self.finish(value, error)
 
@@ -386,7 +385,7 @@ class Detached:
         final = self.final
         final.result = value
         final.exception = error
-        final.finished_at = _monotonic()
+        final.finished_at = clock.now()
         final.state = (_SUCCESS if error is None else
                        _TIMEOUT if isinstance(error, NodeTimeoutError) else _EXCEPTION)
         self.log_outcome()
@@ -488,7 +487,7 @@ class Refresh(Detached):
 def refresh(run: DetachingRun, i: int, limit: float, finish: Finish) -> None:
     """Start a refresh of node ``i``'s cached value, bounded by ``limit`` seconds from now
     (``CacheBase.refresh_with``'s runner; the gate that served the stale value calls it)."""
-    Refresh(run, i, _monotonic(), limit, finish).begin()
+    Refresh(run, i, clock.now(), limit, finish).begin()
 
 
 def _call_cancel(work: Detached, fn: Any) -> None:

@@ -47,11 +47,11 @@ Invariants
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from taskflow import clock
 from taskflow.engine import ranking, timer
 from taskflow.engine.states import PARKED, QUEUED, RUNNING
 
@@ -68,10 +68,9 @@ FAST_SCAN = 8
 # more tasks than this waiting in the executor's queue means the pool is behind (fewer are
 # typically tasks just submitted, their workers waking up): see ``Economy.next_node``
 BACKLOG = 2
-# how often ready nodes left to busy loops are checked for progress (``watchdog``)
+# how often ready nodes left to busy loops are checked for progress (``watchdog``), in real time
+# even under a fake clock: it is armed on the real timer thread by name
 WATCH = 0.002
-
-_monotonic = time.monotonic
 
 
 def _watch_time(now: float) -> float:
@@ -192,7 +191,8 @@ class Economy:
         k = max(0, min(k - self.starting, free))
         if k + self.starting < len(ready) and self.watch is None and not self.closed:
             # ready nodes are left to the loops there are: make sure they make progress
-            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress)
+            self.watch = timer.timer_thread.schedule(_watch_time(clock.real_now()), self.watchdog,
+                                                     self.progress)
         return k
 
     def watchdog(self, progress: int, grow: int = 1) -> None:
@@ -213,8 +213,8 @@ class Economy:
                 if k > 0:
                     self.loops += k
                     self.starting += k
-            self.watch = timer.schedule(_watch_time(_monotonic()), self.watchdog, self.progress,
-                                        grow * 2 if k > 0 else 1)
+            self.watch = timer.timer_thread.schedule(_watch_time(clock.real_now()), self.watchdog,
+                                                     self.progress, grow * 2 if k > 0 else 1)
         if k > 0:
             self.start(k)
 

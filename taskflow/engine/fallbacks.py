@@ -27,10 +27,10 @@ claimer is never queued behind the closer; and it holds no lock while it compute
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from taskflow import clock
 from taskflow.engine import sections
 from taskflow.engine.guards import GuardedRun
 from taskflow.engine.guards import guard_of as _guard
@@ -46,7 +46,6 @@ __all__ = ["close_stand_ins", "defer_close", "doom", "end_timed_out", "stand_in"
 _DEFAULT = ResultState.DEFAULT
 _DEGRADED = ResultState.DEGRADED
 _EXCEPTION = ResultState.EXCEPTION
-_monotonic = time.monotonic
 
 
 class _Stand:
@@ -189,7 +188,7 @@ def _timeout_owner(run: _R, i: int, timed_out: Callable[[_R, int, Any], None]) -
         return
     assert stand is not None
     plan = run.plan
-    error = (sections.timeout_error(plan, i, run.t0, time.monotonic()) if plan.any_deadline
+    error = (sections.timeout_error(plan, i, run.t0, clock.now()) if plan.any_deadline
              else NodeTimeoutError(run.names[i], plan.timeout[i]))
     got: tuple[Any, BaseException | None] = (None, error)
     try:
@@ -237,7 +236,7 @@ def close_stand_ins(run: GuardedRun, later: list[int]) -> None:
         with run.lock:
             value, failed = got
             wr = run.results[i]
-            wr.finished_at = _monotonic()
+            wr.finished_at = clock.now()
             if failed is None:
                 wr.result = value
                 wr.exception = error

@@ -98,12 +98,12 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import batching, events, timer
 from taskflow.engine.states import (
     ADMIT_DONE,
@@ -150,7 +150,6 @@ _SHARE, _TOKEN, _SLOT = 1, 2, 3
 _DEFAULT = ResultState.DEFAULT
 _DEGRADED = ResultState.DEGRADED
 _EXCEPTION = ResultState.EXCEPTION
-_monotonic = time.monotonic
 
 
 class Attempt:
@@ -307,7 +306,7 @@ def admit(run: GuardedRun, i: int) -> int:
     g = _guard(run, i)
     verdict = DONE
     if g.outcome is None:
-        now = _monotonic()
+        now = clock.now()
         for gate in _GATES:
             verdict = gate(run, i, g, pol, now)
             if verdict != GO:
@@ -699,7 +698,7 @@ def _hedge_take(pol: Any) -> tuple[Attempt, Any] | None:
         r = pol.rate_limit.reserve_now()
         ok = r is not None
     if ok:
-        return Attempt(permit, bp, _monotonic()), r
+        return Attempt(permit, bp, clock.now()), r
     _give_back_attempt(pol, permit, bp, None)
     return None
 
@@ -737,8 +736,8 @@ def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
         if r is not None:
             r.cancel()
     if race.winner is None and race.hedges < race.max_extra and (
-            _monotonic() + delay < run.deadline):
-        g.hedge_timer = timer.schedule(_monotonic() + delay, _hedge_due, run, i, race, delay)
+            clock.now() + delay < run.deadline):
+        g.hedge_timer = timer.schedule(clock.now() + delay, _hedge_due, run, i, race, delay)
 
 
 def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
@@ -760,7 +759,7 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
     finally:
         cur.run, cur.idx = prev
     if error is None:
-        latencies.record(plan.policy[i], _monotonic() - a.started)
+        latencies.record(plan.policy[i], clock.now() - a.started)
     _hedge_returned(run, i, race, a, value, error)
 
 
@@ -807,7 +806,7 @@ def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
     from taskflow.resilience.latency import latencies
 
     if ok:
-        latencies.record(pol, _monotonic() - a.started)
+        latencies.record(pol, clock.now() - a.started)
     verdict = race.settle(a.n, ok)
     _give_back_attempt(pol, permit, bp, ok, counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow import _fork
 from taskflow.engine import executors, guards, retrying, sections, timer
 from taskflow.engine.economy import Economy
@@ -152,7 +152,7 @@ def _retry(host: RemoteHost, i: int, delay: float) -> bool:
             host.economy.enqueue(i)
             return True
         host.move(i, BACKOFF)
-        timer.schedule(time.monotonic() + delay, retrying.requeue, host, i)
+        timer.schedule(clock.now() + delay, retrying.requeue, host, i)
         return False
 
 
@@ -173,7 +173,7 @@ def _submit(host: RemoteHost, i: int) -> None:
             return
     wr = host.results[i]
     host.begin_attempt(i, wr, tname, host.node(i))
-    now = time.monotonic()
+    now = clock.now()
     defn = plan.nodes[i]
     results = host.results
     fathers = {plan.names[f]: results[f].result for f in plan.fathers[i]
@@ -259,7 +259,7 @@ class Coordinator:
     above one exit after ``KEEP_ALIVE`` seconds without work. Started afresh in a forked child.
     """
 
-    KEEP_ALIVE = 1.0
+    KEEP_ALIVE = 1.0  # real time even under a fake clock: it only retires idle threads
     MAX_THREADS = 64
 
     def __init__(self) -> None:
@@ -292,7 +292,7 @@ class Coordinator:
             with self.lock:
                 self.idle += 1
             try:
-                cv, fn, args = queue.get(timeout=self.KEEP_ALIVE)
+                cv, fn, args = clock.real_get(queue, self.KEEP_ALIVE)
             except Empty:
                 with self.lock:
                     self.idle -= 1
@@ -330,14 +330,14 @@ class RemoteRunView:
                  flow_name: str = "") -> None:
         self.flow_id = flow_id
         self.flow_name = flow_name
-        self.deadline = time.monotonic() + remaining
+        self.deadline = clock.now() + remaining
         self.fathers = fathers
         self.name = name
         self.cancel_reason: str | None = None
         self.finished = False
 
     def cancelled_for_caller(self) -> bool:
-        return time.monotonic() >= self.deadline
+        return clock.now() >= self.deadline
 
     def caller_name(self) -> str:
         return self.name

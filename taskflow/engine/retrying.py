@@ -22,10 +22,10 @@ uses it. Nothing here is called under the run's lock but the handover.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import events, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, QUEUED, RUNNING
@@ -36,7 +36,6 @@ __all__ = ["BudgetedRun", "allow", "attempt_begins", "back_off", "requeue", "ret
            "retrying"]
 
 _DEFAULT = ResultState.DEFAULT
-_monotonic = time.monotonic
 
 
 class BudgetedRun(Protocol):
@@ -95,7 +94,7 @@ def retry_delay(run: BudgetedRun, i: int, wr: WorkResult[Any], error: BaseExcept
         limit = min(limit, wr.started_at + t)
     if plan.any_deadline:
         limit = sections.limit(plan, i, run.t0, limit)
-    if _monotonic() + delay >= limit:
+    if clock.now() + delay >= limit:
         return -1.0
     if plan.any_policy:
         pol = plan.policy[i]
@@ -124,7 +123,7 @@ def back_off(run: BudgetedRun, i: int, wr: WorkResult[Any], token: int, delay: f
     with run.lock:
         if run.code[i] == RUNNING and wr.state is _DEFAULT:
             run.move(i, BACKOFF)
-            timer.schedule(_monotonic() + delay, requeue, run, i)
+            timer.schedule(clock.now() + delay, requeue, run, i)
         return run.economy.next_unless_abandoned(token)
 
 

@@ -141,7 +141,6 @@ import contextvars
 import math
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -150,6 +149,7 @@ from functools import partial
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
+from taskflow import clock
 from taskflow import logs
 from taskflow.engine import (
     attempts,
@@ -209,7 +209,6 @@ _TIMEOUT = ResultState.TIMEOUT
 _CANCELLED = ResultState.CANCELLED
 _DEFAULT = ResultState.DEFAULT
 
-_monotonic = time.monotonic
 _settle_sons = settling.settle_sons
 _after_settle = settling.after_settle
 _current_thread = threading.current_thread
@@ -334,7 +333,7 @@ class Run:
         self.debug = _debug_enabled()
         self.quiet = not self.debug  # and no node observers (set again by begin)
         # when the caller called (its budget counts from then, building the run included)
-        self.t0 = _monotonic() if t0 is None else t0
+        self.t0 = clock.now() if t0 is None else t0
         self.deadline = self.t0 + budget
         self.flow_result: FlowResult | None = None
         self.watch: attempts.Watch | None = None
@@ -414,7 +413,7 @@ class Run:
         for c in self.code:
             counts[STATE_NAMES[c]] = counts.get(STATE_NAMES[c], 0) + 1
         running = [self.names[i] for i, c in enumerate(self.code) if c == RUNNING][:5]
-        left = self.deadline - _monotonic()
+        left = self.deadline - clock.now()
         phase = ("finished" if self.finished else "closed" if self.closed else "open")
         return (f"<Run {self.flow_id} {phase} {self.mode} nodes={len(self.code)} "
                 f"{' '.join(f'{k}={v}' for k, v in counts.items())} running={running} "
@@ -506,7 +505,7 @@ class Run:
         with self.lock:
             if eco.refused() or self.closed:
                 return
-            now = _monotonic()
+            now = clock.now()
             victims = [i for i in self.ready if self.code[i] == QUEUED]
             eco.clear_ready()
             for i in victims:
@@ -628,7 +627,7 @@ class Run:
             if wr.state is not _DEFAULT:
                 return self.late(i, token, None, None)
             if wr.started_at is None:
-                wr.started_at = _monotonic()
+                wr.started_at = clock.now()
             wr.attempts += 1
             wr.thread = tname
             try:
@@ -651,7 +650,7 @@ class Run:
             if pol is not None and pol.retry_budget is not None:
                 retrying.attempt_begins(self, i, pol, wr.attempts == 0)
         if wr.started_at is None:
-            now = _monotonic()
+            now = clock.now()
             wr.started_at = now
             if plan.timeout[i] is not None:
                 deadlines.arm_node_timeout(self, i, now)
@@ -694,7 +693,7 @@ class Run:
             # quiet run succeeded. The steps of complete_outcome without the checks that cannot
             # apply, with learn_duration, record_success, settle_and_next (mark_settled) and
             # carry_on inlined: no call a plain node does not need
-            now = _monotonic()
+            now = clock.now()
             if now < self.deadline:
                 began = wr.started_at
                 if began is not None:  # economy.learn_duration, inlined
@@ -743,7 +742,7 @@ class Run:
         guarded = plan.any_policy and plan.policy[i] is not None
         if guarded:
             guards.finish(self, i, value, error)
-        now = _monotonic()
+        now = clock.now()
         if now >= self.deadline:
             return deadlines.past_deadline(self, i, token, value, error)
         raised = error  # if the outcome is late, the log names what the task did

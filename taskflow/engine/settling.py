@@ -20,12 +20,12 @@ decided once (only WAITING sons move); a node's on_fail hook runs before its son
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.engine import attempts, events, fallbacks, guards, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import FAST_TASK, Economy
@@ -46,7 +46,6 @@ _FAILED_STATES = (ResultState.EXCEPTION, ResultState.TIMEOUT, ResultState.CANCEL
 _ALL = joins.ALL
 _WAIT, _FIRE, _SKIP = joins.WAIT, joins.FIRE, joins.SKIP
 _decide = joins.decide
-_monotonic = time.monotonic
 
 
 class SettlingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
@@ -268,7 +267,7 @@ def after_settle(run: SettlingRun, hooks: list[int], k: int) -> bool:
             hooking.hook(run, run.node(s).on_fail, s, wr.attempts, True)
         with run.lock:
             if deferred:  # its hook has returned: now its sons may move
-                settle_sons(run, s, hooks, _monotonic())
+                settle_sons(run, s, hooks, clock.now())
             if run.code[s] == TERMINAL:
                 fin = run.mark_settled(s) or fin
             k += run.economy.reserve()

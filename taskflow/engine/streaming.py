@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
 from queue import Empty, SimpleQueue
 from typing import Any
 
+from taskflow import clock
 from taskflow.engine import closing, events, inline, remote, timer
 from taskflow.engine.run import Run
 from taskflow.engine.states import INLINE
@@ -55,7 +55,6 @@ from taskflow.model.result import FlowResult, WorkResult
 __all__ = ["FlowStream", "open_stream"]
 
 _END = -1  # queued by the channel when the run has ended
-_monotonic = time.monotonic
 
 
 class _Channel(events.RunObserver):
@@ -189,11 +188,11 @@ class FlowStream:
             return self._take_inline()
         if math.isinf(run.deadline) or run.expired or run.finished:
             return queue.get()  # no deadline, or it has closed the run: the end follows
-        left = run.deadline - _monotonic()
+        left = run.deadline - clock.now()
         try:
             if left <= 0:
                 raise Empty
-            return queue.get(timeout=min(left, threading.TIMEOUT_MAX))
+            return clock.get(queue, min(left, threading.TIMEOUT_MAX))
         except Empty:
             closing.expire(run)  # the end is queued by now, or by the thread finishing the run
             return queue.get()
@@ -218,11 +217,11 @@ class FlowStream:
             if run.finished:
                 return queue.get()  # the end is on its way
             # once the deadline closed the run, what is left of it follows promptly
-            left = math.inf if run.expired else run.deadline - _monotonic()
+            left = math.inf if run.expired else run.deadline - clock.now()
             try:
                 if left <= 0:
                     raise Empty
-                item = inbox.get(timeout=None if math.isinf(left)
+                item = clock.get(inbox, None if math.isinf(left)
                                  else min(left, threading.TIMEOUT_MAX))
             except Empty:
                 closing.expire(run)

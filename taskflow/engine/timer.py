@@ -10,6 +10,11 @@ pointed to is kept alive until its time comes.
 
 Times at or beyond ``threading.TIMEOUT_MAX`` from now are never due (an entry for them is kept
 but not waited on precisely), so a huge timeout cannot kill the thread.
+
+The thread keeps real time (``clock.real_now``, ``clock.real_wait``): callers pass times read
+from ``clock.now()``, which is real time outside a fake clock. Every caller goes through the
+module attribute ``schedule`` (a fake clock points it at a heap of virtual time), except the
+mechanical ones (``Economy.watchdog``) that call ``timer_thread.schedule`` by name.
 """
 
 from __future__ import annotations
@@ -17,11 +22,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.logs import logger
 
 __all__ = ["Timer", "TimerThread", "schedule", "timer_thread"]
@@ -61,7 +65,7 @@ class TimerThread:
         self.cancelled = 0  # cancelled entries still in the heap (approximately)
 
     def schedule(self, when: float, fn: Callable[..., Any], *args: Any) -> Timer:
-        """Call ``fn(*args)`` on the timer thread at ``time.monotonic()`` ``when``."""
+        """Call ``fn(*args)`` on the timer thread at ``clock.real_now()`` ``when``."""
         entry = Timer(self, when, fn, args)
         with self.cond:
             heap = self.heap
@@ -89,11 +93,11 @@ class TimerThread:
                     # drop cancelled entries at the top so they do not delay the wait
                     while heap and heap[0][2].fn is None:
                         heapq.heappop(heap)
-                    now = time.monotonic()
+                    now = clock.real_now()
                     if heap and heap[0][0] <= now:
                         entry = heapq.heappop(heap)[2]
                         break
-                    self.cond.wait(None if not heap else min(heap[0][0] - now, _MAX_WAIT))
+                    clock.real_wait(self.cond, None if not heap else min(heap[0][0] - now, _MAX_WAIT))
             fn, args = entry.fn, entry.args
             entry.fn, entry.args = None, ()
             if fn is None:

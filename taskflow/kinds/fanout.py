@@ -46,9 +46,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextvars import Context
 from functools import partial
-from time import monotonic as timer_now
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
+from taskflow import clock
 from taskflow.engine import attempts, batching, events, executors, loops, remote, timer
 from taskflow.errors import (
     FlowDefinitionError,
@@ -502,7 +502,7 @@ class FanOut:
             return False
         self.inflight[item_id] = token
         if self.item_timeout is not None:
-            now = timer_now()
+            now = clock.now()
             self.started[item_id] = now
             if not math.isinf(self.item_timeout):
                 self.timers[item_id] = timer.schedule(
@@ -519,7 +519,7 @@ class FanOut:
             t = self.timers.pop(item_id, None)
             began = self.started.pop(item_id, None)
             limit = self.item_timeout
-            if limit is not None and began is not None and timer_now() - began >= limit:
+            if limit is not None and began is not None and clock.now() - began >= limit:
                 ok, value = False, ItemTimeoutError(self.name, item_id, limit)
             if ok:
                 self.succeeded[item_id] = value
@@ -783,7 +783,7 @@ class FanOut:
                 if error is not None:
                     error = TypeError(str(error).replace("its param", f"item {item_id!r}"))
             args: tuple[Any, ...] = (self.blob, item, self.entries, {},
-                                     run.deadline - timer_now(), run.flow_id, run.flow_name,
+                                     run.deadline - clock.now(), run.flow_id, run.flow_name,
                                      run.caps.cloudpickle)
             fut: Any = None
             if error is None:

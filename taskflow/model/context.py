@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.errors import (
     BudgetExhaustedError,
     FlowDefinitionError,
@@ -267,7 +267,7 @@ class TaskContext(MutableMapping[str, Any]):
         run = self._view()
         if run is None:
             return math.inf
-        left = run.deadline - time.monotonic()
+        left = run.deadline - clock.now()
         return max(0.0, left)
 
     @property
@@ -303,7 +303,7 @@ class TaskContext(MutableMapping[str, Any]):
         if view is None or attempt is None:
             return None, limit
         deadline = attempt.deadline()
-        left = deadline - time.monotonic()
+        left = deadline - clock.now()
         if left <= 0.0:
             why = ("the run gave up on this attempt" if deadline == -math.inf
                    else f"its deadline passed {-left:.3f}s ago")

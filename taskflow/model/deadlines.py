@@ -31,10 +31,10 @@ from __future__ import annotations
 import math
 import re
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from taskflow import clock
 from taskflow.errors import FlowDefinitionError, InvalidArgumentError, InvalidNodeError
 from taskflow.logs import logger
 
@@ -92,7 +92,7 @@ def parse_header(name: str, value: str, now: float | None = None) -> float:
         return ms / 1000.0
     if ms < _EPOCH_MS_FLOOR:
         raise ValueError("expected Unix epoch milliseconds (13 digits); this looks like seconds")
-    return max(0.0, ms / 1000.0 - (time.time() if now is None else now))
+    return max(0.0, ms / 1000.0 - (clock.wall() if now is None else now))
 
 
 def _items(headers: object) -> Any:
@@ -155,7 +155,7 @@ def budget_from_headers(headers: object, default: float | None, *,
     """
     limit = check_seconds(default, "default")
     keep = check_seconds(reserve, "reserve") or 0.0
-    now = time.time()
+    now = clock.wall()
     caller: float | None = None
     for name, value in _items(headers):
         raw = value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
@@ -190,7 +190,7 @@ def deadline_headers_for(seconds: float) -> dict[str, str]:
     else:
         grpc = f"{_GRPC_MAX}H"
     envoy = -(-ns // 1_000_000)
-    epoch_ms = (time.time_ns() + ns) // 1_000_000
+    epoch_ms = (clock.wall_ns() + ns) // 1_000_000
     return {GRPC: grpc, ENVOY: str(envoy), DEADLINE: str(epoch_ms)}
 
 

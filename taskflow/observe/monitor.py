@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.errors import traceback_text
 from taskflow.logs import logger
 from taskflow.metrics import PoolMetrics
@@ -160,7 +159,7 @@ class PoolMonitor:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+            clock.real_join(thread, timeout)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -196,7 +195,7 @@ class PoolMonitor:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not clock.real_wait(self._stop, self._interval):
             try:
                 self.sample()
             except Exception:  # noqa: BLE001 - a monitor must outlive a bad sample
@@ -219,7 +218,7 @@ class PoolMonitor:
         objects = registered() if self._resilience is None else self._resilience
         resilience = tuple(obj.metrics() for obj in objects)
         resilience_samples = tuple(s for obj in objects for s in obj.prometheus_samples())
-        now, mono = time.time(), time.monotonic()
+        now, mono = clock.real_wall(), clock.real_now()
         with self._lock:
             last = self._last
             tps: float | None = None

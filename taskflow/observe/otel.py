@@ -38,7 +38,6 @@ a span (about 15-30 µs with the SDK and a batch processor: ``benchmarks/overhea
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -49,6 +48,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
         "taskflow.otel needs OpenTelemetry: pip install 'taskflow-juc[otel]'") from exc
 
+from taskflow import clock
 from taskflow._version import __version__
 from taskflow.engine import events
 from taskflow.model.result import ResultState
@@ -153,7 +153,7 @@ class _RunTrace(events.RunObserver):
         wr = run.results[i]
         if wr.state is not ResultState.DEFAULT or self.ended:
             return  # settled meanwhile: this attempt's outcome will be dropped
-        now = time.monotonic()
+        now = clock.now()
         with self.lock:
             due = self.due.pop(i, None)
         if attempt == 1:
@@ -210,7 +210,7 @@ class _RunTrace(events.RunObserver):
             with self.lock:
                 span = self.open.get(i, self.span)
                 if name == "retry":
-                    self.due[i] = time.monotonic() + float(attrs.get("delay", 0.0))
+                    self.due[i] = clock.now() + float(attrs.get("delay", 0.0))
             if span is self.span:
                 attrs = {**attrs, "node": self.run.names[i]}
         fields: dict[str, Any] = {}

@@ -41,7 +41,6 @@ import bisect
 import heapq
 import itertools
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock
 from taskflow.engine import events
 from taskflow.exposition import format_label as _label
 from taskflow.exposition import format_number as _num
@@ -253,7 +253,7 @@ class KeptRun:
         self.flow_id = result.flow_id
         self.status = status
         self.elapsed = result.elapsed
-        self.finished_at = time.time()
+        self.finished_at = clock.wall()
 
 
 class RunLog:
@@ -529,7 +529,7 @@ class FlowStats:
                 ))
             flows.append(FlowStatsModel(flow=name, runs=runs, by_status=by_status,
                                         elapsed=Percentiles.of(elapsed), nodes=models))
-        return StatsSnapshot(timestamp=time.time(), window=self.window,
+        return StatsSnapshot(timestamp=clock.wall(), window=self.window,
                              dropped_results=dropped, flows=flows)
 
     def _histograms(self) -> Iterator[tuple[str, str, dict[str, str], list[int], float, int]]:

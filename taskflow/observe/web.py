@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from taskflow import clock
 from taskflow.errors import InvalidArgumentError
 from taskflow.observe.html import render_html
 from taskflow.observe.stats import STATS, FlowStats, KeptRun
@@ -165,7 +166,8 @@ class _App:
             parts.append("<h2>Pools</h2>")
             for monitor in self.monitors:
                 parts.append(self._pool_table(monitor.latest()))
-        parts.append(f'<p class="note">rendered {_e(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>')
+        rendered = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(clock.wall()))
+        parts.append(f'<p class="note">rendered {_e(rendered)}</p>')
         parts.append("</body></html>\n")
         return "\n".join(parts)
 

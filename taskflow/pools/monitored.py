@@ -29,14 +29,13 @@ import itertools
 import math
 import queue
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Final, NamedTuple, NoReturn, ParamSpec, TypeVar
 
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
 from taskflow.pools.stdlib_fit import stdlib_pool_matches, worker_loop_matches
 from taskflow.pools.threadpool import ThreadPool
@@ -90,7 +89,7 @@ class _Tracked:
             mon._pending.pop(id(self), None)
 
 
-_monotonic = time.monotonic
+_monotonic = clock.real_now  # the pools keep real time, fake clock or not
 
 
 class _TimedWorkItem:
@@ -851,8 +850,8 @@ class MonitoredExecutor(Executor):
             run_time_s=Percentiles.of(c.runs),
             queue_wait_total_s=c.wait_total if self._in_process else None,
             run_time_total_s=c.run_total if self._in_process else None,
-            timestamp=time.time(),
-            monotonic=time.monotonic(),
+            timestamp=clock.real_wall(),
+            monotonic=clock.real_now(),
         )
 
     def __repr__(self) -> str:

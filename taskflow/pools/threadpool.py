@@ -79,7 +79,6 @@ import concurrent.futures._base as _cfb
 import itertools
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -87,7 +86,7 @@ from concurrent.futures import Executor, Future
 from enum import Enum
 from typing import Any, Final, ParamSpec, TypeVar
 
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.errors import BrokenPoolError, RejectedExecutionError
 from taskflow.logs import logger
 from taskflow.metrics import SAMPLES_KEPT, Percentiles, PoolMetrics, pct
@@ -116,7 +115,7 @@ _MASK: Final = _RING - 1
 _pool_seq = itertools.count()
 _live_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()  # not shut down yet
 _interpreter_exiting = False
-_yield = time.sleep  # _yield(0) hands the GIL to another thread
+_yield = clock.real_sleep  # _yield(0) hands the GIL to another thread
 _SPINS: Final = 64  # tries before a finishing worker blocks on the pool lock (see _finish)
 
 
@@ -441,7 +440,7 @@ class ThreadPool(Executor):
         busy = waiting = 0
         # read before the lock: every call made while holding the lock is a point where the
         # GIL can pass to a worker that then blocks on the lock (see _finish)
-        f._submitted_at = time.monotonic()
+        f._submitted_at = clock.real_now()
         with self._lock:
             if self._shutdown or self._broken is not None:
                 raise self._refusal()
@@ -789,7 +788,7 @@ class ThreadPool(Executor):
         self._pool_size -= 1
         self._threads = self._threads - {threading.current_thread()}
         # its CPU time stays in the counters once the thread is gone
-        self._retired_cpu += time.thread_time()
+        self._retired_cpu += clock.cpu_time()
         if self._queued and self._parked:
             # it may have been woken for a task it leaves queued: another thread takes it
             self._parked.pop().release()
@@ -860,7 +859,7 @@ class ThreadPool(Executor):
         Returns:
             True if the pool terminated, False if the timeout passed first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else clock.real_now() + timeout
         me = threading.current_thread()
         while True:
             with self._lock:
@@ -872,18 +871,18 @@ class ThreadPool(Executor):
             if not shut:
                 if deadline is None:
                     raise RuntimeError("await_termination() before shutdown() would wait forever")
-                time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+                clock.real_sleep(min(0.01, max(0.0, deadline - clock.real_now())))
             elif not threads:
                 return True
             for t in threads:
-                remaining = None if deadline is None else deadline - time.monotonic()
+                remaining = None if deadline is None else deadline - clock.real_now()
                 if remaining is not None and remaining <= 0:
                     return False
                 if t.ident is None:  # registered, being started by _launch: look again
-                    time.sleep(0.001)
+                    clock.real_sleep(0.001)
                     break
-                t.join(remaining)
-            if deadline is not None and time.monotonic() >= deadline:
+                clock.real_join(t, remaining)
+            if deadline is not None and clock.real_now() >= deadline:
                 with self._lock:
                     return self._shutdown and not (self._threads - {me})
 
@@ -973,8 +972,8 @@ class ThreadPool(Executor):
             queue_wait_total_s=wait_total,
             run_time_total_s=run_total,
             retired_worker_cpu_s=retired_cpu,
-            timestamp=time.time(),
-            monotonic=time.monotonic(),
+            timestamp=clock.real_wall(),
+            monotonic=clock.real_now(),
         )
 
     def __repr__(self) -> str:

@@ -18,11 +18,12 @@ an initializer.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
+
+from taskflow import clock
 
 __all__ = [
     "CLAIMED", "DONE", "QUEUED", "RETIRE", "RUNNING", "PoolFuture", "WorkerPool",
@@ -133,7 +134,7 @@ def work(ref: weakref.ref[WorkerPool], first_task: list[PoolFuture | None]) -> N
     if pool._initializer is not None and not pool._initialize(f):
         return
     lock = pool._lock
-    mono = time.monotonic
+    mono = clock.real_now  # keep-alive waits are real time, fake clock or not
     parker = threading.Lock()
     parker.acquire()  # held while not parked: acquiring it again is the wait
     nxt: PoolFuture | float
@@ -171,7 +172,7 @@ def work(ref: weakref.ref[WorkerPool], first_task: list[PoolFuture | None]) -> N
         # parked (on pool._parked): woken by a submit (a task is queued), a resize, shutdown,
         # or the pool's collection; holding the pool now would keep a dropped pool alive
         del pool
-        woken = parker.acquire(True, nxt)
+        woken = clock.real_acquire(parker, nxt)
         pool = ref()
         if pool is None:
             return

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from threading import Lock
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.errors import (
     BatchCallError,
     BatchKeyError,
@@ -158,7 +158,9 @@ class Batch:
         across_runs: Seats of concurrent runs may share a call (needs ``window > 0``).
         key: ``key(ctx, param)`` -> a node's key (for a fan-out item, ``key(ctx, item)``);
             None: the node's ``param`` (the item) is its key. Keys must be hashable.
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        clock: Monotonic clock in seconds. Default ``None``: taskflow's clock
+            (``taskflow.clock.now``), read at each call, so a fake clock installed later
+            is followed. An explicit one (a test's) stays this object's.
 
     Raises:
         FlowDefinitionError: An option is invalid (the message names the batch).
@@ -167,7 +169,7 @@ class Batch:
     def __init__(self, name: str, fn: Callable[[BatchKeys], Mapping[Any, Any]], *,
                  max_size: int = 100, window: float = 0.0, across_runs: bool = False,
                  key: Callable[[Any, Any], Hashable] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.name = check_name("batch", name)
         owner = f"batch {name!r}"
         _check_fn(owner, fn)
@@ -242,7 +244,7 @@ class Batch:
             for key, deadline, tag in entries:
                 if call is None or call.state is not OPEN:
                     self._made += 1
-                    call = BatchCall(f"{self.name}#{self._made}", scope, self._clock())
+                    call = BatchCall(f"{self.name}#{self._made}", scope, (self._clock or seam.now)())
                     opened.append(call)
                     if windowed:
                         self._open[scope] = call
@@ -341,7 +343,7 @@ class Batch:
             deadline = min(s.deadline for s in call.seats if s.state == _WAITING)
         finite = not math.isinf(deadline)
         keys.deadline = deadline if finite else None
-        keys.timeout = max(0.0, deadline - self._clock()) if finite else None
+        keys.timeout = max(0.0, deadline - (self._clock or seam.now)()) if finite else None
         keys.label = call.label
         return keys
 

@@ -27,7 +27,6 @@ Every transition is logged with loguru (outside the lock) and counted in ``metri
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
@@ -35,6 +34,7 @@ from threading import Lock
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
 from taskflow.logs import logger
@@ -105,7 +105,9 @@ class CircuitBreaker:
         min_calls: Calls the window must hold before it can open (1 <= min_calls <= window).
         open_for: Seconds the breaker stays OPEN before a trial (> 0).
         half_open_calls: Trial calls let through in HALF_OPEN (>= 1); all must succeed to close.
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        clock: Monotonic clock in seconds. Default ``None``: taskflow's clock
+            (``taskflow.clock.now``), read at each call, so a fake clock installed later
+            is followed. An explicit one (a test's) stays this object's.
 
     Raises:
         FlowDefinitionError: An option is invalid (the message names the breaker).
@@ -120,7 +122,7 @@ class CircuitBreaker:
         min_calls: int = 10,
         open_for: float = 5.0,
         half_open_calls: int = 1,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.name = check_name("circuit breaker", name)
         owner = f"circuit breaker {name!r}"
@@ -177,12 +179,12 @@ class CircuitBreaker:
         self._trials_out = 0
         self._trial_successes = 0
         if to is _OPEN:
-            self._opened_at = self._clock()
+            self._opened_at = (self._clock or seam.now)()
         self._log.append((frm, to, why))
 
     def _tick(self) -> None:
         # caller holds _lock: OPEN becomes HALF_OPEN once open_for has passed
-        if self._state is _OPEN and self._clock() - self._opened_at >= self.open_for:
+        if self._state is _OPEN and (self._clock or seam.now)() - self._opened_at >= self.open_for:
             self._move(_HALF_OPEN, f"{self.open_for:g}s passed")
 
     def _flush_log(self) -> None:
@@ -244,7 +246,7 @@ class CircuitBreaker:
             return BreakerPermit(self._generation, trial=True)
         self._rejected += 1
         retry_in = (
-            max(0.0, self._opened_at + self.open_for - self._clock())
+            max(0.0, self._opened_at + self.open_for - (self._clock or seam.now)())
             if self._state is _OPEN else 0.0
         )
         return CircuitOpenError(self.name, self._state.value, retry_in)
@@ -321,7 +323,7 @@ class CircuitBreaker:
         with self._lock:
             self._tick()
             retry_in = (
-                max(0.0, self._opened_at + self.open_for - self._clock())
+                max(0.0, self._opened_at + self.open_for - (self._clock or seam.now)())
                 if self._state is _OPEN else 0.0
             )
             snap = BreakerMetrics(

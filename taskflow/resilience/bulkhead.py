@@ -29,7 +29,6 @@ a limit that grew hands its new slots to waiters as a release does.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from threading import Lock
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
 from taskflow.resilience.adaptive import GradientLimit
@@ -88,7 +88,7 @@ class Permit:
         self._bulkhead = bulkhead
         self._epoch = bulkhead._epoch
         # when the slot was given, for an adaptive bulkhead's latency sample (else unused)
-        self._t0 = bulkhead._clock() if bulkhead._gradient is not None else 0.0
+        self._t0 = (bulkhead._clock or seam.now)() if bulkhead._gradient is not None else 0.0
         self._released = False  # guarded by the bulkhead's lock
         self._abandoned = False  # guarded by the bulkhead's lock
 
@@ -161,7 +161,9 @@ class Bulkhead:
         max_concurrent: Slots (>= 1).
         max_waiting: Waiters allowed in the queue (>= 0); beyond it ``acquire`` raises
             ``BulkheadFullError``. None: no limit (each waiter is still bounded by its deadline).
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        clock: Monotonic clock in seconds. Default ``None``: taskflow's clock
+            (``taskflow.clock.now``), read at each call, so a fake clock installed later
+            is followed. An explicit one (a test's) stays this object's.
         adaptive: The number of slots follows the backend's latency (see the module), between
             ``min_concurrent`` and ``max_concurrent``; it starts at ``max_concurrent``.
         min_concurrent: With ``adaptive=True``, the fewest slots the limit goes down to
@@ -177,7 +179,7 @@ class Bulkhead:
         *,
         max_concurrent: int,
         max_waiting: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         adaptive: bool = False,
         min_concurrent: int | None = None,
     ) -> None:
@@ -284,7 +286,7 @@ class Bulkhead:
                 self._abandoned -= 1
             gradient = self._gradient
             if gradient is not None:
-                self._limit = gradient.update(self._clock() - permit._t0, self._in_use)
+                self._limit = gradient.update((self._clock or seam.now)() - permit._t0, self._in_use)
             self._in_use -= 1
             handoffs = self._fill()
         if handoffs:
@@ -304,7 +306,7 @@ class Bulkhead:
             self._waiting -= 1
             if ticket.deadline is not None:
                 if now is None:
-                    now = self._clock()
+                    now = (self._clock or seam.now)()
                 if now >= ticket.deadline:
                     ticket.state = EXPIRED
                     self._cancelled += 1

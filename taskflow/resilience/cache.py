@@ -54,7 +54,6 @@ import json
 import math
 import pickle
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future
@@ -63,6 +62,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
 from taskflow.logs import logger
@@ -199,7 +199,7 @@ class CacheBase:
     """Counting, codec, refresh single flight; subclasses store ``(stored_at, payload)``."""
 
     def __init__(self, name: str, *, codec: object = "json",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.name = check_name("cache", name)
         self.codec = _codec_of(f"cache {name!r}", codec)
         self._clock = clock
@@ -207,6 +207,12 @@ class CacheBase:
         self._refreshing: set[str] = set()
         self._counts = dict.fromkeys(
             ("hits", "misses", "stale_served", "refreshes", "refused", "errors"), 0)
+
+    @staticmethod
+    def _seam() -> float:
+        """The clock without one of its own (``clock=None``), read at each call: wall time,
+        since ages are compared across processes."""
+        return seam.wall()
 
     # -- what a subclass provides ------------------------------------------------------------
     def _get_raw(self, key: str) -> tuple[float, bytes] | None:
@@ -245,7 +251,7 @@ class CacheBase:
         except Exception as exc:  # noqa: BLE001 - a corrupt value is a miss
             self._error("decode", key, exc)
             return None
-        return Entry(value, max(0.0, self._clock() - stored_at))
+        return Entry(value, max(0.0, (self._clock or self._seam)() - stored_at))
 
     def set(self, key: str, value: Any, *, keep: float) -> bool:
         """Store ``value`` for ``keep`` seconds at most; False (logged) when it could not be."""
@@ -255,7 +261,7 @@ class CacheBase:
             self._error("encode", key, exc)
             return False
         try:
-            self._set_raw(key, self._clock(), payload, keep)
+            self._set_raw(key, (self._clock or self._seam)(), payload, keep)
         except Exception as exc:  # noqa: BLE001
             self._error("set", key, exc)
             return False
@@ -307,10 +313,6 @@ class CacheBase:
         """
 
         def run(limit: float, finish: Finish) -> None:
-            timer = threading.Timer(limit, finish,
-                                    (None, TimeoutError(f"refresh timed out after {limit}s")))
-            timer.daemon = True
-
             def work() -> None:
                 try:
                     value, error = call(), None
@@ -319,7 +321,8 @@ class CacheBase:
                 timer.cancel()
                 finish(value, error)
 
-            timer.start()
+            timer = seam.call_later(limit, finish, None,
+                                    TimeoutError(f"refresh timed out after {limit}s"))
             try:
                 executor.submit(work)
             except BaseException:
@@ -404,11 +407,16 @@ class LruCache(CacheBase):
     """
 
     def __init__(self, name: str = "lru", *, size: int = 1024, codec: object = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         super().__init__(name, codec="json" if codec is None else codec, clock=clock)
         self.size = check_int(f"cache {name!r}", "size", size, minimum=1)
         self._raw = codec is None
         self._data: OrderedDict[str, tuple[float, float, Any]] = OrderedDict()  # stored, end, v
+
+    @staticmethod
+    def _seam() -> float:
+        """The clock without one of its own: monotonic time (nothing leaves the process)."""
+        return seam.now()
 
     def get(self, key: str) -> Entry | None:
         if not self._raw:
@@ -417,7 +425,7 @@ class LruCache(CacheBase):
             hit = self._data.get(key)
             if hit is None:
                 return None
-            now = self._clock()
+            now = (self._clock or self._seam)()
             if now >= hit[1]:
                 del self._data[key]
                 return None
@@ -427,7 +435,7 @@ class LruCache(CacheBase):
     def set(self, key: str, value: Any, *, keep: float) -> bool:
         if not self._raw:
             return super().set(key, value, keep=keep)
-        self._put(key, self._clock(), value, keep)
+        self._put(key, (self._clock or self._seam)(), value, keep)
         return True
 
     def _put(self, key: str, stored_at: float, value: Any, keep: float) -> None:
@@ -440,7 +448,7 @@ class LruCache(CacheBase):
     def _get_raw(self, key: str) -> tuple[float, bytes] | None:
         with self._lock:
             hit = self._data.get(key)
-        if hit is None or self._clock() >= hit[1]:
+        if hit is None or (self._clock or self._seam)() >= hit[1]:
             return None
         return hit[0], hit[2]
 
@@ -472,7 +480,7 @@ class RedisCache(CacheBase):
 
     def __init__(self, url: str, *, prefix: str = "taskflow:", codec: object = "json",
                  timeout: float = 0.25, name: str = "redis",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         super().__init__(name, codec=codec, clock=clock)
         try:
             import redis

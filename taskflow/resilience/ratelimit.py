@@ -27,13 +27,13 @@ its token is lost, which can lower the rate but never raises it.
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from threading import Lock
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.exposition import Sample
 from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import check_int, check_name, check_seconds, rebuild
@@ -73,7 +73,7 @@ class Reservation:
 
     def delay(self) -> float:
         """Seconds from now until ``ready_at`` (0 when it has come)."""
-        return max(0.0, self.ready_at - self._limit._clock())
+        return max(0.0, self.ready_at - (self._limit._clock or seam.now)())
 
     def cancel(self) -> bool:
         """Give up the reservation (its run ended before it was used).
@@ -96,7 +96,9 @@ class RateLimit:
         per_second: Tokens added per second (> 0).
         burst: Bucket size (>= 1): how many attempts may start at once after a quiet period.
             Default: ``per_second`` rounded up, at least 1.
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        clock: Monotonic clock in seconds. Default ``None``: taskflow's clock
+            (``taskflow.clock.now``), read at each call, so a fake clock installed later
+            is followed. An explicit one (a test's) stays this object's.
 
     Raises:
         FlowDefinitionError: An option is invalid (the message names the rate limit).
@@ -108,7 +110,7 @@ class RateLimit:
         *,
         per_second: float,
         burst: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.name = check_name("rate limit", name)
         owner = f"rate limit {name!r}"
@@ -123,12 +125,11 @@ class RateLimit:
         register(self, "rate_limit")  # PoolMonitor exports it
 
     def _start_fresh(self) -> None:
-        clock = self._clock
         # _lock guards: _tokens, _stamp, _latest, _pending, every Reservation._cancelled of this
         # limit, and the counters
         self._lock = Lock()
         self._tokens = float(self.burst)  # invariant: _tokens <= burst
-        self._stamp = clock()  # clock time _tokens was last brought up to date
+        self._stamp = (self._clock or seam.now)()  # clock time _tokens was last brought up to date
         self._latest: Reservation | None = None  # the last reservation, while it can be undone
         self._pending: deque[Reservation] = deque()  # not yet ready, in ready_at order
         self._granted = 0
@@ -163,7 +164,7 @@ class RateLimit:
             token comes after ``deadline`` (no token is taken; counted in ``timed_out``).
         """
         with self._lock:
-            now = self._clock()
+            now = (self._clock or seam.now)()
             self._refill(now)
             ready = self._ready_time(now)
             if deadline is not None and ready > deadline:
@@ -180,7 +181,7 @@ class RateLimit:
         as timed out). Unlike ``try_take`` its token can be given back with ``cancel()``: the
         engine takes one for a hedge before it knows the hedge will start."""
         with self._lock:
-            now = self._clock()
+            now = (self._clock or seam.now)()
             self._refill(now)
             if self._tokens < 1.0:
                 return None
@@ -189,7 +190,7 @@ class RateLimit:
     def next_token_at(self) -> float:
         """Clock time at which a reservation made now would be ready (now when a token is free)."""
         with self._lock:
-            now = self._clock()
+            now = (self._clock or seam.now)()
             self._refill(now)
             return self._ready_time(now)
 
@@ -217,14 +218,14 @@ class RateLimit:
             # undo it exactly: refills are linear and capped, so adding the token back now
             # gives the same bucket as never having taken it
             self._latest = None
-            self._refill(self._clock())
+            self._refill((self._clock or seam.now)())
             self._tokens = min(float(self.burst), self._tokens + 1.0)
             return True
 
     def metrics(self) -> RateLimitMetrics:
         """A consistent snapshot of the limit's figures."""
         with self._lock:
-            now = self._clock()
+            now = (self._clock or seam.now)()
             self._refill(now)
             waiting = sum(1 for r in self._pending if r.ready_at > now and not r._cancelled)
             return RateLimitMetrics(

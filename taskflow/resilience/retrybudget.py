@@ -28,12 +28,12 @@ The lock guards the slices, the counters and every token's state; nothing is cal
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from threading import Lock
 
 from pydantic import BaseModel, ConfigDict
 
+from taskflow import clock as seam
 from taskflow.errors import FlowDefinitionError
 from taskflow.exposition import Sample
 from taskflow.resilience.export import register, render_prometheus
@@ -102,7 +102,9 @@ class RetryBudget:
         min_per_second: Retries allowed per second whatever the traffic (>= 0): a reserve of
             ``min_per_second * window`` for nodes that call rarely.
         window: Seconds deposits and withdrawals count for (> 0).
-        clock: Monotonic clock in seconds (tests pass a fake one).
+        clock: Monotonic clock in seconds. Default ``None``: taskflow's clock
+            (``taskflow.clock.now``), read at each call, so a fake clock installed later
+            is followed. An explicit one (a test's) stays this object's.
 
     Raises:
         FlowDefinitionError: An option is invalid, or both ``ratio`` and ``min_per_second`` are
@@ -110,7 +112,7 @@ class RetryBudget:
     """
 
     def __init__(self, name: str, *, ratio: float, min_per_second: float,
-                 window: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 window: float = 10.0, clock: Callable[[], float] | None = None) -> None:
         self.name = check_name("retry budget", name)
         owner = f"retry budget {name!r}"
         self.ratio = _check_rate(owner, "ratio", ratio)
@@ -134,7 +136,7 @@ class RetryBudget:
         # slice n, for the last SLICES slices up to _now_slice
         self._dep = [0] * SLICES
         self._wd = [0] * SLICES
-        self._now_slice = self._slice_of(self._clock())
+        self._now_slice = self._slice_of((self._clock or seam.now)())
         self._attempts = 0
         self._retries = 0
         self._refused = 0
@@ -149,7 +151,7 @@ class RetryBudget:
 
     def _advance_locked(self) -> int:
         """Under the lock: expire the slices that left the window; the current slice."""
-        n = self._slice_of(self._clock())
+        n = self._slice_of((self._clock or seam.now)())
         old = self._now_slice
         if n > old:
             for s in range(old + 1, min(n, old + SLICES) + 1):

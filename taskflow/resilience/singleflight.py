@@ -35,7 +35,6 @@ stale_if_error`` seconds, for a call that failed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable
 from threading import Lock
 from typing import Any
@@ -203,7 +202,9 @@ class SingleFlight:
         name: Names the single flight in errors and metrics.
         cache_ttl: Seconds a success is served from the cache (> 0); None: no cache.
         cache_size: Keys kept in the default cache at most (>= 1), least recently used out.
-        clock: Monotonic clock in seconds of the default cache (tests pass a fake one).
+        clock: Monotonic clock in seconds of the default cache. Default ``None``: taskflow's
+            clock (``taskflow.clock.now``), read at each call, so a fake clock installed
+            later is followed. An explicit one (a test's) stays this object's.
         cache: Where successes are kept (``taskflow.cache``); None: a private ``LruCache``.
         stale_for: Seconds after ``cache_ttl`` a value is still kept and servable stale.
         stale_if_error: Seconds after ``cache_ttl`` a value is served when the call fails.
@@ -213,7 +214,7 @@ class SingleFlight:
     """
 
     def __init__(self, name: str = "shared", *, cache_ttl: float | None = None,
-                 cache_size: int = 1024, clock: Callable[[], float] = time.monotonic,
+                 cache_size: int = 1024, clock: Callable[[], float] | None = None,
                  cache: Cache | None = None, stale_for: float | None = None,
                  stale_if_error: float | None = None) -> None:
         self.name = check_name("single flight", name)

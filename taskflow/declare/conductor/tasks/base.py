@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from loguru import logger
 
+from taskflow import clock
 from taskflow.declare.conductor import state
 from taskflow.declare.conductor.boundaries import Limits
 from taskflow.declare.conductor.expressions import Scope
@@ -210,10 +210,10 @@ def pause(ctx: TaskContext, seconds: float) -> None:
 
     The waiting thread is a worker of the run's executor: it is held for the wait.
     """
-    deadline = time.monotonic() + seconds
+    deadline = clock.now() + seconds
     tick = threading.Event()
     while not ctx.cancelled:
-        left = deadline - time.monotonic()
+        left = deadline - clock.now()
         if left <= 0:
             return
-        tick.wait(min(left, 0.05))
+        clock.wait(tick, min(left, 0.05))

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from taskflow import clock
 from taskflow.declare.conductor import state
 from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskMixin, pause
@@ -148,7 +149,7 @@ def until_seconds(text: str, now: datetime | None = None) -> float:
             tzinfo=_zone(zone.strip()) if zone else timezone.utc)
     except ValueError as exc:
         raise ValueError(f"{text!r} is not a time such as {_UNTIL_EXAMPLE}: {exc}") from None
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.fromtimestamp(clock.wall(), timezone.utc)
     return max(0.0, (when - now).total_seconds())
 
 

@@ -19,9 +19,9 @@ import select
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
+from taskflow import clock
 from taskflow.declare.conductor.boundaries import Limits
 from taskflow.declare.conductor.compiling import CompileContext, Site, Step
 from taskflow.declare.conductor.tasks.base import TaskFailedError, TaskMixin
@@ -78,10 +78,10 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps({"p": program, "i": value}, default=str) + "\n")
         self.proc.stdin.flush()
-        deadline = time.monotonic() + seconds
+        deadline = clock.real_now() + seconds  # real time: the child is another process
         fd = self.proc.stdout.fileno()
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - clock.real_now()
             if left <= 0:
                 raise TimeoutError
             ready, _, _ = select.select([fd], [], [], left)
