@@ -1,5 +1,6 @@
-"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``
-and a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted)."""
+"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``,
+a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted) and the defaults of
+``benchmarks/shared_cache.py``."""
 
 from __future__ import annotations
 
@@ -154,3 +155,16 @@ def test_open_loop_measures_every_flow_from_its_arrival(conc: ModuleType) -> Non
     assert m["p50_ms"] >= 0 and m["p99_ms"] >= m["p50_ms"]
     assert len(starts) == 12
     assert max(starts) - t0 >= 11 / 2000.0  # the last arrival is 11 intervals after the first
+
+
+def test_the_shared_cache_benchmark_runs_the_four_workers_its_docstring_states() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        shared_cache = importlib.import_module("shared_cache")
+    finally:
+        sys.path.remove(str(BENCH))
+    args = shared_cache.parser().parse_args([])
+    assert (args.workers, args.keys, args.pages) == (4, 20, 400)
+    default_line = next(line for line in shared_cache.__doc__.splitlines()
+                        if line.strip().startswith("python benchmarks/shared_cache.py  "))
+    assert default_line.endswith("# 4 workers, 20 keys, 400 pages each")
