@@ -1,5 +1,6 @@
-"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``
-and a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted)."""
+"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``,
+a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted) and the defaults of
+``benchmarks/shared_cache.py``."""
 
 from __future__ import annotations
 
@@ -184,3 +185,12 @@ def test_the_hot_path_benchmark_runs_every_measurement_in_smoke_mode(
     for shape in ("fan 19->1", "chain 20"):
         assert out.count(shape) == 3, out
     assert "us per node more" in out and "KiB" in out
+
+
+def test_the_shared_cache_benchmark_runs_the_four_workers_its_docstring_states() -> None:
+    shared_cache = _benchmark("shared_cache")
+    args = shared_cache.parser().parse_args([])
+    assert (args.workers, args.keys, args.pages) == (4, 20, 400)
+    default_line = next(line for line in shared_cache.__doc__.splitlines()
+                        if line.strip().startswith("python benchmarks/shared_cache.py  "))
+    assert default_line.endswith("# 4 workers, 20 keys, 400 pages each")
