@@ -45,11 +45,14 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 import weakref
+from types import FrameType
 from typing import Any, Protocol
 
 from taskflow import _fork
@@ -71,6 +74,10 @@ __all__ = ["MAX_GONE", "Gone", "ViewedRun", "abandoned_warning", "frame_of", "ga
 
 # records of abandoned attempts kept at most (ended ones are pruned first, then the oldest)
 MAX_GONE = 10_000
+# where frames are not the application's (``frame_of``)
+_NOT_THE_APPLICATION = (os.path.join(sysconfig.get_paths()["stdlib"], ""),
+                        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                     ""))
 # what a PARKED node's guard waits for (``guards.Guard.wait``; ``batching.WAIT_BATCH``)
 _PARKED_FOR = {1: "a shared call", 2: "a rate limit", 3: "a bulkhead", 4: "a batch window"}
 
@@ -130,18 +137,8 @@ class Gone:
     def alive(self) -> bool:
         """Whether the thread is still in the attempt (see the module)."""
         run = self.ref()
-        if run is None:
-            return False
-        d = self.tls
-        owner, idx = d.get("run"), d.get("idx")
-        while owner is not None:
-            if owner is run:
-                return idx == self.i and run.results[self.i].attempts == self.number
-            outer = getattr(owner, "outer", None)
-            if outer is None:
-                return False
-            owner, idx = outer
-        return False
+        return (run is not None and _holder(run, self.tls) == self.i
+                and run.results[self.i].attempts == self.number)
 
 
 class _Registry:
@@ -313,13 +310,24 @@ def stack_of(ident: int) -> list[traceback.FrameSummary]:
     return list(traceback.extract_stack(frame))
 
 
+def _where(frame: Any) -> str:
+    code = frame.f_code
+    return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
+
+
 def frame_of(ident: int) -> str | None:
-    """Where thread ``ident`` is now: ``function (file:line)`` of its innermost frame."""
+    """Where thread ``ident`` is now: ``function (file:line)`` of its innermost frame, and of
+    the innermost one outside the standard library and taskflow when that is another (the
+    application's call that waits); None: no such thread."""
     frame = sys._current_frames().get(ident)
     if frame is None:
         return None
-    code = frame.f_code
-    return f"{code.co_name} ({code.co_filename}:{frame.f_lineno})"
+    f: FrameType | None = frame
+    while f is not None and f.f_code.co_filename.startswith(_NOT_THE_APPLICATION):
+        f = f.f_back
+    if f is None or f is frame:
+        return _where(frame)
+    return f"{_where(frame)}, called from {_where(f)}"
 
 
 def node_rows(run: ViewedRun) -> list[tuple[str, str, float | None, str | None, str | None,

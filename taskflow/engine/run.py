@@ -99,6 +99,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   every path that abandons attempts tests it first (``attempts.py``).
 ``detached_work[i]``: the Future of detached node ``i``'s end, in a ``detached.Handle`` (None
   until the first, written under ``lock`` before the node settles, read once the run finished).
+``threads``: thread ident -> that thread's ``current`` dict, for each thread that drained the
+  run's nodes (written once per loop by the thread itself, no lock; ``inflight.py`` reads it).
+``priority``: the priority ``start`` was given (fixed; read by ``inflight.py``).
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 

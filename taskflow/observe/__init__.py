@@ -6,7 +6,8 @@ Prometheus export (``prometheus``), and what is running now (``now``: ``inflight
 ``abandoned()``, ``dump()``, ``dump_on_signal()``).
 
 ``taskflow.stats``, ``taskflow.otel`` and ``taskflow.web`` name these modules from the package
-root. The engine is seen only through its instrumentation ([`taskflow.engine.events`][taskflow.engine.events]).
+root. The engine is seen only through its instrumentation ([`taskflow.engine.events`][taskflow.engine.events])
+and its registry of runs in progress (``taskflow.engine.inflight``, read by ``now``).
 """
 
 from taskflow.observe.now import (

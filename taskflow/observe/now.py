@@ -15,6 +15,9 @@ that finished while it was read may still be listed.
 What is shown follows the web view's rules: names of flows, nodes and threads, states, times
 and stacks (the code a thread is in); never a node's value or the run's context.
 
+The views are named tuples (immutable, cheap to build: reading 500 runs costs milliseconds;
+``_asdict()`` for JSON), built without pydantic so a signal handler can build them.
+
 After a fork, the child lists only its own runs (the parent's threads are not in it): a child
 starts with empty lists.
 """
@@ -27,8 +30,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from taskflow.engine import inflight as _inflight
 from taskflow.engine.inflight import abandoned_warning, set_abandoned_warning
@@ -50,8 +52,7 @@ def _now() -> float:
     return time.monotonic()
 
 
-@dataclass(frozen=True)
-class NodeNow:
+class NodeNow(NamedTuple):
     """One node of a run in progress, as read."""
 
     name: str
@@ -71,8 +72,7 @@ class NodeNow:
     """That thread's ``threading.get_ident()``, when the run drains it on its own threads."""
 
 
-@dataclass(frozen=True)
-class RunNow:
+class RunNow(NamedTuple):
     """One run in progress."""
 
     flow: str
@@ -93,8 +93,7 @@ class RunNow:
         return tuple(n for n in self.nodes if n.state == "RUNNING")
 
 
-@dataclass(frozen=True)
-class AbandonedAttempt:
+class AbandonedAttempt(NamedTuple):
     """An attempt its run gave up on (its own timeout, the run's deadline or cancel, a join
     that no longer needs it) whose thread is still in the task."""
 
