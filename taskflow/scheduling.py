@@ -126,6 +126,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
+    run.priority = prio
     bind_context(ctx, run)
     return run
 
