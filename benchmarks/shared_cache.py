@@ -2,8 +2,8 @@
 ``RedisCache``. Prints the backend calls of each (expect about N times fewer with Redis) and the
 cost of one cache hit, Redis over the LRU, measured in the same run.
 
-    python benchmarks/shared_cache.py                       # 8 workers, 20 keys, 400 pages each
-    python benchmarks/shared_cache.py --workers 4 --keys 50 --pages 1000
+    python benchmarks/shared_cache.py                       # 4 workers, 20 keys, 400 pages each
+    python benchmarks/shared_cache.py --workers 8 --keys 50 --pages 1000
 
 Needs ``redis-server`` on PATH (a private one is started on a free port) and the ``redis``
 client (``pip install 'taskflow-juc[redis]'``). The backend is a Redis ``INCR`` per call, so
@@ -90,12 +90,17 @@ def hit_cost(url: str, n: int = 20000) -> tuple[float, float]:
     return costs[0], costs[1]
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line; its defaults are the ones the module docstring states."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--keys", type=int, default=20)
     ap.add_argument("--pages", type=int, default=400)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if shutil.which("redis-server") is None:
         sys.exit("redis-server is not on PATH")
     port, tmp = _free_port(), tempfile.mkdtemp(prefix="bench-redis-")

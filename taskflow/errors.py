@@ -97,7 +97,7 @@ class UnknownNodeError(TaskflowError, KeyError):
     def __init__(self, name: str, known: Iterable[str], message: str | None = None) -> None:
         super().__init__(name)
         self.name = name
-        close = _close(name, known)
+        close = closest_name(name, known)
         self.close = close
         hint = f"; did you mean {close!r}?" if close is not None else ""
         self.message = (message or f"no node named {name!r} in this run") + hint
@@ -116,7 +116,7 @@ def _unknown_node(name: str, close: str | None, message: str) -> UnknownNodeErro
     return err
 
 
-def _close(name: object, known: Iterable[str]) -> str | None:
+def closest_name(name: object, known: Iterable[str]) -> str | None:
     """The name of ``known`` closest to ``name``, if one is close enough (difflib's ratio of at
     least 0.6), else None."""
     if not isinstance(name, str):
@@ -130,7 +130,7 @@ def _close(name: object, known: Iterable[str]) -> str | None:
 def did_you_mean(name: object, known: Iterable[str]) -> str:
     """``" (did you mean 'product'?)"`` when a name of ``known`` is close to ``name``, else
     ``""``: the hint an error about an unknown name ends with."""
-    close = _close(name, known)
+    close = closest_name(name, known)
     return f" (did you mean {close!r}?)" if close is not None else ""
 
 

@@ -12,7 +12,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["SAMPLES_KEPT", "Percentiles", "PoolMetrics"]
+__all__ = ["SAMPLES_KEPT", "InflightMetrics", "Percentiles", "PoolMetrics"]
 
 SAMPLES_KEPT: Final = 1024
 """Queue-wait and run-time samples kept per pool (or per thread) in a ring buffer; a power of
@@ -127,6 +127,18 @@ class PoolMetrics(BaseModel):
             f"cancelled = {self.cancelled_task_count}, rejected = {self.rejected_count}, "
             f"abandoned running = {self.abandoned_running}]"
         )
+
+
+class InflightMetrics(BaseModel):
+    """What is running now in this process (``taskflow.observe.inflight``): counts only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    runs: int
+    """Runs in progress."""
+    abandoned: dict[str, int]
+    """Attempts given up whose thread is still in the task, by node name."""
 
 
 def _fmt(value: int | None) -> str:

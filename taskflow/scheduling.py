@@ -108,10 +108,12 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         plan = override_plan(plan, overrides)
     caps = executors.capabilities(executor)
     outer = getattr(current, "run", None)
-    # nested start from a worker of the same pool (wrappers compared by what they wrap): run the
-    # nodes in this thread, so a saturated (e.g. one-worker) pool cannot deadlock on us
-    inline = ((future is None or stream) and outer is not None and not caps.remote
-              and executors.same_executor(outer.executor, executor))
+    # nested start from a worker of the same pool (wrappers compared by what they wrap), or a
+    # start from one of the pool's own threads outside any run: run the nodes in this thread,
+    # so a saturated (e.g. one-worker) pool cannot deadlock on us
+    inline = ((future is None or stream) and not caps.remote
+              and (executors.same_executor(outer.executor, executor) if outer is not None
+                   else executors.runs_on(executor)))
     if plan.any_deadline and budget != math.inf:
         _warn_late_deadlines(plan, budget)
     if stream:
@@ -124,6 +126,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
+    run.priority = prio
     bind_context(ctx, run)
     return run
 

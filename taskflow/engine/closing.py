@@ -32,7 +32,7 @@ from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
 from taskflow import clock
-from taskflow.engine import attempts, events, fallbacks, guards, inline, timer
+from taskflow.engine import attempts, events, fallbacks, guards, inflight, inline, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import INLINE, SETTLED, TERMINAL
@@ -127,6 +127,8 @@ def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -
         timers = list(run.node_timers.values())
         run.node_timers.clear()
         wait_keep = keep >= 0 and run.code[keep] != SETTLED
+    if victims:  # their threads still in a task are listed (taskflow.observe.abandoned)
+        inflight.gave_up(run, victims)
     if run.watch is not None:  # the victims' running attempts are abandoned
         attempts.abandon(run, victims)
     if on_timer:
@@ -235,6 +237,7 @@ def finish(run: ClosingRun) -> None:
             if run.owed:
                 continue  # a closer claimed more while we waited: run them first
             run.finished = True
+            inflight.leave(run)
             timers = list(run.node_timers.values())
             run.node_timers.clear()
             watch = run.economy.stop()

@@ -38,6 +38,7 @@ from taskflow.engine import (
     events,
     fallbacks,
     guards,
+    inflight,
     sections,
     settling,
     timer,
@@ -113,6 +114,8 @@ def node_timeout(run: TimedRun, i: int, stand_in: Any = None) -> None:
         if not plan.has_fail[i]:
             settling.settle_sons(run, i, hooks, now)  # else after its on_fail hook
         k = run.economy.reserve()
+    if running:  # its thread, still in the task, is listed (taskflow.observe.abandoned)
+        inflight.gave_up(run, (i,))
     if run.watch is not None:  # its running attempt is abandoned (callbacks: a coordinator)
         attempts.abandon(run, (i,))
     run.post(after_timeout, run, hooks, k, abandoned)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
@@ -31,6 +32,7 @@ __all__ = [
     "mark_abandoned",
     "pickler",
     "refusal",
+    "runs_on",
     "same_executor",
     "unwrap",
 ]
@@ -79,6 +81,25 @@ def unwrap(executor: Executor) -> Executor:
 def same_executor(a: Executor, b: Executor) -> bool:
     """Whether ``a`` and ``b`` submit to the same pool (wrappers compared by what they wrap)."""
     return a is b or unwrap(a) is unwrap(b)
+
+
+def runs_on(executor: Executor) -> bool:
+    """Whether the calling thread is one of ``executor``'s own worker threads (a stdlib
+    ``ThreadPoolExecutor`` or a ``taskflow.ThreadPool``, through wrappers): a blocking ``start``
+    there would wait for a worker it holds itself."""
+    inner = executor if type(executor) is ThreadPoolExecutor else unwrap(executor)
+    threads = getattr(inner, "_threads", None)
+    if threads is None:
+        return False
+    me = threading.current_thread()
+    if me in threads:
+        return True
+    # the stdlib pool adds a thread to _threads after starting it, so the thread's first task
+    # can run before; until its target returns, a Thread keeps its args: the pool's queue
+    args = getattr(me, "_args", None)
+    queue = getattr(inner, "_work_queue", None)
+    return (queue is not None and type(args) is tuple and len(args) > 1
+            and args[1] is queue)
 
 
 def _module_of(executor: Executor) -> str:

@@ -99,6 +99,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   every path that abandons attempts tests it first (``attempts.py``).
 ``detached_work[i]``: the Future of detached node ``i``'s end, in a ``detached.Handle`` (None
   until the first, written under ``lock`` before the node settles, read once the run finished).
+``threads``: thread ident -> that thread's ``current`` dict, for each thread that drained the
+  run's nodes (written once per loop by the thread itself, no lock; ``inflight.py`` reads it).
+``priority``: the priority ``start`` was given (fixed; read by ``inflight.py``).
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
@@ -161,6 +164,7 @@ from taskflow.engine import (
     executors,
     fallbacks,
     guards,
+    inflight,
     loops,
     ranking,
     remote,
@@ -212,6 +216,7 @@ _DEFAULT = ResultState.DEFAULT
 _settle_sons = settling.settle_sons
 _after_settle = settling.after_settle
 _current_thread = threading.current_thread
+_get_ident = threading.get_ident
 _copy_context = contextvars.copy_context
 
 _strict = False
@@ -271,6 +276,7 @@ class Run:
     docstring for every field)."""
 
     detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
+    priority = "normal"  # the priority it was started with (set by the facade)
     start_refresh = detached.refresh  # a ``stale_for`` refresh: detached work of its own
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
@@ -324,6 +330,7 @@ class Run:
         self.live: set[int] = set()
         self.loop_futs: dict[int, Future[Any]] = {}
         self.remote_futs: dict[int, Future[Any]] = {}
+        self.threads: dict[int, dict[str, Any]] = {}  # who drained it (inflight.py)
         self.guards: dict[int, guards.Guard] = {}
         self.ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
         self.future = future
@@ -448,6 +455,7 @@ class Run:
 
     def begin(self) -> None:
         """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+        inflight.join(self)
         if events.LISTENERS:  # added to those already given (a stream's channel)
             seen, per_node = events.observe(self)
             self.observers += seen
@@ -535,6 +543,7 @@ class Run:
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
         cur.run = self
+        self.threads[_get_ident()] = cur.__dict__  # once per loop: whose thread (inflight.py)
         tname = _current_thread().name
         plain = self.plan.plain if self.quiet else None
         execute, execute_plain = self.execute, self.execute_plain
@@ -928,6 +937,7 @@ if TYPE_CHECKING:
     _budgeted: type[retrying.BudgetedRun] = Run
     _watched: type[attempts.WatchedRun] = Run
     _detaching: type[detached.DetachingRun] = Run
+    _viewed: type[inflight.ViewedRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

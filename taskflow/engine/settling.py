@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from taskflow import clock
-from taskflow.engine import attempts, events, fallbacks, guards, timer
+from taskflow.engine import attempts, events, fallbacks, guards, inflight, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import QUEUED, SETTLED, TERMINAL, WAITING
@@ -243,6 +243,7 @@ def _cancel_unneeded(run: SettlingRun, s: int, hooks: list[int], now: float) -> 
                 t.cancel()
             if p in run.guards:  # its slot, token or shared-call place goes back
                 run.post(guards.release, run, (p,), False)
+            inflight.gave_up(run, (p,))  # its thread, if still in the task, is listed
             if run.watch is not None:  # its running attempt is abandoned (lock order: run's
                 attempts.abandon(run, (p,))  # then the watch's; callbacks: a coordinator)
             work.append(p)  # its own fathers may be unneeded now

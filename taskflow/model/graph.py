@@ -14,7 +14,6 @@ full plan, keyed by the targets' indices, so it goes stale with it.
 from __future__ import annotations
 
 import graphlib
-import inspect
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -28,7 +27,13 @@ from taskflow.errors import (
     did_you_mean,
 )
 from taskflow.model import joins
-from taskflow.model.node import FunctionNode, NodeKind, SchedulingNode, not_a_node
+from taskflow.model.node import (
+    FunctionNode,
+    NodeKind,
+    SchedulingNode,
+    is_coroutine_function,
+    not_a_node,
+)
 
 __all__ = ["Plan", "as_top_nodes", "compile_plan", "select_targets"]
 
@@ -350,7 +355,7 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
             raise FlowDefinitionError(
                 f"node {n.name!r}: {cls.__name__} does not implement task(self, ctx, param)"
             )
-        if inspect.iscoroutinefunction(cls.task):
+        if is_coroutine_function(cls.task):
             raise FlowDefinitionError(
                 f"node {n.name!r}: {cls.__name__}.task is a coroutine function; "
                 "tasks run on executor threads and must be plain functions"

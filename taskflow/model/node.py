@@ -17,17 +17,42 @@ compiles its plan (``taskflow.model.graph``).
 
 from __future__ import annotations
 
-import difflib
 import enum
-import inspect
 import math
 import threading
+import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, Union, overload
 
-from taskflow.errors import FlowDefinitionError, InvalidNodeError
+from taskflow.errors import FlowDefinitionError, InvalidNodeError, closest_name
 from taskflow.model.joins import Join
 from taskflow.model.result import ResultState, WorkResult
+
+# ``inspect`` (with ``ast``, ``dis`` and ``tokenize``, about 7 ms) is imported only when a
+# plain function's code object cannot answer (a wrapper, a partial, a callable object) or an
+# error message needs a signature: building a node from a plain function reads the
+# code object's flags, as ``inspect`` does for such a function.
+_CO_VARARGS = 0x04  # inspect.CO_VARARGS
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
+
+
+def _plain_function(fn: object) -> types.FunctionType | None:
+    """``fn`` when it is a plain function whose code object tells its signature, else None."""
+    if (type(fn) is types.FunctionType and not hasattr(fn, "__wrapped__")
+            and "__signature__" not in fn.__dict__):
+        return fn
+    return None
+
+
+def is_coroutine_function(fn: object) -> bool:
+    """``inspect.iscoroutinefunction``, answered from the code object for a plain function."""
+    plain = _plain_function(fn)
+    if plain is not None and not hasattr(plain, "_is_coroutine_marker"):
+        return bool(plain.__code__.co_flags & _CO_COROUTINE)
+    import inspect
+
+    return inspect.iscoroutinefunction(fn)
+
 
 if TYPE_CHECKING:
     import weakref
@@ -160,6 +185,8 @@ def refuse_options(node: str, cls: type[Any], unknown: dict[str, Any],
     """Raise ``InvalidNodeError`` for keyword options no ``__init__`` of ``cls`` takes, with
     the closest known option for each (the known ones: the parameters of the ``__init__`` of
     every class in its MRO, down to ``upto`` when given)."""
+    import inspect
+
     known: set[str] = set()
     mro = cls.__mro__
     if upto is not None:
@@ -177,8 +204,8 @@ def refuse_options(node: str, cls: type[Any], unknown: dict[str, Any],
     hints = []
     guessed = True
     for option in sorted(unknown):
-        close = difflib.get_close_matches(option, sorted(known), n=1, cutoff=0.6)
-        hints.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        close = closest_name(option, known)
+        hints.append(f"{option!r}" + (f" (did you mean {close!r}?)" if close else ""))
         guessed = guessed and bool(close)
     public = next(k for k in mro if not k.__name__.startswith("_"))
     message = (f"node {node!r}: unknown option{'s' if len(hints) > 1 else ''} "
@@ -195,15 +222,17 @@ def arity_problem(fn: object, called_as: str, nargs: int) -> str | None:
     A plain function is read from its code object (about a microsecond); anything else
     through ``inspect.signature``.
     """
-    code = getattr(fn, "__code__", None)
-    if (inspect.isfunction(fn) and code is not None and not hasattr(fn, "__wrapped__")
-            and "__signature__" not in fn.__dict__):
+    plain = _plain_function(fn)
+    if plain is not None:
+        code = plain.__code__
         npos = code.co_argcount
-        required = npos - len(fn.__defaults__ or ())
-        kw_required = code.co_kwonlyargcount - len(fn.__kwdefaults__ or {})
-        if required <= nargs and (npos >= nargs or code.co_flags & inspect.CO_VARARGS) \
+        required = npos - len(plain.__defaults__ or ())
+        kw_required = code.co_kwonlyargcount - len(plain.__kwdefaults__ or {})
+        if required <= nargs and (npos >= nargs or code.co_flags & _CO_VARARGS) \
                 and kw_required == 0:
             return None
+    import inspect
+
     try:
         signature = inspect.signature(fn)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -226,7 +255,7 @@ def _arity_of_methods(cls: type[Any]) -> str | None:
                 break
         else:  # pragma: no cover - SchedulingNode defines every method it names
             continue
-        if not inspect.isfunction(fn):  # a staticmethod, a callable object: left to the call
+        if not isinstance(fn, types.FunctionType):  # a staticmethod, a callable object: left to the call
             continue
         nargs = called_as.count(",") + 2  # self and the arguments
         problem = arity_problem(fn, f"{method}(self, {called_as[1:]}", nargs)
@@ -245,7 +274,7 @@ def not_a_node(value: object) -> str:
     if isinstance(value, str):
         return (f"the string {value!r}; wiring takes the node object, not its name "
                 "(names are not looked up)")
-    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
         fname = getattr(value, "__name__", "fn")
         return f"the function {fname}; wrap it in a node: FunctionNode({fname})"
     return f"{type(value).__name__} {_short_repr(value)}, not a SchedulingNode"
@@ -818,7 +847,7 @@ class FunctionNode(SchedulingNode[Any, Any]):
             raise InvalidNodeError(f"FunctionNode needs a callable, got {not_a_node(fn)}")
         if name is None:
             name = getattr(fn, "__name__", None) or type(fn).__name__
-        if inspect.iscoroutinefunction(fn):
+        if is_coroutine_function(fn):
             raise InvalidNodeError(
                 f"node {name!r}: {getattr(fn, '__name__', fn)!r} is a coroutine function; "
                 "nodes run on executor threads: pass a plain function"

@@ -30,6 +30,7 @@ from taskflow import (
     DuplicateNameError,
     FanOutNode,
     FlowDefinitionError,
+    FlowStatus,
     FunctionNode,
     ItemTimeoutError,
     MonitoredExecutor,
@@ -40,6 +41,7 @@ from taskflow import (
     TaskContext,
     TaskScheduling,
     TaskSupport,
+    ThreadPool,
 )
 
 TERMINAL = set(ResultState) - {ResultState.DEFAULT}  # every final state
@@ -769,6 +771,47 @@ def test_a_nested_start_on_the_same_one_thread_pool_completes_through_wrappers(
 ) -> None:
     nested = _nested_on(outer_of, inner_of)
     assert nested == {"ok": True, "state": ResultState.SUCCESS}
+
+
+def _fan_of(width: int) -> list[Any]:
+    sink = fn_node(lambda ctx, p: "page", "page")
+    tops = [fn_node(lambda ctx, p, k=k: k, f"b{k}") for k in range(width)]
+    for top in tops:
+        top >> sink
+    return tops
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("pool_of", [
+    pytest.param(lambda: ThreadPoolExecutor(1), id="stdlib"),
+    pytest.param(lambda: MonitoredExecutor(ThreadPoolExecutor(1)), id="monitored"),
+    pytest.param(lambda: ThreadPool.fixed(1), id="taskflow-pool"),
+])
+@pytest.mark.parametrize("call", ["start", "stream"])
+def test_a_start_from_a_plain_task_of_the_same_one_thread_pool_runs_inline(
+    pool_of: Callable[[], Executor], call: str,
+) -> None:
+    # no run is in progress on the calling thread (the task was submitted by hand), yet the
+    # thread is the pool's only worker: the run's nodes must run on it, not wait for it (the
+    # very first task of a fresh stdlib thread runs before the pool records the thread)
+    pool = pool_of()
+    try:
+        def caller() -> tuple[Any, ...]:
+            tops = _fan_of(3)
+            if call == "start":
+                res = TaskScheduling.start(tops, executor=pool, timeout=LONG)
+            else:
+                with TaskScheduling.stream(tops, executor=pool, timeout=LONG) as parts:
+                    for _ in parts:
+                        pass
+                res = parts.result
+            return res.status, res.outputs["page"]
+
+        assert pool.submit(caller).result(timeout=LONG + 5) == (FlowStatus.COMPLETED, "page")
+        # and again, now that the thread is recorded
+        assert pool.submit(caller).result(timeout=LONG + 5) == (FlowStatus.COMPLETED, "page")
+    finally:
+        pool.shutdown(wait=True)
 
 
 @pytest.mark.timeout(30)

@@ -57,8 +57,22 @@ def test_import_taskflow_loads_none_of_what_only_some_programs_use() -> None:
     heavy = ["loguru", "asyncio", "ssl", "multiprocessing", "concurrent.futures.process",
              "pydantic", "taskflow.resilience.bulkhead", "importlib.resources", "tempfile",
              "json", "psutil", "taskflow.observe", "taskflow.pools", "taskflow.declare",
-             "taskflow.http", "taskflow.cli", "taskflow.kinds"]
+             "taskflow.http", "taskflow.cli", "taskflow.kinds", "inspect", "difflib"]
     code = f"import sys\nimport taskflow\nprint(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
+
+
+def test_building_a_flow_of_plain_functions_loads_no_introspection() -> None:
+    # a node's arity and coroutine checks read a plain function's code object: inspect (with
+    # ast, dis, tokenize) and difflib load only for wrappers, partials or an error message
+    code = ("import sys\nfrom taskflow import FunctionNode, TaskScheduling\n"
+            "a = FunctionNode(lambda ctx, p: 1, name='a')\n"
+            "def b(ctx, p, *rest, scale=2):\n    return p\n"
+            "a >> FunctionNode(b, name='b')\n"
+            "print(' '.join(m for m in ('inspect', 'difflib', 'ast', 'dis') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr

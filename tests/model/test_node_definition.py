@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from taskflow import (
     SchedulingNode,
     SwitchNode,
 )
+from taskflow.model.node import is_coroutine_function
 from taskflow.resilience import Bulkhead, CircuitBreaker, Hedge, RateLimit
 
 
@@ -222,3 +224,48 @@ def test_wiring_a_function_says_to_wrap_it():
     with pytest.raises(InvalidNodeError, match=r"FunctionNode\(fetch\)"):
         a.set_son_handler(Plain(name="b"), fetch)
     assert a.son_handler == []
+
+
+def _plain(ctx: Any, param: Any) -> None:
+    return None
+
+
+async def _coro(ctx: Any, param: Any) -> None:
+    return None
+
+
+async def _agen(ctx: Any, param: Any) -> Any:
+    yield None
+
+
+class _CallableObject:
+    def __call__(self, ctx: Any, param: Any) -> None:
+        return None
+
+    async def method(self, ctx: Any, param: Any) -> None:
+        return None
+
+
+@functools.wraps(_coro)
+def _wrapped_sync(ctx: Any, param: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize("fn", [
+    _plain, _coro, _agen, lambda ctx, p: None, functools.partial(_coro, None),
+    functools.partial(_plain, None), _CallableObject(), _CallableObject().method,
+    _CallableObject.method, _wrapped_sync, len,
+], ids=lambda fn: getattr(fn, "__name__", type(fn).__name__))
+def test_the_coroutine_check_from_code_flags_agrees_with_inspect(fn: Any) -> None:
+    # a plain function is answered from its code object's flags (no inspect at node build);
+    # everything else goes to inspect, so the answers are inspect's for every kind of callable
+    assert is_coroutine_function(fn) is inspect.iscoroutinefunction(fn)
+
+
+@pytest.mark.skipif(not hasattr(inspect, "markcoroutinefunction"), reason="Python 3.12+")
+def test_a_function_marked_as_a_coroutine_function_is_one() -> None:
+    def marked(ctx: Any, param: Any) -> None:
+        return None
+
+    inspect.markcoroutinefunction(marked)  # type: ignore[attr-defined]
+    assert is_coroutine_function(marked) is True

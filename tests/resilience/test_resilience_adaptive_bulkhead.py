@@ -3,13 +3,18 @@ and its figures are exported."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import pytest
+from conftest import parse_prometheus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from resilience_helpers import FakeClock
 
-from taskflow import Bulkhead
+from taskflow import Bulkhead, FunctionNode, TaskScheduling
 from taskflow.errors import FlowDefinitionError
+from taskflow.observe.monitor import PoolMonitor
 from taskflow.resilience.adaptive import GradientLimit
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,6 +88,50 @@ def test_an_adaptive_bulkhead_shrinks_when_its_attempts_slow_down_and_exports_it
     assert f'taskflow_bulkhead_limit{{bulkhead="adaptive-backend"}} {m.limit}' in text
     assert "taskflow_bulkhead_latency_short_seconds" in text
     assert "taskflow_bulkhead_min_concurrent" in text
+
+
+def test_the_latency_averages_are_scraped_from_prometheus_with_the_values_of_the_calls() -> None:
+    """Four calls of 0.25 s, then one of 1 s (the fake clock moves inside each task): the short
+    average moves by 2/11 of the step, the long one is still a plain mean (0.4 s)."""
+    clock = FakeClock(start=0.0)  # binary-exact instants: the latencies are exact
+    b = Bulkhead("adaptive-scraped", max_concurrent=8, min_concurrent=2, adaptive=True,
+                 clock=clock)
+
+    def call(ctx: Any, seconds: float) -> float:
+        clock.advance(seconds)
+        return seconds
+
+    lab = (("bulkhead", "adaptive-scraped"),)
+    with ThreadPoolExecutor(2) as pool:
+        monitor = PoolMonitor(pool, interval=3600, resilience=[b])
+        _, before = parse_prometheus(monitor.to_prometheus())
+        assert ("taskflow_bulkhead_latency_short_seconds", lab) not in before  # no sample yet
+        for seconds in (0.25, 0.25, 0.25, 0.25, 1.0):
+            node = FunctionNode(call, param=seconds, name="backend", bulkhead=b)
+            assert TaskScheduling.start(node, executor=pool, timeout=30).ok
+        text = monitor.to_prometheus()
+    types, series = parse_prometheus(text)
+    m = b.metrics()
+    short = series[("taskflow_bulkhead_latency_short_seconds", lab)]
+    long = series[("taskflow_bulkhead_latency_long_seconds", lab)]
+    assert short == m.latency_short_s == pytest.approx(0.25 + 0.75 * 2 / 11, rel=1e-12)
+    assert long == m.latency_long_s == pytest.approx(0.4, rel=1e-12)
+    assert series[("taskflow_bulkhead_limit", lab)] == m.limit == 8  # one call at a time
+    assert series[("taskflow_bulkhead_min_concurrent", lab)] == 2
+    assert types["taskflow_bulkhead_latency_short_seconds"] == "gauge"
+    assert types["taskflow_bulkhead_latency_long_seconds"] == "gauge"
+    assert ("# HELP taskflow_bulkhead_latency_short_seconds Recent latency of the bulkhead's "
+            "attempts (moving average).") in text
+    assert ("# HELP taskflow_bulkhead_latency_long_seconds Usual latency of the bulkhead's "
+            "attempts (moving average).") in text
+    assert parse_prometheus(b.prometheus_lines())[1] == {
+        k: v for k, v in series.items() if k[0].startswith("taskflow_bulkhead_") and k[1] == lab}
+
+
+def test_a_static_bulkhead_exports_no_latency_series() -> None:
+    text = Bulkhead("static-unscraped", max_concurrent=3).prometheus_lines()
+    assert "taskflow_bulkhead_limit" in text and "latency" not in text
+    assert "taskflow_bulkhead_min_concurrent" not in text
 
 
 def test_a_static_bulkhead_reports_its_slots_as_its_limit() -> None:

@@ -1,5 +1,6 @@
-"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``
-and a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted)."""
+"""The benchmarks' arithmetic and plumbing: the physical bounds of ``benchmarks/concurrency.py``,
+a tiny run of ``benchmarks/pool_throughput.py`` (no timing asserted) and the defaults of
+``benchmarks/shared_cache.py``."""
 
 from __future__ import annotations
 
@@ -13,13 +14,18 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def conc() -> ModuleType:
-    sys.path.insert(0, str(BENCH))  # concurrency.py imports overhead.py as a sibling
+def _benchmark(name: str) -> ModuleType:
+    """The module ``benchmarks/<name>.py``, imported as a script imports its siblings."""
+    sys.path.insert(0, str(BENCH))  # concurrency.py and hot_path.py import overhead.py
     try:
-        return importlib.import_module("concurrency")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def conc() -> ModuleType:
+    return _benchmark("concurrency")
 
 
 def test_critical_path_takes_the_longest_chain(conc: ModuleType) -> None:
@@ -154,3 +160,37 @@ def test_open_loop_measures_every_flow_from_its_arrival(conc: ModuleType) -> Non
     assert m["p50_ms"] >= 0 and m["p99_ms"] >= m["p50_ms"]
     assert len(starts) == 12
     assert max(starts) - t0 >= 11 / 2000.0  # the last arrival is 11 intervals after the first
+
+
+@pytest.fixture(scope="module")
+def hot() -> ModuleType:
+    return _benchmark("hot_path")
+
+
+def test_the_page_shape_is_nineteen_backends_into_one_assembly(hot: ModuleType) -> None:
+    graph = hot.fan()
+    assert list(graph) == [f"b{i}" for i in range(19)] + ["page"]
+    assert graph["page"] == [f"b{i}" for i in range(19)]
+    assert all(graph[f"b{i}"] == [] for i in range(19))
+
+
+@pytest.mark.timeout(120)
+def test_the_hot_path_benchmark_runs_every_measurement_in_smoke_mode(
+    hot: ModuleType, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a regression that breaks a measurement (a nested run that cannot run inline, a baseline
+    # that deadlocks) shows here; no figure is asserted
+    assert hot.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    for shape in ("fan 19->1", "chain 20"):
+        assert out.count(shape) == 3, out
+    assert "us per node more" in out and "KiB" in out
+
+
+def test_the_shared_cache_benchmark_runs_the_four_workers_its_docstring_states() -> None:
+    shared_cache = _benchmark("shared_cache")
+    args = shared_cache.parser().parse_args([])
+    assert (args.workers, args.keys, args.pages) == (4, 20, 400)
+    default_line = next(line for line in shared_cache.__doc__.splitlines()
+                        if line.strip().startswith("python benchmarks/shared_cache.py  "))
+    assert default_line.endswith("# 4 workers, 20 keys, 400 pages each")
