@@ -49,13 +49,12 @@ import os
 import sys
 import sysconfig
 import threading
-import time
 import traceback
 import weakref
 from types import FrameType
 from typing import Any, Protocol
 
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.engine import remote, sections, timer
 from taskflow.engine.states import (
     BACKOFF,
@@ -84,7 +83,7 @@ _PARKED_FOR = {1: "a shared call", 2: "a rate limit", 3: "a bulkhead", 4: "a bat
 
 def _now() -> float:
     """The one clock read of this module."""
-    return time.monotonic()
+    return clock.now()
 
 
 class ViewedRun(Protocol):

@@ -32,8 +32,7 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
-from taskflow import clock
-from taskflow import _fork
+from taskflow import _fork, clock
 from taskflow.engine import executors, guards, retrying, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING

@@ -152,8 +152,7 @@ from functools import partial
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from taskflow import clock
-from taskflow import logs
+from taskflow import clock, logs
 from taskflow.engine import (
     attempts,
     batching,

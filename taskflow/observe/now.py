@@ -28,10 +28,10 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from typing import IO, Any, NamedTuple
 
+from taskflow import clock
 from taskflow.engine import inflight as _inflight
 from taskflow.engine.inflight import abandoned_warning, set_abandoned_warning
 from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError
@@ -48,8 +48,8 @@ _REFUSED = {name: getattr(signal, name) for name in (
 
 
 def _now() -> float:
-    """The one clock read of this module (``time.monotonic``, as the engine's times)."""
-    return time.monotonic()
+    """The one clock read of this module (``clock.now``, as the engine's times)."""
+    return clock.now()
 
 
 class NodeNow(NamedTuple):

@@ -32,6 +32,7 @@ TOP_LEVEL = {
     "taskflow.__main__": CLI,
     "taskflow._fork": BASE,
     "taskflow._version": BASE,
+    "taskflow.clock": BASE,
     "taskflow.errors": BASE,
     "taskflow.exposition": BASE,
     "taskflow.logs": BASE,
