@@ -13,14 +13,15 @@ Two kinds of time:
   periods, hedge delays, single-flight and cache TTLs and stale windows, retry budgets, the
   adaptive bulkhead's latency samples, ``ctx.remaining()``/``ctx.timeout()``, report and stats
   timings and stamps, the deadline headers. It is read through ``now()`` (monotonic seconds),
-  ``wall()``/``wall_ns()`` (Unix time, for stamps and headers other machines read), ``sleep(s)``
-  and the timed waits ``wait``, ``wait_for``, ``get`` and ``result``. Outside a fake clock these
+  ``wall()``/``wall_ns()`` (Unix time, for stamps and headers other machines read), ``sleep(s)``,
+  the timed waits ``wait``, ``wait_for``, ``get`` and ``result``, and ``call_later`` (a timer for
+  the parts below the engine, which may not use its timer thread). Outside a fake clock these
   are ``time.monotonic``, ``time.time``, ``time.time_ns`` and ``time.sleep`` themselves (no extra
   call per reading) and the waits are the plain stdlib waits.
 - **Mechanical time** is what keeps the machinery going; it has no meaning for a run's outcome
   and stays real under a fake clock. Its names say so: ``real_now``, ``real_wall``,
-  ``real_sleep``, ``cpu_time``, ``real_wait``, ``real_wait_for``, ``real_get``, ``real_join``,
-  ``real_acquire``. The sites: the engine timer thread's own loop (``engine/timer.py`` serves real
+  ``real_sleep``, ``cpu_time``, ``real_wait``, ``real_wait_for``, ``real_get``, ``real_result``,
+  ``real_join``, ``real_acquire``. The sites: the engine timer thread's own loop (``engine/timer.py`` serves real
   time; a fake gives semantic entries a heap of its own), ``Economy.watchdog`` (it looks every
   couple of milliseconds whether busy loops progress: on a virtual clock it would always be the
   next due timer, so it is armed on the real timer thread by name), ``closing.HOOK_GRACE`` (how
@@ -42,15 +43,19 @@ refuse (their ``t0`` was read on the other clock).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "SemanticClock",
+    "busy",
+    "call_later",
     "cpu_time",
     "get",
     "install",
+    "idle",
     "installed",
     "now",
     "on_change",
@@ -58,10 +63,12 @@ __all__ = [
     "real_get",
     "real_join",
     "real_now",
+    "real_result",
     "real_sleep",
     "real_wait",
     "real_wait_for",
     "real_wall",
+    "reset_counts",
     "result",
     "sleep",
     "uninstall",
@@ -69,6 +76,10 @@ __all__ = [
     "wait_for",
     "wall",
     "wall_ns",
+    "work_began",
+    "work_ended",
+    "work_queued",
+    "work_started",
 ]
 
 T = TypeVar("T")
@@ -98,6 +109,10 @@ class _Lock(Protocol):
     def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
 
 
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
 class SemanticClock(Protocol):
     """What a fake clock provides to be installed: the semantic names of this module."""
 
@@ -117,6 +132,8 @@ class SemanticClock(Protocol):
     def get(self, queue: _Queue, timeout: float | None) -> Any: ...
 
     def result(self, future: _Future, timeout: float | None) -> Any: ...
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable: ...
 
 
 # -- semantic time: what a fake clock replaces ---------------------------------------------------
@@ -154,6 +171,15 @@ def result(future: _Future, timeout: float | None) -> Any:
     return future.result(timeout)
 
 
+def call_later(delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable:
+    """Call ``fn(*args)`` on a daemon thread of its own after ``delay`` seconds of semantic time
+    (for parts that may not use the engine's timer thread); the handle's ``cancel()`` drops it."""
+    handle = threading.Timer(delay, fn, args)
+    handle.daemon = True
+    handle.start()
+    return handle
+
+
 # -- mechanical time: always real, fake clock or not --------------------------------------------
 
 real_now: Callable[[], float] = time.monotonic
@@ -184,6 +210,11 @@ def real_get(queue: _Queue, timeout: float | None) -> Any:
     return queue.get(timeout=timeout)
 
 
+def real_result(future: _Future, timeout: float | None) -> Any:
+    """``future.result(timeout)`` in real time."""
+    return future.result(timeout)
+
+
 def real_join(thread: _Thread, timeout: float | None) -> None:
     """``thread.join(timeout)`` in real time."""
     thread.join(timeout)
@@ -196,7 +227,8 @@ def real_acquire(lock: _Lock, timeout: float) -> bool:
 
 # -- installing a fake ---------------------------------------------------------------------------
 
-_SEMANTIC = ("now", "wall", "wall_ns", "sleep", "wait", "wait_for", "get", "result")
+_SEMANTIC = ("now", "wall", "wall_ns", "sleep", "wait", "wait_for", "get", "result",
+             "call_later")
 _REAL: dict[str, Any] = {name: globals()[name] for name in _SEMANTIC}
 _installed: SemanticClock | None = None
 _listeners: list[Callable[[SemanticClock | None], None]] = []
@@ -244,3 +276,101 @@ def uninstall(fake: SemanticClock) -> None:
     _installed = None
     for listener in list(_listeners):
         listener(None)
+
+
+# -- what a fake clock's autojump watches: taskflow work that can make progress -----------------
+# While ``counting`` (set by an installed fake clock), the worker loops count themselves
+# (``engine/loops.py``): a loop is *queued* from its submission until it starts, then its thread is
+# *active* until its outermost loop returns, except while the thread blocks in the fake clock (a
+# ``sleep`` or a timed wait: ``idle``). ``busy()`` is queued + active: 0 means no taskflow work can
+# progress until time moves. ``changes`` counts every change, so a watcher can tell "0 for a
+# while" from "0 now". Outside a fake clock nothing is counted: one read of ``counting`` per loop.
+
+counting = False
+"""Whether the loops count themselves (a fake clock is installed)."""
+
+changes = 0
+"""How many times the counts changed (what a watcher compares)."""
+
+_count_lock = threading.Lock()  # guards _queued, _active and changes
+_queued = 0
+_active = 0
+_depth = threading.local()  # per thread: how many loops it runs, one inside another
+
+
+def work_queued(k: int = 1) -> None:
+    """``k`` loops were handed to an executor (before ``submit``); each later starts or drops."""
+    global _queued, changes
+    with _count_lock:
+        _queued += k
+        changes += 1
+
+
+def work_dropped() -> None:
+    """A queued loop will never start (refused, cancelled, dropped by the executor)."""
+    global _queued, changes
+    with _count_lock:
+        _queued = max(0, _queued - 1)
+        changes += 1
+
+
+def work_started(runs_here: bool = True) -> None:
+    """A queued loop started on this thread (``runs_here=False``: it was queued behind one this
+    thread already runs, and runs inside it)."""
+    global _queued, _active, changes
+    with _count_lock:
+        if runs_here:
+            depth = getattr(_depth, "n", 0)
+            _depth.n = depth + 1
+            if depth == 0:
+                _active += 1
+        _queued = max(0, _queued - 1)
+        changes += 1
+
+
+def work_began() -> None:
+    """This thread does taskflow work that was never queued (a ``start`` caller running what its
+    run handed over); ``work_ended()`` follows."""
+    global _active, changes
+    with _count_lock:
+        depth = getattr(_depth, "n", 0)
+        _depth.n = depth + 1
+        if depth == 0:
+            _active += 1
+        changes += 1
+
+
+def work_ended() -> None:
+    """The loop this thread started with ``work_started()`` returned."""
+    global _active, changes
+    with _count_lock:
+        depth = getattr(_depth, "n", 0) - 1
+        _depth.n = max(0, depth)
+        if depth == 0:
+            _active = max(0, _active - 1)
+        changes += 1
+
+
+def idle(blocked: bool) -> None:
+    """This thread blocks in the fake clock (``True``) or is back from it (``False``): a loop
+    thread that sleeps or waits in virtual time cannot progress until time moves."""
+    global _active, changes
+    if not getattr(_depth, "n", 0):
+        return  # not a loop's thread: it was never counted
+    with _count_lock:
+        _active = max(0, _active - 1) if blocked else _active + 1
+        changes += 1
+
+
+def busy() -> int:
+    """Loops queued plus threads running a loop and not blocked in the clock."""
+    return _queued + _active
+
+
+def reset_counts(on: bool) -> None:
+    """Start (``on``) or stop counting, from zero (a fake clock's install and uninstall)."""
+    global counting, _queued, _active, changes
+    with _count_lock:
+        counting = on
+        _queued = _active = 0
+        changes += 1

@@ -121,7 +121,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         if not inline:  # its caller goes away between items: the coordinator owns the run
             future = Future()
             future.set_running_or_notify_cancel()
-    if plan.any_policy:
+    if plan.any_policy or caps.remote:
         executors.check_executor(plan, caps.remote, type(executor).__name__)
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)

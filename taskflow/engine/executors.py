@@ -17,7 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-from taskflow.errors import FlowDefinitionError
+from taskflow import clock
+from taskflow.errors import FlowDefinitionError, InvalidArgumentValueError
 from taskflow.logs import logger
 
 if TYPE_CHECKING:
@@ -224,6 +225,12 @@ def check_executor(plan: Plan, remote: bool, executor_name: str) -> None:
     hedged, batched or detached node cannot run on a remote executor."""
     if not remote:
         return
+    fake = clock.installed()
+    if fake is not None:
+        raise InvalidArgumentValueError(
+            f"{executor_name} runs tasks in other processes, which never see virtual time: "
+            f"a process executor cannot run under {fake!r}; use a thread pool or a "
+            "ManualExecutor in this test, or leave the fake clock first", argument="executor")
     for pol in plan.policy:
         if pol is not None and (pol.hedge is not None or pol.batch is not None or pol.detach):
             what = ("hedge" if pol.hedge is not None else "batch" if pol.batch is not None

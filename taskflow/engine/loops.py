@@ -27,6 +27,10 @@ The owner's ``lock`` guards ``tokens``, ``unstarted`` (submitted, not started), 
 (submitted, not exited) and ``loop_futs``. ``loop_futs`` holds the
 future of each loop that has not exited, so that closing can cancel or abandon it; an exited loop's
 future is dropped at once, which keeps runs free of reference cycles.
+
+Under a fake clock with autojump (``taskflow.clock.counting``), a loop counts itself queued from
+its submission until it starts or is refused, and its thread active until its outermost loop
+returns: what the fake clock reads to know that no taskflow work can progress until time moves.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from concurrent.futures import Executor, Future
 from functools import partial
 from typing import Any, Protocol
 
+from taskflow import clock
 from taskflow.errors import RejectedExecutionError
 from taskflow.logs import logger
 
@@ -75,6 +80,7 @@ def _start(owner: LoopOwner, token: int) -> None:
     loops, a loop queued to run after it (see the module docstring)."""
     with owner.lock:
         owner.unstarted.discard(token)
+    counted = clock.counting
     try:
         frames = _here.frames
     except AttributeError:
@@ -85,14 +91,20 @@ def _start(owner: LoopOwner, token: int) -> None:
         # ``submit`` ran this loop in the thread that asked for it (a caller-runs pool): it is
         # counted and started, and runs when the owner's loop below it on this stack returns
         queued.append(token)
+        if counted:
+            clock.work_started(runs_here=False)
         return
     frames[key] = queued = deque()
+    if counted:
+        clock.work_started()
     try:
         _run(owner, token)
         while queued:
             _run(owner, queued.popleft())
     finally:
         del frames[key]
+        if counted:
+            clock.work_ended()
 
 
 def _run(owner: LoopOwner, token: int) -> None:
@@ -127,6 +139,8 @@ def _done(owner: LoopOwner, token: int, fut: Future[Any]) -> None:
         owner.unstarted.discard(token)
         owner.live.discard(token)
         owner.loop_futs.pop(token, None)
+    if clock.counting:
+        clock.work_dropped()
     exc = None if fut.cancelled() else fut.exception()
     if exc is None:
         exc = RejectedExecutionError(f"the executor dropped taskflow work of {owner.describe()}")
@@ -143,6 +157,8 @@ def spawn(owner: LoopOwner, k: int) -> None:
             token = owner.tokens
             owner.unstarted.add(token)
             owner.live.add(token)
+        if clock.counting:
+            clock.work_queued()
         try:
             fut: Any = executor.submit(_start, owner, token)
             if not isinstance(fut, Future):
@@ -156,6 +172,8 @@ def spawn(owner: LoopOwner, k: int) -> None:
                 owner.unstarted.discard(token)
                 owner.live.discard(token)
             if refused:
+                if clock.counting:
+                    clock.work_dropped()
                 owner.loop_refused(exc)
             continue
         with owner.lock:

@@ -279,10 +279,17 @@ class Coordinator:
                 self.threads += 1
                 self.seq += 1
                 name = "taskflow-coordinator"
+        if clock.counting:
+            clock.work_queued()
         self.queue.put((cv, fn, args))
         if start:
             threading.Thread(target=self.serve, args=(self.queue,), name=name,
                              daemon=True).start()
+
+    def quiet(self) -> bool:
+        """Whether nothing handed over waits for a coordinator thread or runs on one."""
+        with self.lock:
+            return self.waiting == 0 and self.idle == self.threads
 
     def serve(self, queue: SimpleQueue[tuple[Context, Callable[..., Any], tuple[Any, ...]]]
               ) -> None:
@@ -302,10 +309,16 @@ class Coordinator:
             with self.lock:
                 self.idle -= 1
                 self.waiting -= 1
+            counted = clock.counting
+            if counted:
+                clock.work_started()
             try:
                 cv.copy().run(fn, *args)
             except BaseException:  # noqa: BLE001 - one run's bug must not stop the others
                 logger.opt(exception=True).error("taskflow coordinator callback {!r} failed", fn)
+            finally:
+                if counted:
+                    clock.work_ended()
             del cv, fn, args
 
     def after_fork_in_child(self) -> None:

@@ -5,8 +5,13 @@ Fixtures:
     manual_executor: a fresh [`ManualExecutor`][taskflow.testing.ManualExecutor] (FIFO; mark a
         test ``@pytest.mark.manual_executor(seed=3)`` for a seeded order, ``max_workers=`` as
         the constructor's), shut down at teardown with what is still queued cancelled.
+    fake_clock: an entered [`FakeClock`][taskflow.testing.FakeClock], autojump on (mark a test
+        ``@pytest.mark.fake_clock(autojump=False)`` to move time only with ``advance``;
+        ``start=`` and ``autojump_threshold=`` as the constructor's), left at teardown: a thread
+        still in ``clock.sleep`` is released then.
 
-Nothing here runs threads; the fixture's executor belongs to one test.
+The fixtures belong to one test each; only ``fake_clock`` with autojump starts a thread (its
+driver), stopped at teardown.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import Iterator
 import pytest
 
 from taskflow.testing.manual import ManualExecutor
+from taskflow.testing.virtual import FakeClock
 
-__all__ = ["manual_executor", "pytest_configure"]
+__all__ = ["fake_clock", "manual_executor", "pytest_configure"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,18 +32,39 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "manual_executor(seed=None, max_workers=4): options of the manual_executor fixture",
     )
+    config.addinivalue_line(
+        "markers",
+        "fake_clock(start=0.0, autojump=True, autojump_threshold=0.005): options of the "
+        "fake_clock fixture",
+    )
 
 
 @pytest.fixture
 def manual_executor(request: pytest.FixtureRequest) -> Iterator[ManualExecutor]:
     """A ManualExecutor for this test, shut down (queued work cancelled) at teardown."""
-    marker = request.node.get_closest_marker("manual_executor")
-    options = dict(marker.kwargs) if marker is not None else {}
-    if marker is not None and marker.args:
-        raise TypeError("@pytest.mark.manual_executor takes keyword arguments only "
-                        "(seed=, max_workers=)")
+    options = _options(request, "manual_executor", "seed=, max_workers=")
     executor = ManualExecutor(**options)
     try:
         yield executor
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture
+def fake_clock(request: pytest.FixtureRequest) -> Iterator[FakeClock]:
+    """An entered FakeClock for this test (autojump on unless the marker says otherwise), left
+    at teardown."""
+    options = {"autojump": True, **_options(request, "fake_clock",
+                                             "start=, autojump=, autojump_threshold=")}
+    with FakeClock(**options) as fake:
+        yield fake
+
+
+def _options(request: pytest.FixtureRequest, name: str, takes: str) -> dict[str, object]:
+    """The keyword arguments of the test's closest ``name`` marker."""
+    marker = request.node.get_closest_marker(name)
+    if marker is None:
+        return {}
+    if marker.args:
+        raise TypeError(f"@pytest.mark.{name} takes keyword arguments only ({takes})")
+    return dict(marker.kwargs)

@@ -64,7 +64,7 @@ def harness(monkeypatch: pytest.MonkeyPatch) -> Any:
     def make(est: list[float], **kw: Any) -> Harness:
         h = Harness(est, **kw)
         made.append(h)
-        monkeypatch.setattr(timer, "schedule", h.schedule)
+        monkeypatch.setattr(timer.timer_thread, "schedule", h.schedule)
         return h
 
     return make

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from resilience_helpers import FakeClock
 
-from taskflow import TaskContext
+from taskflow import TaskContext, clock
 from taskflow.engine import guards
 from taskflow.engine.states import (
     LEGAL_BITS,
@@ -320,7 +320,7 @@ class GuardsMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.timer = FakeTimer()
         self.patch = pytest.MonkeyPatch()
-        self.patch.setattr(guards, "_monotonic", self.clock)
+        self.patch.setattr(clock, "now", self.clock)
         self.patch.setattr(guards, "timer", self.timer)
         # the shared node's bulkhead is tight (its nodes park); the hedged one's has room
         self.bulkhead = TrapBulkhead("machine", max_concurrent=1, max_waiting=2, clock=self.clock)

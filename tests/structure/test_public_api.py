@@ -120,7 +120,7 @@ NAMESPACES = {
     "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
     "taskflow.observe.web": ["make_app"],
     "taskflow.http": ["httpx_client", "session"],
-    "taskflow.testing": ["DEFAULT_MAX_STEPS", "ManualExecutor", "StepLimitError"],
+    "taskflow.testing": ["DEFAULT_MAX_STEPS", "FakeClock", "ManualExecutor", "StepLimitError"],
 }
 # ``taskflow.conductor`` and friends are these modules, loaded on first access
 REACHED_AS = {"conductor": "taskflow.declare.conductor", "stats": "taskflow.observe.stats",

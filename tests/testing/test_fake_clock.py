@@ -1,0 +1,343 @@
+"""``FakeClock``: virtual time for taskflow on the real engine, on real thread pools and on
+``ManualExecutor``.
+
+Each test checks what the virtual clock says happened (the budget that ran out, the back-off that
+was waited, the age of a cache value) and, where the test's subject is "it did not wait in real
+time", a wall-time bound far looser than the virtual times involved (a 30 s budget in under
+10 s), which no busy machine misses.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from taskflow import (
+    CircuitBreaker,
+    CircuitOpenError,
+    FunctionNode,
+    RateLimit,
+    ResultState,
+    TaskScheduling,
+    clock,
+)
+from taskflow.engine import timer
+from taskflow.errors import InvalidArgumentValueError
+from taskflow.testing import FakeClock, ManualExecutor
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(8) as ex:
+        yield ex
+
+
+# -- the clock by hand -----------------------------------------------------------------------
+
+
+def test_advance_fires_due_timers_in_order_each_at_its_own_time() -> None:
+    fired: list[tuple[str, float]] = []
+    with FakeClock(start=100.0) as fake:
+        assert clock.now() == 100.0 and fake.now() == 100.0
+        for name, when in (("c", 103.0), ("a", 101.0), ("b", 102.0), ("late", 110.0)):
+            timer.schedule(when, lambda n=name: fired.append((n, clock.now())))
+        cancelled = timer.schedule(101.5, lambda: fired.append(("cancelled", clock.now())))
+        cancelled.cancel()
+        fake.advance(3.0)
+        assert fired == [("a", 101.0), ("b", 102.0), ("c", 103.0)]
+        assert clock.now() == 103.0 and fake.pending() == 1
+    assert clock.now is time.monotonic  # real time is back
+
+
+def test_wall_time_moves_with_virtual_time() -> None:
+    with FakeClock() as fake:
+        w0 = clock.wall()
+        fake.advance(3600.0)
+        assert clock.wall() - w0 == pytest.approx(3600.0)
+        assert abs(w0 - time.time()) < 60  # it started from the real Unix time
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "1", True])
+def test_advance_refuses_a_negative_or_non_finite_step(bad: Any) -> None:
+    with FakeClock() as fake:
+        with pytest.raises(InvalidArgumentValueError, match="never goes back"):
+            fake.advance(bad)
+        assert fake.now() == 0.0
+
+
+def test_a_second_fake_clock_and_a_second_entry_are_refused() -> None:
+    first = FakeClock()
+    with first:
+        with pytest.raises(RuntimeError, match="another fake clock is entered"):
+            with FakeClock():
+                pass
+        assert clock.installed() is first
+    with pytest.raises(RuntimeError, match="entered once"):
+        with first:
+            pass
+    assert clock.installed() is None
+
+
+def test_bad_constructor_arguments_name_the_culprit() -> None:
+    with pytest.raises(InvalidArgumentValueError, match="autojump_threshold"):
+        FakeClock(autojump_threshold=-0.1)
+    with pytest.raises(InvalidArgumentValueError, match="start"):
+        FakeClock(start=float("nan"))
+
+
+def test_a_thread_left_in_sleep_is_released_when_the_clock_exits() -> None:
+    out: list[float] = []
+    asleep = threading.Event()
+    with FakeClock() as fake:
+
+        def nap() -> None:
+            asleep.set()
+            fake.sleep(1e9)
+            out.append(1.0)
+
+        t = threading.Thread(target=nap)
+        t.start()
+        assert asleep.wait(10)
+    t.join(10)
+    assert not t.is_alive() and out == [1.0]
+
+
+def test_sleep_returns_after_advance_reaches_its_time() -> None:
+    woke = threading.Event()
+    with FakeClock() as fake:
+        t = threading.Thread(target=lambda: (fake.sleep(5.0), woke.set()))
+        t.start()
+        while fake.next_due() is None:  # the sleeper registered
+            time.sleep(0.001)
+        fake.advance(4.999)
+        assert not woke.wait(0.05)
+        fake.advance(0.001)
+        assert woke.wait(10)
+        t.join(10)
+
+
+def test_timed_waits_give_up_in_virtual_time_and_return_at_once_when_ready() -> None:
+    with FakeClock(autojump=True) as fake:
+        event = threading.Event()
+        t0 = time.monotonic()
+        assert clock.wait(event, 3600.0) is False  # autojump moved an hour, not the wall clock
+        assert fake.now() == 3600.0 and time.monotonic() - t0 < 10
+        event.set()
+        assert clock.wait(event, 5.0) is True and fake.now() == 3600.0
+
+
+def test_pending_timers_move_to_real_time_at_exit() -> None:
+    fired = threading.Event()
+    with FakeClock() as fake:
+        timer.schedule(fake.now() + 0.01, fired.set)
+    assert fired.wait(10)  # not lost: the real timer thread fired it
+
+
+# -- runs on real thread pools ---------------------------------------------------------------
+
+
+def test_the_page_degrades_when_inventory_takes_longer_than_the_budget(pool: Any) -> None:
+    with FakeClock(autojump=True) as fake:
+
+        def inventory(ctx: Any, sku: Any) -> int:
+            fake.sleep(0.3)
+            return 7
+
+        page = [FunctionNode(inventory, name="inventory"),
+                FunctionNode(lambda c, p: 9.99, name="price")]
+        result = TaskScheduling.start(page, executor=pool, timeout=0.25)
+        assert result["price"].work_result.state is ResultState.SUCCESS
+        assert result["inventory"].work_result.state is ResultState.TIMEOUT
+        assert result.elapsed == pytest.approx(0.25)
+        assert fake.now() == pytest.approx(0.25)
+
+
+def test_a_30_second_budget_runs_out_in_virtual_time(pool: Any) -> None:
+    t0 = time.monotonic()
+    with FakeClock(autojump=True) as fake:
+        hung = FunctionNode(lambda c, p: fake.sleep(1e6), name="backend")
+        result = TaskScheduling.start(hung, executor=pool, timeout=30.0)
+        assert result["backend"].work_result.state is ResultState.TIMEOUT
+        assert fake.now() == pytest.approx(30.0)
+    assert time.monotonic() - t0 < 10  # 30 s of budget, not 30 s of the test's time
+
+
+def test_a_retry_after_a_10_second_back_off_still_fits_the_budget(pool: Any) -> None:
+    calls: list[float] = []
+    with FakeClock(autojump=True) as fake:
+
+        def flaky(ctx: Any, p: Any) -> str:
+            calls.append(fake.now())
+            if len(calls) < 3:
+                raise ConnectionError("backend down")
+            return "ok"
+
+        node = FunctionNode(flaky, name="flaky", retries=2, retry_backoff=10.0)
+        result = TaskScheduling.start(node, executor=pool, timeout=60.0)
+        assert result["flaky"].work_result.state is ResultState.SUCCESS
+        assert calls[0] == 0.0 and calls[1] - calls[0] >= 10.0  # the back-off was waited
+        assert calls[2] - calls[1] >= calls[1] - calls[0]  # and grew (exponential)
+        assert fake.now() < 60.0
+
+
+def test_a_node_timeout_fires_in_virtual_time_and_the_rest_goes_on(pool: Any) -> None:
+    with FakeClock(autojump=True) as fake:
+        slow = FunctionNode(lambda c, p: fake.sleep(2.0), name="slow", timeout=0.5,
+                            fallback="cached")
+        after = FunctionNode(lambda c, p: c.result_of("slow") + "!", name="after")
+        slow >> after
+        result = TaskScheduling.start(slow, executor=pool, timeout=10.0)
+        assert result["slow"].work_result.state is ResultState.DEGRADED
+        assert result.outputs["after"] == "cached!"
+        assert fake.now() == pytest.approx(0.5)
+
+
+def test_time_stands_still_while_a_task_computes_without_the_clock(pool: Any) -> None:
+    # the invariant of autojump: it never moves time while taskflow work can progress; a task
+    # that works for 50 ms of real time without reading the clock keeps its 1 ms timeout
+    def busy(ctx: Any, p: Any) -> int:
+        end = time.perf_counter() + 0.05
+        n = 0
+        while time.perf_counter() < end:
+            n += 1
+        return n
+
+    with FakeClock(autojump=True, autojump_threshold=0.001) as fake:
+        result = TaskScheduling.start(FunctionNode(busy, name="busy", timeout=0.001),
+                                      executor=pool, timeout=1.0)
+        assert result["busy"].work_result.state is ResultState.SUCCESS
+        assert fake.now() == 0.0
+
+
+def test_a_cached_value_is_served_stale_after_its_ttl_then_expires(pool: Any) -> None:
+    calls: list[float] = []
+    with FakeClock(autojump=True) as fake:
+
+        def price(ctx: Any, sku: Any) -> float:
+            calls.append(fake.now())
+            return 10.0 + len(calls)
+
+        node = FunctionNode(price, param="sku-1", name="price", cache_ttl=30.0,
+                            share_key=lambda c, p: ("price", p), stale_for=60.0)
+        first = TaskScheduling.start(node, executor=pool, timeout=1.0)
+        fake.advance(29.0)
+        fresh = TaskScheduling.start(node, executor=pool, timeout=1.0)
+        assert first.outputs["price"] == fresh.outputs["price"] == 11.0 and len(calls) == 1
+        fake.advance(2.0)  # 31 s old: stale, served at once while one refresh runs
+        stale = TaskScheduling.start(node, executor=pool, timeout=1.0)
+        assert stale.outputs["price"] == 11.0
+        deadline = time.monotonic() + 10
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert calls == [0.0, 31.0]  # the refresh ran at 31 s of virtual time
+        fake.advance(91.0)  # 91 s past the refresh: beyond ttl + stale_for, a miss
+        assert TaskScheduling.start(node, executor=pool, timeout=1.0).outputs["price"] == 13.0
+
+
+def test_a_breaker_opens_and_half_opens_after_its_open_period(pool: Any) -> None:
+    breaker = CircuitBreaker("fake-clock-breaker", failure_ratio=0.5, window=2, min_calls=2,
+                             open_for=5.0)
+
+    def failing(ctx: Any, p: Any) -> None:
+        raise ConnectionError("down")
+
+    with FakeClock(autojump=True) as fake:
+        for _ in range(2):
+            TaskScheduling.start(FunctionNode(failing, name="b", breaker=breaker),
+                                 executor=pool, timeout=1.0)
+        assert breaker.state.name == "OPEN"
+        refused = TaskScheduling.start(FunctionNode(failing, name="b", breaker=breaker),
+                                       executor=pool, timeout=1.0)
+        assert isinstance(refused["b"].work_result.exception, CircuitOpenError)
+        fake.advance(5.0)
+        assert breaker.state.name == "HALF_OPEN"
+
+
+def test_a_rate_limit_refills_in_virtual_time(pool: Any) -> None:
+    limit = RateLimit("fake-clock-limit", per_second=1.0, burst=1)
+    with FakeClock(autojump=True) as fake:
+        starts: list[float] = []
+        node = [FunctionNode(lambda c, p: starts.append(fake.now()), name=f"n{i}",
+                             rate_limit=limit) for i in range(3)]
+        result = TaskScheduling.start(node, executor=pool, timeout=10.0)
+        assert result.ok, result.failed
+        assert sorted(starts) == pytest.approx([0.0, 1.0, 2.0], abs=1e-6)
+
+
+def test_entering_while_a_run_is_in_flight_is_refused(pool: Any) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def held(ctx: Any, p: Any) -> None:
+        started.set()
+        release.wait(10)
+
+    future = TaskScheduling.submit(FunctionNode(held, name="held"), executor=pool, timeout=20)
+    try:
+        assert started.wait(10)
+        with pytest.raises(RuntimeError, match="in flight"):
+            with FakeClock():
+                pass
+        assert clock.installed() is None
+    finally:
+        release.set()
+        future.result(10)
+
+
+def test_a_process_pool_is_refused_under_a_fake_clock() -> None:
+    with ProcessPoolExecutor(1) as ex, FakeClock():
+        with pytest.raises(InvalidArgumentValueError, match="ProcessPoolExecutor.*virtual time"):
+            TaskScheduling.start(FunctionNode(lambda c, p: abs(p), param=-1, name="abs"), executor=ex,
+                                 timeout=1.0)
+
+
+# -- ManualExecutor: deterministic jumps -------------------------------------------------------
+
+
+def _backoff_page(log: list[tuple[str, float]], fake: FakeClock) -> list[FunctionNode]:
+    def flaky(ctx: Any, name: Any) -> str:
+        log.append((name, fake.now()))
+        if sum(1 for n, _ in log if n == name) < 2:
+            raise ConnectionError(name)
+        return name
+
+    return [FunctionNode(flaky, param=n, name=n, retries=1, retry_backoff=b)
+            for n, b in (("a", 1.0), ("b", 2.0), ("c", 0.5))]
+
+
+def test_run_until_idle_jumps_to_each_back_off_and_a_seed_repeats_the_order() -> None:
+    orders = []
+    for _ in range(2):
+        log: list[tuple[str, float]] = []
+        with FakeClock(autojump=True) as fake:
+            ex = ManualExecutor(seed=11)
+            future = TaskScheduling.submit(_backoff_page(log, fake), executor=ex, timeout=30.0)
+            ex.run_until_idle()
+            result = future.result(timeout=0)
+        assert result.outputs == {"a": "a", "b": "b", "c": "c"}
+        retried = {n: t for n, t in log[3:]}
+        assert retried == {"a": 1.0, "b": 2.0, "c": 0.5}
+        orders.append(log)
+    assert orders[0] == orders[1]
+
+
+def test_without_autojump_run_until_idle_leaves_time_to_the_test() -> None:
+    log: list[tuple[str, float]] = []
+    with FakeClock() as fake:
+        ex = ManualExecutor()
+        future = TaskScheduling.submit(_backoff_page(log, fake), executor=ex, timeout=30.0)
+        ex.run_until_idle()
+        assert len(log) == 3 and not future.done()
+        fake.advance(0.5)
+        ex.run_until_idle()
+        assert [n for n, _ in log[3:]] == ["c"]
+        fake.advance(1.5)
+        ex.run_until_idle()
+        assert future.result(timeout=0).outputs == {"a": "a", "b": "b", "c": "c"}
