@@ -70,3 +70,51 @@ def test_the_guides_example_test_module_passes_with_the_plugin(tmp_path: Path) -
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout
 
+
+
+def test_the_guides_virtual_time_module_passes_with_the_fake_clock_fixture(
+        tmp_path: Path) -> None:
+    # examples/test_page_virtual_time.py, included in the testing guide: seconds of budgets,
+    # back-offs and cache ages on the fixture's FakeClock
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:taskflow",
+         "-p", "taskflow.testing.plugin", "--strict-markers", "--rootdir", str(tmp_path),
+         "--durations=0", str(ROOT / "examples" / "test_page_virtual_time.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6 passed" in proc.stdout
+
+
+FAKE_CLOCK_TESTS = '''
+import threading
+import pytest
+from taskflow import clock
+from taskflow.testing import FakeClock
+
+def test_fixture_is_entered_with_autojump(fake_clock):
+    assert isinstance(fake_clock, FakeClock) and fake_clock.autojump
+    assert clock.installed() is fake_clock
+    assert clock.wait(threading.Event(), 60.0) is False and fake_clock.now() == 60.0
+
+@pytest.mark.fake_clock(autojump=False, start=5.0)
+def test_marker_options(fake_clock):
+    assert not fake_clock.autojump and fake_clock.now() == 5.0
+
+def test_left_at_teardown():
+    assert clock.installed() is None
+'''
+
+
+def test_fake_clock_fixture_and_marker_in_a_users_suite(tmp_path: Path) -> None:
+    (tmp_path / "test_user_clock.py").write_text(FAKE_CLOCK_TESTS, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:taskflow",
+         "-p", "taskflow.testing.plugin", "--strict-markers", "--rootdir", str(tmp_path),
+         str(tmp_path / "test_user_clock.py")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed" in proc.stdout
