@@ -83,6 +83,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class _Waitable(Protocol):
@@ -93,8 +94,8 @@ class _Condition(Protocol):
     def wait_for(self, predicate: Callable[[], T], timeout: float | None = ...) -> T: ...
 
 
-class _Queue(Protocol):
-    def get(self, block: bool = ..., timeout: float | None = ...) -> Any: ...
+class _Queue(Protocol[T_co]):
+    def get(self, block: bool = ..., timeout: float | None = ...) -> T_co: ...
 
 
 class _Future(Protocol):
@@ -129,7 +130,7 @@ class SemanticClock(Protocol):
     def wait_for(self, cond: _Condition, predicate: Callable[[], T],
                  timeout: float | None) -> T: ...
 
-    def get(self, queue: _Queue, timeout: float | None) -> Any: ...
+    def get(self, queue: _Queue[T], timeout: float | None) -> T: ...
 
     def result(self, future: _Future, timeout: float | None) -> Any: ...
 
@@ -161,7 +162,7 @@ def wait_for(cond: _Condition, predicate: Callable[[], T], timeout: float | None
     return cond.wait_for(predicate, timeout)
 
 
-def get(queue: _Queue, timeout: float | None) -> Any:
+def get(queue: _Queue[T], timeout: float | None) -> T:
     """``queue.get(timeout=timeout)`` in semantic time (``queue.Empty`` when it passes)."""
     return queue.get(timeout=timeout)
 
@@ -205,7 +206,7 @@ def real_wait_for(cond: _Condition, predicate: Callable[[], T], timeout: float |
     return cond.wait_for(predicate, timeout)
 
 
-def real_get(queue: _Queue, timeout: float | None) -> Any:
+def real_get(queue: _Queue[T], timeout: float | None) -> T:
     """``queue.get(timeout=timeout)`` in real time."""
     return queue.get(timeout=timeout)
 

@@ -17,6 +17,7 @@ driver), stopped at teardown.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,7 @@ def fake_clock(request: pytest.FixtureRequest) -> Iterator[FakeClock]:
         yield fake
 
 
-def _options(request: pytest.FixtureRequest, name: str, takes: str) -> dict[str, object]:
+def _options(request: pytest.FixtureRequest, name: str, takes: str) -> dict[str, Any]:
     """The keyword arguments of the test's closest ``name`` marker."""
     marker = request.node.get_closest_marker(name)
     if marker is None:
