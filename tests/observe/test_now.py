@@ -11,7 +11,7 @@ import signal
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from conftest import LONG, PROMPT, SHORT, parse_prometheus
 from loguru import logger
 
 import taskflow.observe as observe
-from taskflow import FunctionNode, PoolMonitor, ResultState, TaskScheduling
+from taskflow import FlowResult, FunctionNode, PoolMonitor, ResultState, TaskScheduling
 from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError
 
 Gate = Callable[[], threading.Event]
@@ -67,16 +67,22 @@ def stuck_run(pool: Executor, backend: Backend, flow: str = "product_page") -> s
     return result.flow_id
 
 
-def test_a_node_waiting_on_an_event_shows_running_on_its_thread_until_the_run_ends(
-        make_executor: MakeExecutor, gate: Gate) -> None:
-    pool = make_executor(2)
-    backend = Backend(gate)
+def held_page(pool: Executor, backend: Backend) -> Future[FlowResult]:
+    """A run of ``price >> page`` (flow ``product_page``, priority critical) held in ``price``
+    by ``backend`` (entered when this returns)."""
     price = FunctionNode(backend.stuck_in_backend, name="price")
     page = FunctionNode(lambda c, p: "page", name="page")
     price >> page
     future = TaskScheduling.submit(price, executor=pool, timeout=LONG, name="product_page",
                                    priority="critical")
     assert backend.entered.wait(PROMPT)
+    return future
+
+
+def test_a_node_waiting_on_an_event_shows_running_on_its_thread_until_the_run_ends(
+        make_executor: MakeExecutor, gate: Gate) -> None:
+    backend = Backend(gate)
+    future = held_page(make_executor(2), backend)
     runs = [r for r in observe.inflight() if r.flow == "product_page"]
     assert len(runs) == 1
     run = runs[0]
