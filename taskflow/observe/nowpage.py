@@ -58,7 +58,9 @@ _CSS = "".join(
 padding:1px 6px;margin:0 4px 4px 0;font-size:12px;vertical-align:top}
 .n.TERMINAL,.n.SETTLED{color:#757575}.n .d{display:block;color:#555;font-size:11px}
 .glance{font-size:16px;margin:8px 0}.glance b{font-size:20px}
-pre{margin:0;font-size:11px;white-space:pre-wrap}td.where{font-family:monospace;font-size:12px}
+pre{margin:0;font-size:11px;white-space:pre-wrap;color:#333}
+td.where{font-family:monospace;font-size:12px}tr.gone td{border-bottom:none}
+tr.frames td{border-bottom:1px solid #bdbdbd}
 """
 
 
@@ -158,14 +160,15 @@ def _gone_table(gone: list[tuple[now.AbandonedAttempt, str | None]]) -> str:
     rows = []
     for a, where in gone:
         rows.append(
-            f"<tr><td>{_e(a.node)}</td><td>{_e(a.flow or '?')}</td><td><code>{_e(a.run_id)}"
-            f"</code></td><td class=num>{a.attempt}</td><td class=num>{_s(a.running_s)}</td>"
+            f'<tr class="gone"><td>{_e(a.node)}</td><td>{_e(a.flow or "?")}</td>'
+            f"<td><code>{_e(a.run_id)}</code></td><td class=num>{a.attempt}</td><td class=num>{_s(a.running_s)}</td>"
             f'<td class="num bad">{_s(a.past_deadline_s)}</td><td>{_e(a.thread)}</td>'
-            f'<td class="where">{_e(where or "?")}</td><td>{_stack(a.stack)}</td></tr>')
+            f'<td class="where">{_e(where or "?")}</td></tr>'
+            f'<tr class="frames"><td></td><td colspan=7>{_stack(a.stack)}</td></tr>')
     return ("<table><thead><tr><th>node</th><th>flow</th><th>run</th><th>attempt</th>"
-            "<th>running s</th><th>past its deadline s</th><th>thread</th><th>stuck in</th>"
-            "<th>innermost frames (last: where it is)</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+            "<th>running s</th><th>past its deadline s</th><th>thread</th><th>stuck in "
+            '<span class="note">(below: the innermost frames, the last is where it is)</span>'
+            "</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def now_html(base: str, title: str, style: str) -> str:
