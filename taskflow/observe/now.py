@@ -238,8 +238,8 @@ def dump_on_signal(signum: int, *, file: IO[str] | int | None = None, chain: boo
 
     Args:
         signum: The signal (``signal.SIGPROF``, ...).
-        file: Where to write: a file with a ``fileno()`` or a descriptor (default: standard
-            error's, read now).
+        file: Where to write: a file with a ``fileno()`` (kept open while the handler is
+            installed) or a descriptor (default: standard error's, read now).
         chain: Call the handler ``signum`` had before, if it was a Python function.
 
     Raises:
@@ -250,14 +250,18 @@ def dump_on_signal(signum: int, *, file: IO[str] | int | None = None, chain: boo
             main thread (only it may install signal handlers).
     """
     sig = _check_signal(signum)
-    fd = _descriptor(sys.stderr if file is None else file)
+    target = sys.stderr if file is None else file
+    fd = _descriptor(target)
     if threading.current_thread() is not threading.main_thread():
         raise InvalidArgumentValueError(
             "dump_on_signal must be called from the main thread (Python installs signal "
             "handlers there only)", argument="signum")
     previous = signal.getsignal(sig)
 
-    def handler(num: int, frame: Any) -> None:
+    def handler(num: int, frame: Any, _keep: Any = target) -> None:
+        # ``_keep`` holds the file while the handler is installed: a file opened in the call
+        # (``file=open(...)`` in a server's hook) would be closed, and its descriptor with it,
+        # as soon as the caller dropped it
         try:
             data = _text().encode("utf-8", "replace")
             while data:
