@@ -7,6 +7,8 @@ machine can stretch them all at once (JSR-166 TCK's SHORT/MEDIUM/LONG convention
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -245,3 +247,20 @@ class Call:
     def finished(self, timeout: float) -> bool:
         self.thread.join(timeout)
         return not self.thread.is_alive()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Stop a server a test started: SIGTERM, then SIGKILL if it is still there after LONG."""
+    proc.terminate()
+    try:
+        proc.wait(LONG)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(LONG)

@@ -71,6 +71,18 @@ class NodeNow(NamedTuple):
     thread_ident: int | None
     """That thread's ``threading.get_ident()``, when the run drains it on its own threads."""
 
+    def describe(self) -> str:
+        """Its state, how long, its thread and what it waits on, as text:
+        ``RUNNING for 0.120s on thread shop_3``, ``WAITING waits on fathers: price``."""
+        parts = [self.state]
+        if self.for_s is not None:
+            parts.append(f"for {self.for_s:.3f}s")
+        if self.thread is not None:
+            parts.append(f"on thread {self.thread}")
+        if self.waits_on is not None:
+            parts.append(f"waits on {self.waits_on}")
+        return " ".join(parts)
+
 
 class RunNow(NamedTuple):
     """One run in progress."""
@@ -163,14 +175,7 @@ def _text() -> str:
         for n in r.nodes:
             if n.state in ("TERMINAL", "SETTLED"):
                 continue
-            parts = [f"  {n.name}: {n.state}"]
-            if n.for_s is not None:
-                parts.append(f"for {n.for_s:.3f}s")
-            if n.thread is not None:
-                parts.append(f"on thread {n.thread}")
-            if n.waits_on is not None:
-                parts.append(f"waits on {n.waits_on}")
-            lines.append(" ".join(parts))
+            lines.append(f"  {n.name}: {n.describe()}")
     lines.append(f"taskflow: {len(gone)} abandoned attempt(s) still running")
     for g in gone:
         lines.append(f"node {g.node!r} of flow {g.flow or '?'!r} (run {g.run_id}), attempt "
@@ -233,8 +238,8 @@ def dump_on_signal(signum: int, *, file: IO[str] | int | None = None, chain: boo
 
     Args:
         signum: The signal (``signal.SIGPROF``, ...).
-        file: Where to write: a file with a ``fileno()`` or a descriptor (default: standard
-            error's, read now).
+        file: Where to write: a file with a ``fileno()`` (kept open while the handler is
+            installed) or a descriptor (default: standard error's, read now).
         chain: Call the handler ``signum`` had before, if it was a Python function.
 
     Raises:
@@ -245,14 +250,18 @@ def dump_on_signal(signum: int, *, file: IO[str] | int | None = None, chain: boo
             main thread (only it may install signal handlers).
     """
     sig = _check_signal(signum)
-    fd = _descriptor(sys.stderr if file is None else file)
+    target = sys.stderr if file is None else file
+    fd = _descriptor(target)
     if threading.current_thread() is not threading.main_thread():
         raise InvalidArgumentValueError(
             "dump_on_signal must be called from the main thread (Python installs signal "
             "handlers there only)", argument="signum")
     previous = signal.getsignal(sig)
 
-    def handler(num: int, frame: Any) -> None:
+    def handler(num: int, frame: Any, _keep: Any = target) -> None:
+        # ``_keep`` holds the file while the handler is installed: a file opened in the call
+        # (``file=open(...)`` in a server's hook) would be closed, and its descriptor with it,
+        # as soon as the caller dropped it
         try:
             data = _text().encode("utf-8", "replace")
             while data:

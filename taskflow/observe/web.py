@@ -7,7 +7,10 @@ or Django's ``get_wsgi_application()``, or any WSGI server):
 * ``/``: recent and slowest runs (links to their pages), per-node statistics, pool metrics;
 * ``/runs/<flow_id>``: one kept run as the ``taskflow.observe.html`` page;
 * ``/metrics``: the statistics and the pools in the Prometheus text format;
-* ``/stats.json``: ``stats.snapshot()`` as JSON.
+* ``/stats.json``: ``stats.snapshot()`` as JSON;
+* ``/now``: what is running now (the runs in progress with their nodes, the abandoned attempts
+  still holding a thread with their stacks), reloaded by the browser every few seconds;
+* ``/now.json``: the same as JSON (``taskflow.observe.nowpage``).
 
 It shows what one process recorded: ``stats`` (``taskflow.stats.STATS`` by default) records
 nothing until ``enable()`` is called, which the page says, and under a server with several worker
@@ -34,6 +37,7 @@ from urllib.parse import quote
 from taskflow import clock
 from taskflow.errors import InvalidArgumentError
 from taskflow.observe.html import render_html
+from taskflow.observe.nowpage import now_html, now_json
 from taskflow.observe.stats import STATS, FlowStats, KeptRun
 
 if TYPE_CHECKING:
@@ -114,6 +118,13 @@ class _App:
             return self._send(start_response, "200 OK",
                               self.stats.snapshot().model_dump_json().encode(),
                               "application/json", head)
+        if path == "/now":
+            return self._send(start_response, "200 OK",
+                              now_html(base, self.title, _CSS).encode(),
+                              "text/html; charset=utf-8", head)
+        if path == "/now.json":
+            return self._send(start_response, "200 OK", now_json().encode(),
+                              "application/json", head)
         if path.startswith("/runs/"):
             kept = self._run(_text(path[len("/runs/"):]))
             if kept is not None:
@@ -151,7 +162,8 @@ class _App:
             '<html lang="en"><head><meta charset="utf-8">',
             f"<title>{_e(self.title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{_e(self.title)}</h1>",
-            (f'<nav><a href="{_e(base)}/metrics">Prometheus metrics</a>'
+            (f'<nav><a href="{_e(base)}/now">running now</a>'
+            f'<a href="{_e(base)}/metrics">Prometheus metrics</a>'
             f'<a href="{_e(base)}/stats.json">statistics as JSON</a></nav>'),
         ]
         parts += self._recording_notes()
@@ -357,7 +369,9 @@ def make_app(
     show_context: bool = False,
     title: str = "taskflow",
 ) -> WSGIApp:
-    """A read-only WSGI app showing runs, per-node statistics and pool metrics.
+    """A read-only WSGI app showing runs, per-node statistics and pool metrics, and at
+    ``/now`` (``/now.json``) what is running now: the runs in progress and the abandoned
+    attempts still holding a thread (``taskflow.observe.inflight()``, ``abandoned()``).
 
     It shows what this process recorded: under a server with several worker processes
     (gunicorn's ``--workers``, uWSGI's ``processes``) each worker records and shows only its

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import LONG
+from conftest import LONG, free_port, stop_process
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -29,18 +29,12 @@ GUNICORN = shutil.which("gunicorn", path=str(Path(sys.executable).parent)) or sh
     "gunicorn")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     """One gunicorn serving ``gated_page_server:app`` with the given gates."""
 
     def __init__(self, kind: str, gates: Path, gated: str) -> None:
         self.gates = gates
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "TASKFLOW_PAGE_APP": kind, "TASKFLOW_PAGE_GATES": str(gates),
                "TASKFLOW_PAGE_GATED": gated,
                "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
@@ -66,12 +60,7 @@ class Server:
         return (self.gates / "gunicorn.log").read_text()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(LONG)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(LONG)
+        stop_process(self.proc)
         self.log.close()
 
     def wait_for(self, name: str) -> None:

@@ -11,7 +11,9 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
@@ -43,10 +45,10 @@ def stats() -> FlowStats:
     return stats
 
 
-@pytest.fixture
-def server(stats: FlowStats) -> Iterator[str]:
-    """The web app on 127.0.0.1 (an ephemeral port), served from a named thread."""
-    httpd: WSGIServer = make_server("127.0.0.1", 0, make_app(stats), handler_class=_QuietHandler)
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """The WSGI ``app`` on 127.0.0.1 (an ephemeral port), served from a named thread."""
+    httpd: WSGIServer = make_server("127.0.0.1", 0, app, handler_class=_QuietHandler)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                               name="browser-test-wsgi")
     thread.start()
@@ -56,6 +58,13 @@ def server(stats: FlowStats) -> Iterator[str]:
         httpd.shutdown()
         thread.join()
         httpd.server_close()
+
+
+@pytest.fixture
+def server(stats: FlowStats) -> Iterator[str]:
+    """The web app on 127.0.0.1."""
+    with serve(make_app(stats)) as url:
+        yield url
 
 
 def _render(url: str, profile: Path) -> tuple[str, list[str]]:

@@ -5,13 +5,15 @@ deadline."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from conftest import LONG, PROMPT, SHORT, parse_prometheus
 from loguru import logger
 
 import taskflow.observe as observe
-from taskflow import FunctionNode, PoolMonitor, ResultState, TaskScheduling
+from taskflow import FlowResult, FunctionNode, PoolMonitor, ResultState, TaskScheduling
 from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError
 
 Gate = Callable[[], threading.Event]
@@ -67,16 +69,22 @@ def stuck_run(pool: Executor, backend: Backend, flow: str = "product_page") -> s
     return result.flow_id
 
 
-def test_a_node_waiting_on_an_event_shows_running_on_its_thread_until_the_run_ends(
-        make_executor: MakeExecutor, gate: Gate) -> None:
-    pool = make_executor(2)
-    backend = Backend(gate)
+def held_page(pool: Executor, backend: Backend) -> Future[FlowResult]:
+    """A run of ``price >> page`` (flow ``product_page``, priority critical) held in ``price``
+    by ``backend`` (entered when this returns)."""
     price = FunctionNode(backend.stuck_in_backend, name="price")
     page = FunctionNode(lambda c, p: "page", name="page")
     price >> page
     future = TaskScheduling.submit(price, executor=pool, timeout=LONG, name="product_page",
                                    priority="critical")
     assert backend.entered.wait(PROMPT)
+    return future
+
+
+def test_a_node_waiting_on_an_event_shows_running_on_its_thread_until_the_run_ends(
+        make_executor: MakeExecutor, gate: Gate) -> None:
+    backend = Backend(gate)
+    future = held_page(make_executor(2), backend)
     runs = [r for r in observe.inflight() if r.flow == "product_page"]
     assert len(runs) == 1
     run = runs[0]
@@ -189,6 +197,34 @@ def test_dump_on_signal_writes_the_dump_when_the_signal_comes(
     text = (tmp_path / "dump.txt").read_text()
     assert f"node 'price' of flow 'signalled' (run {run_id})" in text
     assert "in stuck_in_backend" in text
+    backend.release.set()
+    drained(pool)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="needs POSIX signals")
+def test_dump_on_signal_keeps_the_file_it_was_given_open(
+        make_executor: MakeExecutor, gate: Gate, dump_signal: int, tmp_path: Any) -> None:
+    """A file opened in the call (as a gunicorn hook does) is not closed when the caller drops
+    it: the handler holds it."""
+    pool = make_executor(1)
+    backend = Backend(gate)
+    run_id = stuck_run(pool, backend, flow="kept_open")
+    chained = threading.Event()
+    signal.signal(dump_signal, lambda num, frame: chained.set())
+    f = open(tmp_path / "dump.txt", "w")
+    kept = weakref.ref(f)
+    observe.dump_on_signal(dump_signal, file=f)
+    del f
+    gc.collect()
+    f = kept()
+    assert f is not None and not f.closed
+    try:
+        os.kill(os.getpid(), dump_signal)
+        assert chained.wait(PROMPT)
+    finally:
+        f.close()
+    assert f"node 'price' of flow 'kept_open' (run {run_id})" in (
+        tmp_path / "dump.txt").read_text()
     backend.release.set()
     drained(pool)
 
