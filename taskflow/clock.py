@@ -233,6 +233,10 @@ _SEMANTIC = ("now", "wall", "wall_ns", "sleep", "wait", "wait_for", "get", "resu
 _REAL: dict[str, Any] = {name: globals()[name] for name in _SEMANTIC}
 _installed: SemanticClock | None = None
 _listeners: list[Callable[[SemanticClock | None], None]] = []
+_shift_listeners: list[Callable[[float], None]] = []
+offset = 0.0
+"""Seconds added to the machine's clocks since a fake clock left time ahead of them (0.0 in a
+process that never installed one: then ``now`` and ``real_now`` are ``time.monotonic``)."""
 
 
 def installed() -> SemanticClock | None:
@@ -246,8 +250,37 @@ def on_change(listener: Callable[[SemanticClock | None], None]) -> None:
     _listeners.append(listener)
 
 
+def on_shift(listener: Callable[[float], None]) -> None:
+    """Call ``listener(seconds)`` when the clocks move ahead by ``seconds`` (``uninstall``
+    with ``ahead``): what was scheduled on ``real_now`` before must move with it."""
+    _shift_listeners.append(listener)
+
+
+def _shift(seconds: float) -> None:
+    """Move ``now``, ``wall``, ``wall_ns`` and ``real_now`` ahead by ``seconds``, for good."""
+    global offset
+    offset += seconds
+    ahead, ahead_ns = offset, int(offset * 1e9)
+    mono, unix, unix_ns = time.monotonic, time.time, time.time_ns
+
+    def shifted_now() -> float:
+        return mono() + ahead
+
+    def shifted_wall() -> float:
+        return unix() + ahead
+
+    def shifted_wall_ns() -> int:
+        return unix_ns() + ahead_ns
+
+    globals()["real_now"] = shifted_now
+    _REAL.update(now=shifted_now, wall=shifted_wall, wall_ns=shifted_wall_ns)
+    for listener in list(_shift_listeners):
+        listener(seconds)
+
+
 def install(fake: SemanticClock) -> None:
-    """Point the semantic names of this module at ``fake``'s methods of the same names.
+    """Point the semantic names of this module at ``fake``'s methods of the same names (a
+    ``seam_<name>`` attribute, when the fake has one, stands for ``<name>``).
 
     Raises:
         RuntimeError: another fake clock is installed (the first must be uninstalled first).
@@ -258,14 +291,17 @@ def install(fake: SemanticClock) -> None:
                            "uninstall it before installing another")
     names = globals()
     for name in _SEMANTIC:
-        names[name] = getattr(fake, name)
+        names[name] = getattr(fake, f"seam_{name}", None) or getattr(fake, name)
     _installed = fake
     for listener in list(_listeners):
         listener(fake)
 
 
-def uninstall(fake: SemanticClock) -> None:
-    """Put real time back (undoes ``install(fake)``).
+def uninstall(fake: SemanticClock, ahead: float = 0.0) -> None:
+    """Put real time back (undoes ``install(fake)``). ``ahead``: how far the fake's time ran
+    ahead of the real clock; real time then continues from there (every clock of this module
+    moves ahead by it, and ``on_shift`` listeners are told), so time never goes back: a
+    timestamp a bulkhead, breaker, rate limit or cache took under the fake stays in the past.
 
     Raises:
         RuntimeError: ``fake`` is not the installed clock.
@@ -273,6 +309,8 @@ def uninstall(fake: SemanticClock) -> None:
     global _installed
     if _installed is not fake:
         raise RuntimeError(f"{fake!r} is not the installed clock ({_installed!r})")
+    if ahead > 0:
+        _shift(ahead)
     globals().update(_REAL)
     _installed = None
     for listener in list(_listeners):

@@ -108,6 +108,16 @@ class TimerThread:
                 logger.exception("taskflow timer callback {!r} raised", fn)
             del fn, args, entry
 
+    def shift(self, seconds: float) -> None:
+        """The clocks moved ahead by ``seconds`` (``clock.on_shift``): every entry keeps the
+        delay it had left."""
+        with self.cond:
+            moved = [(when + seconds, seq, entry) for when, seq, entry in self.heap]
+            for when, _, entry in moved:
+                entry.when = when
+            self.heap[:] = moved  # a uniform shift keeps the heap's order
+            self.cond.notify()
+
     def after_fork_in_child(self) -> None:
         """A forked child has no timer thread: start afresh (the parent's entries are not ours)."""
         self.cond = threading.Condition(threading.Lock())
@@ -120,3 +130,4 @@ timer_thread = TimerThread()
 schedule = timer_thread.schedule
 
 _fork.register(timer_thread, after_in_child="after_fork_in_child")
+clock.on_shift(timer_thread.shift)

@@ -33,6 +33,13 @@ thread still in ``sleep`` is released (its sleep returns), the timers still pend
 real timer thread with the virtual delay they had left (a run left in flight still ends), and
 real time is back.
 
+Time never goes back, entering or leaving. taskflow's own reading (``clock.now()``, the seam)
+continues from the time of entering, and ``now()`` is that reading offset to count from
+``start``; on leaving, if virtual time ran ahead of the real clock, the seam's clocks stay that
+far ahead for the rest of the process (``clock.offset``). So a bulkhead, breaker, rate limit or
+cache made at import, used before, under and after a fake clock, never sees time go backwards
+(a rate limit would otherwise refill nothing, a breaker stay open, a cached value never age).
+
 Concurrency: ``_cond`` guards the heap, ``_now``, the sleepers, the waiters and ``_closed``;
 ``_firing`` (taken before ``_cond``, never after) lets one thread at a time fire timers, so they
 fire in order. No callback runs under ``_cond``. ``_epoch`` is bumped without a lock (a lost
@@ -120,7 +127,9 @@ class FakeClock:
             raise InvalidArgumentValueError(
                 f"autojump_threshold must be >= 0 seconds, got {autojump_threshold!r}",
                 argument="autojump_threshold")
-        self._now = float(start)
+        self._start = float(start)
+        self._base = 0.0  # the seam's time on entering
+        self._now = 0.0  # the seam's time: _base + the virtual seconds that passed
         self._wall0 = 0.0
         self.autojump = bool(autojump)
         self.autojump_threshold = float(autojump_threshold)
@@ -138,7 +147,8 @@ class FakeClock:
         self.jumps = 0  # how many times autojump (or run_until_idle) moved time
 
     def __repr__(self) -> str:
-        return f"FakeClock(now={self._now!r}, autojump={self.autojump!r})"
+        return (f"FakeClock(now={self._start + self._now - self._base!r}, "
+                f"autojump={self.autojump!r})")
 
     # -- entering and leaving ---------------------------------------------------------------------
 
@@ -156,7 +166,8 @@ class FakeClock:
                 f"{len(running)} taskflow run(s) are in flight (first: "
                 f"{running[0].flow_name!r}): their times were read on the real clock; enter the "
                 "FakeClock before starting them, or wait for them to end")
-        self._wall0 = clock.real_wall() - self._now
+        self._base = self._now = clock.now()
+        self._wall0 = clock.wall() - self._base
         self._entered = True
         clock.install(self)
         self._saved_schedule = engine_timer.schedule
@@ -180,7 +191,8 @@ class FakeClock:
             clock.real_join(self._driver, 5.0)
         clock.reset_counts(False)
         setattr(engine_timer, "schedule", self._saved_schedule)  # noqa: B010
-        clock.uninstall(self)
+        # real time continues from the virtual time reached, never back from it
+        clock.uninstall(self, ahead=max(0.0, self._now - clock.real_now()))
         base = clock.real_now()
         for delay, entry in pending:  # what is still due runs in real time, late rather than never
             fn, args = entry.fn, entry.args
@@ -191,13 +203,21 @@ class FakeClock:
     # -- the semantic clock ---------------------------------------------------------------------
 
     def now(self) -> float:
-        """The virtual monotonic time, in seconds."""
+        """The virtual time, in seconds: ``start`` on entering, then as time moves."""
+        self._epoch += 1
+        return self._start + self._now - self._base
+
+    def seam_now(self) -> float:
+        """What taskflow reads as ``clock.now()`` while entered: the seam's time when the clock
+        was entered (so timestamps taken before stay in the past), moved as virtual time
+        moves. It differs from ``now()`` by a constant: compare differences."""
         self._epoch += 1
         return self._now
 
     def wall(self) -> float:
         """Unix time that moves with virtual time (it read the real one on entering)."""
-        return self._wall0 + self.now()
+        self._epoch += 1
+        return self._wall0 + self._now
 
     def wall_ns(self) -> int:
         """``wall()`` in nanoseconds."""

@@ -27,6 +27,7 @@ from taskflow import (
     TaskScheduling,
 )
 from taskflow.resilience import BreakerState
+from taskflow.testing import FakeClock as VirtualClock
 
 
 class Hog:
@@ -75,15 +76,15 @@ def test_min_budget_refusing_after_a_slot_wait_gives_back_slot_trial_and_token()
     budget = 4 * MEDIUM
     node = FunctionNode(lambda c, p: "ran", name="page", bulkhead=bulkhead, breaker=breaker,
                         rate_limit=limit, min_budget=budget / 2)
-    with ThreadPoolExecutor(3, thread_name_prefix="give-back") as pool:
+    with ThreadPoolExecutor(3, thread_name_prefix="give-back") as pool, \
+            VirtualClock() as fake:
         first = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
                                       executor=pool, timeout=LONG)
         assert hog.entered.wait(LONG)
-        t0 = time.monotonic()
         waiter = TaskScheduling.submit(node, executor=pool, timeout=budget)
         wait_until(lambda: bulkhead.metrics().waiting == 1)  # it holds the trial and a token
         # the slot comes when less than min_budget is left: the node must not start
-        wait_until(lambda: time.monotonic() > t0 + 0.6 * budget)
+        fake.advance(0.6 * budget)
         hog.release.set()
         result = waiter.result(LONG)
         first.result(LONG)
@@ -107,7 +108,7 @@ def test_min_budget_refusing_after_a_token_wait_gives_back_the_token_and_the_tri
     breaker = half_open("after-token")
     node = FunctionNode(lambda c, p: "ran", name="page", breaker=breaker, rate_limit=limit,
                         min_budget=budget / 2)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool, VirtualClock(autojump=True):
         result = TaskScheduling.start(node, executor=pool, timeout=budget)
     wr = result.result_of("page")
     assert wr.state is ResultState.TIMEOUT and wr.attempts == 0
@@ -129,18 +130,17 @@ def test_a_leader_refused_by_min_budget_after_a_wait_hands_the_lead_to_a_waiting
     node = FunctionNode(backend, name="stock", bulkhead=bulkhead, min_budget=budget / 2,
                         share_key=lambda ctx, p: "sku")
     flight = node._policy.flight
-    with ThreadPoolExecutor(3, thread_name_prefix="lead") as pool:
+    with ThreadPoolExecutor(3, thread_name_prefix="lead") as pool, VirtualClock() as fake:
         held = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
                                      executor=pool, timeout=LONG)
         assert hog.entered.wait(LONG)
-        t0 = time.monotonic()
         hurried = TaskScheduling.submit(node, executor=pool, timeout=budget,
                                         context=TaskContext(run="hurried"))
         wait_until(lambda: bulkhead.metrics().waiting == 1)  # it leads, and waits for the slot
         patient = TaskScheduling.submit(node, executor=pool, timeout=LONG,
                                         context=TaskContext(run="patient"))
         wait_until(lambda: flight.metrics().waiting == 1)  # it waits for the leader's call
-        wait_until(lambda: time.monotonic() > t0 + 0.6 * budget)
+        fake.advance(0.6 * budget)
         hog.release.set()
         refused, served = hurried.result(LONG), patient.result(LONG)
         held.result(LONG)

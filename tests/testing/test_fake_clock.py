@@ -45,15 +45,16 @@ def pool() -> Iterator[ThreadPoolExecutor]:
 def test_advance_fires_due_timers_in_order_each_at_its_own_time() -> None:
     fired: list[tuple[str, float]] = []
     with FakeClock(start=100.0) as fake:
-        assert clock.now() == 100.0 and fake.now() == 100.0
-        for name, when in (("c", 103.0), ("a", 101.0), ("b", 102.0), ("late", 110.0)):
-            timer.schedule(when, lambda n=name: fired.append((n, clock.now())))
-        cancelled = timer.schedule(101.5, lambda: fired.append(("cancelled", clock.now())))
+        assert fake.now() == 100.0
+        base = clock.now()  # taskflow's reading: continues from the real clock's
+        for name, delay in (("c", 3.0), ("a", 1.0), ("b", 2.0), ("late", 10.0)):
+            timer.schedule(base + delay, lambda n=name: fired.append((n, fake.now())))
+        cancelled = timer.schedule(base + 1.5, lambda: fired.append(("cancelled", fake.now())))
         cancelled.cancel()
         fake.advance(3.0)
         assert fired == [("a", 101.0), ("b", 102.0), ("c", 103.0)]
-        assert clock.now() == 103.0 and fake.pending() == 1
-    assert clock.now is time.monotonic  # real time is back
+        assert fake.now() == 103.0 and clock.now() == base + 3.0 and fake.pending() == 1
+    assert clock.installed() is None  # real time is back
 
 
 def test_wall_time_moves_with_virtual_time() -> None:
@@ -135,9 +136,29 @@ def test_timed_waits_give_up_in_virtual_time_and_return_at_once_when_ready() -> 
 
 def test_pending_timers_move_to_real_time_at_exit() -> None:
     fired = threading.Event()
-    with FakeClock() as fake:
-        timer.schedule(fake.now() + 0.01, fired.set)
+    with FakeClock():
+        timer.schedule(clock.now() + 0.01, fired.set)
     assert fired.wait(10)  # not lost: the real timer thread fired it
+
+
+def test_time_never_goes_back_for_a_primitive_used_before_under_and_after_a_fake_clock(
+        pool: Any) -> None:
+    # a rate limit made at import: its refill stamp was read on the real clock
+    limit = RateLimit("fake-clock-continuity", per_second=1.0, burst=1)
+    node = FunctionNode(lambda c, p: "ok", name="limited", rate_limit=limit)
+    assert TaskScheduling.start(node, executor=pool, timeout=5.0).ok  # takes the token
+    before = clock.now()
+    with FakeClock(autojump=True) as fake:
+        assert clock.now() >= before
+        result = TaskScheduling.start(node, executor=pool, timeout=5.0)  # waits 1 s for it
+        assert result.ok and result.elapsed == pytest.approx(1.0, abs=0.05)
+        fake.advance(3600.0)
+        ahead = clock.now()
+    after = clock.now()
+    assert after >= ahead  # real time continues from the hour the fake moved
+    late = timer.schedule(clock.now() + 0.01, threading.Event().set)
+    assert late.when - clock.real_now() <= 0.02  # the timer thread keeps the same time
+    assert TaskScheduling.start(node, executor=pool, timeout=5.0).ok  # refilled meanwhile
 
 
 # -- runs on real thread pools ---------------------------------------------------------------
