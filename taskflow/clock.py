@@ -235,7 +235,7 @@ _installed: SemanticClock | None = None
 _listeners: list[Callable[[SemanticClock | None], None]] = []
 _shift_listeners: list[Callable[[float], None]] = []
 offset = 0.0
-"""Seconds added to the machine's clocks since a fake clock left time ahead of them (0.0 in a
+"""Seconds added to the monotonic clocks since a fake clock left time ahead of them (0.0 in a
 process that never installed one: then ``now`` and ``real_now`` are ``time.monotonic``)."""
 
 
@@ -257,23 +257,17 @@ def on_shift(listener: Callable[[float], None]) -> None:
 
 
 def _shift(seconds: float) -> None:
-    """Move ``now``, ``wall``, ``wall_ns`` and ``real_now`` ahead by ``seconds``, for good."""
+    """Move ``now`` and ``real_now`` ahead by ``seconds``, for good. Unix time (``wall``) stays
+    the real one: other machines and processes read it."""
     global offset
     offset += seconds
-    ahead, ahead_ns = offset, int(offset * 1e9)
-    mono, unix, unix_ns = time.monotonic, time.time, time.time_ns
+    ahead, mono = offset, time.monotonic
 
     def shifted_now() -> float:
         return mono() + ahead
 
-    def shifted_wall() -> float:
-        return unix() + ahead
-
-    def shifted_wall_ns() -> int:
-        return unix_ns() + ahead_ns
-
     globals()["real_now"] = shifted_now
-    _REAL.update(now=shifted_now, wall=shifted_wall, wall_ns=shifted_wall_ns)
+    _REAL["now"] = shifted_now
     for listener in list(_shift_listeners):
         listener(seconds)
 
@@ -299,9 +293,10 @@ def install(fake: SemanticClock) -> None:
 
 def uninstall(fake: SemanticClock, ahead: float = 0.0) -> None:
     """Put real time back (undoes ``install(fake)``). ``ahead``: how far the fake's time ran
-    ahead of the real clock; real time then continues from there (every clock of this module
-    moves ahead by it, and ``on_shift`` listeners are told), so time never goes back: a
-    timestamp a bulkhead, breaker, rate limit or cache took under the fake stays in the past.
+    ahead of the real clock; monotonic time then continues from there (``now`` and ``real_now``
+    move ahead by it, and ``on_shift`` listeners are told), so it never goes back: a timestamp a
+    bulkhead, breaker, rate limit or cache took under the fake stays in the past. Unix time
+    (``wall``) is the real one again.
 
     Raises:
         RuntimeError: ``fake`` is not the installed clock.

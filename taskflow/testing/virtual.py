@@ -35,10 +35,14 @@ real time is back.
 
 Time never goes back, entering or leaving. taskflow's own reading (``clock.now()``, the seam)
 continues from the time of entering, and ``now()`` is that reading offset to count from
-``start``; on leaving, if virtual time ran ahead of the real clock, the seam's clocks stay that
-far ahead for the rest of the process (``clock.offset``). So a bulkhead, breaker, rate limit or
-cache made at import, used before, under and after a fake clock, never sees time go backwards
-(a rate limit would otherwise refill nothing, a breaker stay open, a cached value never age).
+``start``; on leaving, if virtual time ran ahead of the real clock, the seam's monotonic clocks
+stay that far ahead for the rest of the process (``clock.offset``). So a bulkhead, breaker, rate
+limit or in-process cache made at import, used before, under and after a fake clock, never sees
+time go backwards (a rate limit would otherwise refill nothing, a breaker stay open, a cached
+value never age). Unix time (``clock.wall``: deadline headers, ``RedisCache`` stamps, which
+other processes read) moves with virtual time while entered and is the real one again after:
+a value a test stored in a shared ``RedisCache`` under a fake clock that ran ahead looks newer
+than it is to later tests.
 
 Concurrency: ``_cond`` guards the heap, ``_now``, the sleepers, the waiters and ``_closed``;
 ``_firing`` (taken before ``_cond``, never after) lets one thread at a time fire timers, so they

@@ -34,6 +34,7 @@ from taskflow import (
     ThreadPool,
     UnhashableKeyError,
 )
+from taskflow.testing import FakeClock
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning"
@@ -293,10 +294,11 @@ def test_a_node_whose_run_ended_leaves_its_call_and_the_others_still_get_theirs(
     backend = Backend()
     batch = Batch("prices-leave", backend, window=LONG, max_size=2, across_runs=True)
     node = FunctionNode(unused, param="short", name="price", batch=batch)
-    with ThreadPoolExecutor(2, thread_name_prefix="batch-leave") as pool:
+    with ThreadPoolExecutor(2, thread_name_prefix="batch-leave") as pool, FakeClock() as fake:
         short = TaskScheduling.submit(node, executor=pool, timeout=MEDIUM)
         wait_until(lambda: batch.metrics().waiting == 1)
-        ended = short.result(LONG)  # its budget passes while it waits for the call
+        fake.advance(MEDIUM)  # its budget passes while it waits for the call
+        ended = short.result(LONG)
         assert batch.metrics().left == 1 and batch.metrics().waiting == 0
         node.param = "long-1"
         first = TaskScheduling.submit(node, executor=pool, timeout=LONG)
@@ -316,13 +318,15 @@ def test_a_run_that_ends_while_its_call_runs_never_sees_the_value() -> None:
     batch = Batch("prices-running", backend, window=LONG, max_size=2, across_runs=True)
     node = FunctionNode(unused, param="short", name="price", batch=batch)
     try:
-        with ThreadPoolExecutor(2, thread_name_prefix="batch-running") as pool:
+        with ThreadPoolExecutor(2, thread_name_prefix="batch-running") as pool, \
+                FakeClock() as fake:
             short = TaskScheduling.submit(node, executor=pool, timeout=MEDIUM)
             wait_until(lambda: batch.metrics().waiting == 1)
             node.param = "long"
             long = TaskScheduling.submit(node, executor=pool, timeout=LONG)
             assert backend.entered.wait(LONG)  # the call runs, holding both seats
-            ended = short.result(LONG)  # the short run's budget passes meanwhile
+            fake.advance(MEDIUM)  # the short run's budget passes meanwhile
+            ended = short.result(LONG)
             gate.set()
             kept = long.result(LONG)
     finally:
@@ -357,8 +361,10 @@ def test_a_node_timeout_while_waiting_for_the_call_ends_only_that_node() -> None
     quick = FunctionNode(unused, param="quick", name="quick", batch=batch, timeout=SHORT)
     patient = FunctionNode(unused, param="patient", name="patient", batch=batch)
     root >> [quick, patient]
-    with ThreadPoolExecutor(2, thread_name_prefix="batch-own") as pool:
+    with ThreadPoolExecutor(2, thread_name_prefix="batch-own") as pool, \
+            FakeClock(autojump=True):
         result = TaskScheduling.start(root, executor=pool, timeout=LONG)
+    assert result["quick"].work_result.finished_at - result.started_at == pytest.approx(SHORT)
     assert result["quick"].work_result.state is ResultState.TIMEOUT
     assert result.outputs["patient"] == "v-patient"
     assert backend.calls == [["patient"]]
@@ -468,8 +474,10 @@ def test_fan_out_items_share_a_windowed_call_with_the_nodes_of_their_run() -> No
 def test_a_fan_out_whose_run_ends_leaves_its_items_seats() -> None:
     batch = Batch("prices-fan-leave", Backend(), window=LONG, across_runs=True)
     fan = SkuFan(["a", "b"], name="items", batch=batch)
-    with ThreadPoolExecutor(2, thread_name_prefix="batch-fan-leave") as pool:
+    with ThreadPoolExecutor(2, thread_name_prefix="batch-fan-leave") as pool, \
+            FakeClock(autojump=True):
         result = TaskScheduling.start(fan, executor=pool, timeout=MEDIUM)
+    assert result.elapsed == pytest.approx(MEDIUM)
     assert result["items"].work_result.state is ResultState.TIMEOUT
     assert result["items"].work_result.result.missing == ["a", "b"]
     m = batch.metrics()
