@@ -21,7 +21,7 @@ from taskflow.errors import (
     RejectedExecutionError,
 )
 from taskflow.model.context import TaskContext, bind_context, current
-from taskflow.model.graph import as_top_nodes, compile_plan, select_targets
+from taskflow.model.graph import as_top_nodes, cached_plan, compile_plan, select_targets
 from taskflow.model.node import check_timeout
 from taskflow.model.overrides import override_plan
 from taskflow.model.result import FlowResult
@@ -99,9 +99,10 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         raise InvalidArgumentError(
             f"context must be a taskflow.TaskContext or None, got {type(context).__name__}",
             argument="context")
-    tops = as_top_nodes(nodes)
-    flow_name = _flow_name(name, tops)
-    plan = compile_plan(tops)
+    plan = cached_plan(nodes)  # validated when it was compiled
+    if plan is None:
+        plan = compile_plan(as_top_nodes(nodes))
+    flow_name = _flow_name(name, plan.tops)
     if targets is not None:
         plan = select_targets(plan, targets)
     if overrides is not None:

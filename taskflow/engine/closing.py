@@ -238,18 +238,22 @@ def finish(run: ClosingRun) -> None:
                 continue  # a closer claimed more while we waited: run them first
             run.finished = True
             inflight.leave(run)
-            timers = list(run.node_timers.values())
-            run.node_timers.clear()
+            timers: list[timer.Timer] | None = None  # none armed: no bookkeeping
+            if run.node_timers:
+                timers = list(run.node_timers.values())
+                run.node_timers.clear()
             watch = run.economy.stop()
             if watch is not None:
-                timers.append(watch)
-            run.fans.clear()
+                timers = [*(timers or ()), watch]
+            if run.fans:
+                run.fans.clear()
             break
     if run.run_timer is not None:
         run.run_timer.cancel()
         run.run_timer = None
-    for t in timers:
-        t.cancel()
+    if timers:
+        for t in timers:
+            t.cancel()
     detach_run(run.ctx, run, FinishedRun(run.flow_id, run.deadline, run.cancel_reason,
                                          run.plan.index, run.results, run.flow_name))
     _hand_over(run, FlowResult(run, clock.now() - run.t0))

@@ -112,19 +112,21 @@ class Economy:
         self.backlog = backlog
         self.lock = lock
         self.start = start
-        self.loops = 0
-        self.starting = 0
-        self.nslow = 0
         self.slowq = bytearray(len(code))
-        self.progress = 0
-        self.watch: timer.Timer | None = None
         self.loop_node: dict[int, int] = {}
         self.abandoned: set[int] = set()
-        self.ranks: list[tuple[float, float]] | None = None
-        self.batch_of: Sequence[Any] | None = None
-        self.joinable: Callable[[int], bool] | None = None
         self.gathered: dict[int, list[int]] = {}
-        self.closed = False
+
+    # the scalar fields start at class-level defaults (an economy writes its own on change)
+    loops = 0
+    starting = 0
+    nslow = 0
+    progress = 0
+    watch: timer.Timer | None = None
+    ranks: list[tuple[float, float]] | None = None
+    batch_of: Sequence[Any] | None = None
+    joinable: Callable[[int], bool] | None = None
+    closed = False
 
     # -- arrivals ---------------------------------------------------------------------------------
 

@@ -146,6 +146,15 @@ def refusal(executor: Executor) -> str | None:
     the interpreter's own shutdown for thread pools. An executor shut down after this check
     still fails the nodes it refuses (never a hang); a broken pool is left to do the same.
     """
+    if type(executor) is ThreadPoolExecutor:  # the common case: what the loop below reads of it
+        if executor._broken:
+            return None
+        if executor._shutdown:
+            return "executor ThreadPoolExecutor is shut down"
+        thread_module = sys.modules.get("concurrent.futures.thread")
+        if getattr(thread_module, "_shutdown", False) is True:
+            return "executor ThreadPoolExecutor is shut down: the interpreter is exiting"
+        return None
     outer = type(executor).__name__
     for _ in range(16):
         why = _refusal_of(executor)

@@ -149,14 +149,17 @@ def _done(owner: LoopOwner, token: int, fut: Future[Any]) -> None:
 
 def spawn(owner: LoopOwner, k: int) -> None:
     """Submit ``k`` loops (the owner has already counted them). Never call it from a
-    done-callback or with the owner's lock held."""
+    done-callback or with the owner's lock held. Two lock round trips whatever ``k``
+    (tokens, then the futures of the loops submitted), but for a refused submission."""
     executor = owner.executor
-    for _ in range(k):
-        with owner.lock:
-            owner.tokens += 1
-            token = owner.tokens
+    with owner.lock:
+        first = owner.tokens + 1
+        owner.tokens += k
+        for token in range(first, first + k):
             owner.unstarted.add(token)
             owner.live.add(token)
+    submitted: list[tuple[int, Future[Any]]] = []
+    for token in range(first, first + k):
         if clock.counting:
             clock.work_queued()
         try:
@@ -176,7 +179,13 @@ def spawn(owner: LoopOwner, k: int) -> None:
                     clock.work_dropped()
                 owner.loop_refused(exc)
             continue
-        with owner.lock:
-            if token in owner.live:
-                owner.loop_futs[token] = fut
+        submitted.append((token, fut))
+    if not submitted:
+        return
+    with owner.lock:
+        live, loop_futs = owner.live, owner.loop_futs
+        for token, fut in submitted:
+            if token in live:
+                loop_futs[token] = fut
+    for token, fut in submitted:
         fut.add_done_callback(partial(_done, owner, token))

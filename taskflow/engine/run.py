@@ -142,7 +142,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import os
 import threading
 import weakref
 from collections import deque
@@ -175,6 +174,7 @@ from taskflow.engine import (
 from taskflow.engine import hooks as hooking
 from taskflow.engine.closing import FinishedRun
 from taskflow.engine.economy import Economy, learn_duration
+from taskflow.engine.flowids import new_flow_id as _new_flow_id
 from taskflow.engine.states import (
     INLINE,
     LEGAL_BITS,
@@ -277,6 +277,25 @@ class Run:
     detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
     priority = "normal"  # the priority it was started with (set by the facade)
     start_refresh = detached.refresh  # a ``stale_for`` refresh: detached work of its own
+    # the fields every run starts with and most never write: class-level defaults (a run
+    # writes its own when it changes one), so building a run does not store them
+    # who watches this run (events.py): all observers, and those told about every node
+    observers: tuple[events.RunObserver, ...] = ()
+    node_observers: tuple[events.RunObserver, ...] = ()
+    closed = False
+    finished = False
+    expired = False
+    keep = -1
+    cancel_reason: str | None = None
+    hooks_running = 0
+    hooks_idle: threading.Condition | None = None  # made on first wait (finish)
+    run_timer: timer.Timer | None = None
+    tokens = 0
+    ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
+    flow_result: FlowResult | None = None
+    watch: attempts.Watch | None = None
+    outer: tuple[Any, Any] | None = None
+    _log: Any = None
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -289,11 +308,8 @@ class Run:
         self.budget = budget
         self.ctx = ctx
         self.data: dict[str, Any] = {}
-        self.flow_id = os.urandom(5).hex()
+        self.flow_id = _new_flow_id()
         self.flow_name = name
-        # who watches this run (events.py): all observers, and those told about every node
-        self.observers: tuple[events.RunObserver, ...] = ()
-        self.node_observers: tuple[events.RunObserver, ...] = ()
         self.lock = threading.Lock()
         self.code = [WAITING] * n
         self.left = list(plan.nfathers)
@@ -303,20 +319,12 @@ class Run:
         self.nodes: list[Any] = [None] * n
         self.ready: deque[int] = deque()
         self.pending = n
-        self.closed = False
-        self.finished = False
-        self.expired = False
-        self.keep = -1
-        self.cancel_reason: str | None = None
         self.claimed = bytearray(n)
         self.hook_errors: dict[int, HookError] = {}
         self.owed: deque[int] = deque()
-        self.hooks_running = 0
-        self.hooks_idle: threading.Condition | None = None  # made on first wait (finish)
         self.chosen: dict[int, frozenset[int]] = {}
         self.fans: dict[int, Any] = {}
         self.node_timers: dict[int, timer.Timer] = {}
-        self.run_timer: timer.Timer | None = None
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
         self.ref = weakref.ref(self)
         pooled = self.mode is LOOPS
@@ -324,14 +332,12 @@ class Run:
         self.economy = Economy(plan.est, self.ready, self.code, pooled, caps.parallelism,
                                executors.backlog(executor) if pooled else None, self.lock,
                                partial(_start_loops, self.ref))
-        self.tokens = 0
         self.unstarted: set[int] = set()
         self.live: set[int] = set()
         self.loop_futs: dict[int, Future[Any]] = {}
         self.remote_futs: dict[int, Future[Any]] = {}
         self.threads: dict[int, dict[str, Any]] = {}  # who drained it (inflight.py)
         self.guards: dict[int, guards.Guard] = {}
-        self.ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
@@ -341,13 +347,9 @@ class Run:
         # when the caller called (its budget counts from then, building the run included)
         self.t0 = clock.now() if t0 is None else t0
         self.deadline = self.t0 + budget
-        self.flow_result: FlowResult | None = None
-        self.watch: attempts.Watch | None = None
-        self.outer: tuple[Any, Any] | None = None
         if inline:
             d = current.__dict__
             self.outer = (d.get("run"), d.get("idx"))
-        self._log: Any = None
 
     # -- what other modules see (RunView, RunRecord, LoopOwner) ------------------------------------
 
@@ -720,7 +722,8 @@ class Run:
                         wr.finished_at = now
                         wr.state = _SUCCESS
                         code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        _settle_sons(self, i, sons_hooks, now)  # settle_and_next, inlined
+                        if plan.sons[i]:  # settle_and_next, inlined (a sink has no sons)
+                            _settle_sons(self, i, sons_hooks, now)
                         abandoned = eco.abandoned
                         nxt = eco.next_node(token, True) if token >= -1 and (
                             not abandoned or token not in abandoned) else -1

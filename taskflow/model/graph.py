@@ -35,7 +35,7 @@ from taskflow.model.node import (
     not_a_node,
 )
 
-__all__ = ["Plan", "as_top_nodes", "compile_plan", "select_targets"]
+__all__ = ["Plan", "as_top_nodes", "cached_plan", "compile_plan", "select_targets"]
 
 # narrowed plans kept per full plan (``select_targets``); the cache starts afresh when full
 SUBSET_CACHE = 64
@@ -204,6 +204,30 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
         if not isinstance(n, SchedulingNode):
             raise InvalidNodeError(f"nodes[{i}] is {not_a_node(n)}")
     return tops
+
+
+def cached_plan(nodes: object) -> Plan | None:
+    """The cached plan of ``start``'s ``nodes`` when they are the very top nodes it was compiled
+    for (a node, or a tuple or list of them), else None: those were validated by
+    ``as_top_nodes`` when the plan was made, and are not checked again."""
+    if isinstance(nodes, SchedulingNode):
+        cached: Plan | None = nodes.__dict__.get("_plan_cache")
+        if cached is not None and not cached.stale and len(cached.tops) == 1 and (
+                cached.tops[0] is nodes):
+            return cached
+        return None
+    if type(nodes) is not tuple and type(nodes) is not list or not nodes:
+        return None
+    first = nodes[0]
+    if not isinstance(first, SchedulingNode):
+        return None
+    cached = first.__dict__.get("_plan_cache")
+    if cached is not None and not cached.stale and len(cached.tops) == len(nodes) and all(
+        a is b for a, b in zip(cached.tops, nodes, strict=True)
+    ):
+        plan: Plan = cached
+        return plan
+    return None
 
 
 def compile_plan(tops: tuple[SchedulingNode[Any, Any], ...]) -> Plan:
