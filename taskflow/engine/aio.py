@@ -353,7 +353,7 @@ class _Steps:
         return await self
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self  # type: ignore[return-value]
+        return self
 
     def __iter__(self) -> _Steps:
         return self
