@@ -55,7 +55,7 @@ from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode, Section
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
-from taskflow.scheduling import FlowStream, TaskScheduling, run_async
+from taskflow.scheduling import FlowStream, TaskScheduling, run_async, set_event_loop
 
 if TYPE_CHECKING:
     from taskflow import http as http
@@ -252,6 +252,7 @@ __all__ = [
     "http",
     "load_spec",
     "run_async",
+    "set_event_loop",
     "set_load_shedding",
     "set_max_detached",
 ]

@@ -10,7 +10,7 @@ from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
 from taskflow import clock
-from taskflow.engine import closing, executors, shedding, streaming
+from taskflow.engine import aio, closing, executors, shedding, streaming
 from taskflow.engine.run import Run
 from taskflow.engine.streaming import FlowStream
 from taskflow.errors import (
@@ -29,7 +29,7 @@ from taskflow.model.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.engine.shedding import Priority
 
-__all__ = ["FlowStream", "TaskScheduling", "run_async"]
+__all__ = ["FlowStream", "TaskScheduling", "run_async", "set_event_loop"]
 
 
 def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
@@ -124,6 +124,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
             future.set_running_or_notify_cancel()
     if plan.any_policy or caps.remote:
         executors.check_executor(plan, caps.remote, type(executor).__name__)
+    if plan.any_async:
+        aio.check_plan(plan, caps.remote, type(executor).__name__, future is None or stream)
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
@@ -269,9 +271,22 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     future.set_running_or_notify_cancel()
     run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
                    priority)
+    run.aio_loop = asyncio.get_running_loop()  # its async nodes run on the awaiting loop
     run.begin()
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         run.cancel("the awaiting asyncio task was cancelled")
         raise
+
+
+def set_event_loop(loop: Any) -> None:
+    """Run the async nodes (tasks written ``async def``) of ``start``/``stream``/``submit`` runs
+    on ``loop``, an application's running event loop, instead of taskflow's own loop thread;
+    ``None`` goes back to taskflow's. (``run_async`` always uses the loop that awaits it.)
+
+    Raises:
+        InvalidArgumentError: ``loop`` is not an ``asyncio`` event loop (nor None).
+        InvalidArgumentValueError: ``loop`` is closed.
+    """
+    aio.set_event_loop(loop)

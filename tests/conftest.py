@@ -45,7 +45,7 @@ EPS = 0.25 * SCALE
 PROMPT = 2.0 * SCALE
 
 # long-lived daemon threads that taskflow or third-party libraries start once per process
-_ALLOWED_PREFIXES = ("taskflow-timer", "taskflow-coordinator", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
+_ALLOWED_PREFIXES = ("taskflow-timer", "taskflow-coordinator", "taskflow-asyncio", "loky", "Dask", "IO loop", "Profile", "asyncio_", "QueueFeederThread")
 
 
 

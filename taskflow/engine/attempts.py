@@ -66,7 +66,7 @@ from taskflow.model.context import current
 from taskflow.model.result import AttemptNotes, ResultState
 
 __all__ = ["MAX_CLAMPS", "Asking", "Mark", "Watch", "WatchedRun", "abandon", "deadline_of",
-           "note_clamp", "register", "watch_of"]
+           "note_clamp", "register", "track", "watch_of"]
 
 # clamped calls kept per node for the report (all are counted)
 MAX_CLAMPS = 16
@@ -97,7 +97,7 @@ class _Attempt:
     """One attempt with callbacks: its thread's ``current`` dict, the mark, the node's attempt
     count and the fan-out item it runs (None: the node itself)."""
 
-    __slots__ = ("fns", "item", "mark", "number", "tls")
+    __slots__ = ("fns", "item", "mark", "number", "stop", "tls")
 
     def __init__(self, tls: dict[str, Any], mark: Mark, number: int, item: Any) -> None:
         self.tls = tls
@@ -105,6 +105,7 @@ class _Attempt:
         self.number = number
         self.item = item
         self.fns: list[Callable[[], object]] = []
+        self.stop: Callable[[], object] | None = None  # the engine's own (``track``)
 
 
 class Watch:
@@ -236,6 +237,33 @@ def register(run: WatchedRun, i: int, fn: Callable[[], object]) -> None:
         _call(run, i, fn)
 
 
+def track(run: WatchedRun, i: int, tls: dict[str, Any], stop: Callable[[], object]) -> bool:
+    """An attempt of node ``i`` that runs off the thread that starts it (an async node's task on
+    an event loop, ``aio.py``): ``tls`` is its own dict standing for a thread's ``current``
+    (``run``, ``idx``, ``item``; ``idx`` gets the attempt's ``Mark``, which the attempt's steps
+    show in ``current``, so its ``ctx.on_cancel`` callbacks join this attempt), and ``stop()`` is
+    called once, directly, when the run abandons it (any thread, maybe under the run's lock:
+    it must be quick and call no user code). It is not counted as a callback. Returns False,
+    tracking nothing, when the run has already given up on the node (the attempt must not
+    start)."""
+    watch = watch_of(run)
+    number = run.results[i].attempts
+    with watch.lock:
+        if deadline_of(run, i, None) == -math.inf:
+            return False
+        attempts = watch.live.get(i)
+        if attempts is None:
+            attempts = watch.live[i] = []
+        elif len(attempts) >= _PRUNE_AT:
+            attempts[:] = [a for a in attempts if _running(run, i, a)]
+        mark = Mark(i)
+        a = _Attempt(tls, mark, number, None)
+        a.stop = stop
+        attempts.append(a)
+        tls["idx"] = mark
+    return True
+
+
 def abandon(run: WatchedRun, nodes: Iterable[int], *, item: Any = None,
             spare: dict[str, Any] | None = None) -> None:
     """The run gave up on the running attempts of ``nodes`` (only fan-out ``item``'s, when
@@ -245,6 +273,7 @@ def abandon(run: WatchedRun, nodes: Iterable[int], *, item: Any = None,
     if watch is None:
         return
     due: list[tuple[int, list[Callable[[], object]]]] = []
+    stops: list[Callable[[], object]] = []
     with watch.lock:
         for i in nodes:
             attempts = watch.live.get(i)
@@ -255,11 +284,16 @@ def abandon(run: WatchedRun, nodes: Iterable[int], *, item: Any = None,
                 if item is not None and a.item != item:
                     left.append(a)
                 elif a.tls is not spare and _running(run, i, a):
-                    due.append((i, a.fns))
+                    if a.stop is not None:
+                        stops.append(a.stop)
+                    if a.fns:
+                        due.append((i, a.fns))
             if left:
                 watch.live[i] = left
             else:
                 del watch.live[i]
+    for stop in stops:
+        stop()
     for i, fns in due:
         remote.coordinator.put(run.cv, _call_all, (run, i, fns))
 

@@ -153,6 +153,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskflow import clock, logs
 from taskflow.engine import (
+    aio,
     attempts,
     batching,
     closing,
@@ -276,6 +277,7 @@ class Run:
 
     detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
     priority = "normal"  # the priority it was started with (set by the facade)
+    aio_loop: Any = None  # run_async's loop for async nodes (aio.py; None: the process's)
     start_refresh = detached.refresh  # a ``stale_for`` refresh: detached work of its own
     # the fields every run starts with and most never write: class-level defaults (a run
     # writes its own when it changes one), so building a run does not store them
@@ -593,6 +595,8 @@ class Run:
         # guarded: it has a policy; a detached node is handed off, the run does not wait for it
         if guarded and plan.policy[i].detach:  # type: ignore[union-attr]
             return detached.hand_off(self, i, token)
+        if plan.any_async and plan.asyncs[i]:  # an async def task: on an event loop (aio.py)
+            return aio.start_node(self, i, token, node)
         while True:
             if wr.state is not _DEFAULT:
                 # settled while queued or between attempts (a join cancelled it, the run
@@ -918,6 +922,8 @@ class Run:
 
     def cancel(self, reason: str | None) -> None:
         """``ctx.cancel``: close the run with unsettled nodes CANCELLED (but the caller's)."""
+        if self.plan.any_async and aio.cancel_from_loop(self, reason):
+            return  # asked by an async task: its owner closes the run, off the loop thread
         keep = -1
         if getattr(current, "run", None) is self:
             keep = current.idx
@@ -940,6 +946,7 @@ if TYPE_CHECKING:
     _watched: type[attempts.WatchedRun] = Run
     _detaching: type[detached.DetachingRun] = Run
     _viewed: type[inflight.ViewedRun] = Run
+    _async: type[aio.AsyncRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

@@ -32,7 +32,9 @@ from taskflow.model.node import (
     NodeKind,
     SchedulingNode,
     is_coroutine_function,
+    load_asyncio,
     not_a_node,
+    task_is_async,
 )
 
 __all__ = ["Plan", "as_top_nodes", "cached_plan", "compile_plan", "select_targets"]
@@ -51,9 +53,11 @@ class Plan:
 
     __slots__ = (
         "__weakref__",
+        "any_async",
         "any_deadline",
         "any_policy",
         "any_timeout",
+        "asyncs",
         "backoff",
         "batches",
         "bulkheads",
@@ -159,6 +163,9 @@ class Plan:
         self.routes = tuple(k is NodeKind.SWITCH for k in kinds)
         # nodes that schedule sub-work themselves (taskflow.kinds.fanout)
         self.fanout = tuple(k is NodeKind.FANOUT for k in kinds)
+        # nodes whose task is a coroutine function: they run on an event loop (engine/aio.py)
+        self.asyncs = tuple(task_is_async(n) for n in nodes)
+        self.any_async = any(self.asyncs)
         # plain FunctionNodes without hooks: the task runs on the definition, no per-run copy
         self.stateless = tuple(
             type(n).task is FunctionNode.task and not (b or s or f)
@@ -170,9 +177,10 @@ class Plan:
         with no own timeout, no routing, no fan-out and no resilience options; its task is
         ``fn(ctx, param)`` called directly and a success settles without any of those checks."""
         self.plain = tuple(
-            sl and t is None and d is None and not r and not fo and p is None
-            for sl, t, d, r, fo, p in zip(self.stateless, self.timeout, self.deadline,
-                                          self.routes, self.fanout, self.policy, strict=True)
+            sl and t is None and d is None and not r and not fo and p is None and not a
+            for sl, t, d, r, fo, p, a in zip(self.stateless, self.timeout, self.deadline,
+                                             self.routes, self.fanout, self.policy,
+                                             self.asyncs, strict=True)
         )
 
 
@@ -380,10 +388,13 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
                 f"node {n.name!r}: {cls.__name__} does not implement task(self, ctx, param)"
             )
         if is_coroutine_function(cls.task):
-            raise FlowDefinitionError(
-                f"node {n.name!r}: {cls.__name__}.task is a coroutine function; "
-                "tasks run on executor threads and must be plain functions"
-            )
+            load_asyncio()  # with the plan, not inside the run
+        for hook in ("on_begin", "on_success", "on_fail"):
+            if is_coroutine_function(getattr(cls, hook)):
+                raise FlowDefinitionError(
+                    f"node {n.name!r}: {cls.__name__}.{hook} is a coroutine function; hooks "
+                    "run on the run's threads (never on an event loop): write it as a plain "
+                    "def, and move the awaiting into the task")
         check = getattr(n, "_check_definition", None)
         if check is not None:
             check()

@@ -54,6 +54,35 @@ def is_coroutine_function(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
+def callable_is_async(fn: object) -> bool:
+    """Whether calling ``fn`` makes a coroutine to await: a coroutine function, or an object
+    whose class defines ``async def __call__``."""
+    if is_coroutine_function(fn):
+        return True
+    if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)):
+        return False
+    return callable(fn) and is_coroutine_function(type(fn).__call__)
+
+
+def load_asyncio() -> None:
+    """Import ``asyncio`` (about 10 ms) when an async node is built or compiled, so that its
+    first run does not pay for it inside its budget."""
+    import asyncio  # noqa: F401
+
+
+def task_is_async(node: SchedulingNode[Any, Any]) -> bool:
+    """Whether ``node``'s task is a coroutine function (``async def task``, a ``FunctionNode``
+    of an ``async def`` function, or an override that is one): it runs on an event loop."""
+    own = node.__dict__.get("task")  # an override (``start(..., overrides=...)``)
+    if own is not None:
+        return callable_is_async(own)
+    task = type(node).task
+    if task is FunctionNode.task:
+        fn = node.__dict__.get("fn")
+        return fn is not None and callable_is_async(fn)
+    return is_coroutine_function(task)
+
+
 if TYPE_CHECKING:
     import weakref
 
@@ -844,14 +873,17 @@ class FunctionNode(SchedulingNode[Any, Any]):
         **unknown: NoReturn,
     ) -> None:
         if not callable(fn):
+            if type(fn).__name__ == "coroutine" and hasattr(fn, "close"):
+                what = getattr(fn, "__qualname__", "fn")
+                fn.close()  # never awaited: closed here, without a RuntimeWarning later
+                raise InvalidNodeError(
+                    f"FunctionNode needs a callable, got the coroutine object {what}(...): "
+                    f"pass the async function itself, FunctionNode({what}), not a call of it")
             raise InvalidNodeError(f"FunctionNode needs a callable, got {not_a_node(fn)}")
         if name is None:
             name = getattr(fn, "__name__", None) or type(fn).__name__
-        if is_coroutine_function(fn):
-            raise InvalidNodeError(
-                f"node {name!r}: {getattr(fn, '__name__', fn)!r} is a coroutine function; "
-                "nodes run on executor threads: pass a plain function"
-            )
+        if callable_is_async(fn):
+            load_asyncio()  # with the node, not inside its first run
         problem = arity_problem(fn, "fn(ctx, param)", 2)
         if problem is not None:
             raise InvalidNodeError(f"node {name!r}: {problem}")

@@ -262,6 +262,12 @@ LAZY_IN_A_RUN_OUTSIDE_TASKFLOW = {
     # (module, function) -> modules: the caller's event loop has asyncio; the run's clock starts
     # after the import
     ("taskflow.scheduling", "run_async"): {"asyncio"},
+    # async nodes: building an async node (or compiling a plan with one) loads asyncio
+    # (``model.node.load_asyncio``); a program that gives its loop has it loaded
+    ("taskflow.engine.aio", "get"): {"asyncio"},
+    ("taskflow.engine.aio", "serve"): {"asyncio"},
+    ("taskflow.engine.aio", "check_plan"): {"asyncio"},
+    ("taskflow.engine.aio", "set_event_loop"): {"asyncio"},
     # process pools: multiprocessing has pickle; loky and dask ship and load cloudpickle
     ("taskflow.engine.executors", "pickler"): {"pickle", "cloudpickle"},
     ("taskflow.engine.remote", "_round_trip"): {"pickle", "cloudpickle"},

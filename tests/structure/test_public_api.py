@@ -85,6 +85,7 @@ PUBLIC = [
     "http",
     "load_spec",
     "run_async",
+    "set_event_loop",
     "set_load_shedding",
     "set_max_detached",
 ]

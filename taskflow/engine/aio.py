@@ -1,0 +1,471 @@
+"""Async nodes: a node whose task is a coroutine function runs on an event loop, not on a worker.
+
+Which loop
+==========
+Under ``start``/``stream``/``submit``, taskflow's own loop thread (``taskflow-asyncio``, one per
+process: ``LoopThread``, started on first use, started afresh in a forked child, stopped at
+interpreter exit after cancelling what is left on it), or the application's loop given to
+``set_event_loop``; under ``run_async``, the loop that awaits the run (``Run.aio_loop``).
+
+One attempt
+===========
+``start_node`` is called where ``Run.execute`` would call the task, on the thread that popped
+the node (a worker loop, an inline drain, or the owner for a retry): it stamps the attempt
+(``begin_attempt``: the ``on_begin`` hook runs there, never on the loop), makes the coroutine,
+has the run track the attempt (``attempts.track``: an ``Attempt`` with a dict of its own for
+``current``, so every way the run abandons it reaches it) and hands it to the loop with
+``call_soon_threadsafe``. The thread goes on at once with its next node: the attempt holds no
+worker while it awaits.
+
+On the loop, the coroutine runs inside an asyncio task driven by a ``_Steps`` wrapper, which
+writes the attempt's ``current`` fields (``run``, ``idx``, ``item``) on the loop thread around
+each step, so ``ctx.result_of``, ``ctx.remaining``, ``ctx.timeout``, ``ctx.on_cancel`` and the
+clamped clients answer for this attempt, as they do on a worker. ``ctx.cancel`` from a step is
+handed to the owner (``cancel_from_loop``): closing a run runs hooks, and hooks never run on the
+loop thread.
+
+When the task ends, its done-callback (the loop thread) marks the attempt ended and ``post``-s
+the outcome to the run's owner (``_outcome``), which records it like a worker would: a failed
+attempt is retried at once or after its back-off (the node waits in BACKOFF on the engine timer,
+holding no thread and no task: ``retrying.requeue`` queues it again), otherwise
+``Run.complete`` records it, runs the hook and settles the sons.
+
+Cancellation
+============
+When the run gives up on the attempt (its budget, the node's ``timeout=`` or ``deadline=``, a
+``ctx.cancel``, a join that no longer needs it), ``attempts.abandon`` calls the attempt's
+``stop`` (``Attempt.stop``): it asks the loop to cancel the asyncio task (``CancelledError``
+inside the coroutine), and the user's ``ctx.on_cancel`` callbacks go to a coordinator thread as
+for any attempt. The node's state was already written by whoever gave up (TIMEOUT,
+CANCELLED); the cancelled task's end is dropped. A task cancelled before it started is never
+started (its coroutine is closed). Nothing of an abandoned async attempt is left running.
+
+Invariants: the loop thread calls no hook, no observer and no ``executor.submit``, and takes no
+run's lock but through the task's own ``ctx`` calls; an attempt's outcome is posted at most once,
+and only when the run did not abandon it; ``stop`` is called at most once per attempt (the
+watch takes it out under its lock) and is idempotent anyway.
+
+What is refused (``check_plan``, before anything runs): an async node on an executor that runs
+tasks in other processes, with resilience options (bulkhead, rate limit, breaker, hedge, batch,
+cache, fallback, detach, ...), or of a kind that schedules its own work (a fan-out).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from taskflow import _fork, clock
+from taskflow.engine import attempts, retrying, timer
+from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
+from taskflow.errors import (
+    FlowDefinitionError,
+    InvalidArgumentError,
+    InvalidArgumentValueError,
+    NodeCancelledError,
+)
+from taskflow.model.context import current
+from taskflow.model.graph import Plan
+from taskflow.model.result import ResultState, WorkResult
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
+           "event_loop", "loop_thread", "set_event_loop", "start_node"]
+
+LOOP_THREAD = "taskflow-asyncio"
+# how long interpreter exit waits for the loop thread to cancel what is left (real time)
+_EXIT_GRACE = 1.0
+
+_DEFAULT = ResultState.DEFAULT
+
+
+class AsyncRun(attempts.WatchedRun, retrying.BudgetedRun, Protocol):
+    """What running async nodes uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
+    check that). ``aio_loop``: the loop of ``run_async``'s caller (None: the process's)."""
+
+    aio_loop: Any
+
+    def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
+        """Stamp an attempt of node ``i`` and run ``on_begin``."""
+
+    def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Record node ``i``'s outcome, run its hook, settle its sons."""
+
+    def late(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
+        """Drop node ``i``'s outcome (it was settled without it)."""
+
+    def move_on(self, token: int) -> int:
+        """Loop ``token`` is done with its node: its next node, or -1."""
+
+    def route(self, i: int, node: Any, value: Any) -> None:
+        """A switch returned ``value``: record the sons it chose."""
+
+    def node(self, i: int) -> Any:
+        """The run's copy of node ``i``."""
+
+    def cancel(self, reason: str | None) -> None:
+        """``ctx.cancel``."""
+
+
+# -- the loops -----------------------------------------------------------------------------------
+
+
+class LoopThread:
+    """Taskflow's own event loop on a daemon thread of its own (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # guards loop and thread
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.at_exit = False
+        _fork.register(self, hold="lock")
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        """The loop, started on first use."""
+        loop = self.loop
+        if loop is not None:
+            return loop
+        with self.lock:
+            if self.loop is None:
+                import asyncio  # loaded when the async node was built (model.node.load_asyncio)
+
+                fresh = asyncio.new_event_loop()
+                ready = threading.Event()
+                thread = threading.Thread(target=self.serve, args=(fresh, ready),
+                                          name=LOOP_THREAD, daemon=True)
+                thread.start()
+                ready.wait()
+                self.loop, self.thread = fresh, thread
+                if not self.at_exit:
+                    self.at_exit = True
+                    atexit.register(self.shutdown)
+            return self.loop
+
+    @staticmethod
+    def serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        """The loop thread: run the loop until ``shutdown``, then cancel what is left on it,
+        wait for it and close the loop."""
+        import asyncio
+
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+    def shutdown(self) -> None:
+        """Stop the loop (interpreter exit): its tasks are cancelled, the thread ends."""
+        with self.lock:
+            loop, thread = self.loop, self.thread
+            self.loop = self.thread = None
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(loop.stop)
+        clock.real_join(thread, _EXIT_GRACE)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has no loop thread: a new one starts on first use (the parent's loop
+        object, whose thread is absent here, is dropped, not closed: its files are shared)."""
+        self.lock = threading.Lock()
+        self.loop = self.thread = None
+        _forget_app_loop()  # its thread is absent in the child too
+
+
+loop_thread = LoopThread()
+_app_loop: asyncio.AbstractEventLoop | None = None  # set_event_loop's
+
+
+def _forget_app_loop() -> None:
+    global _app_loop
+    _app_loop = None
+
+
+def set_event_loop(loop: Any) -> None:
+    """Run async nodes of ``start``/``stream``/``submit`` runs on ``loop`` (an application's
+    running loop) instead of taskflow's own loop thread; ``None`` goes back to taskflow's.
+
+    Raises:
+        InvalidArgumentError: ``loop`` is not an ``asyncio.AbstractEventLoop`` (nor None).
+        InvalidArgumentValueError: ``loop`` is closed.
+    """
+    global _app_loop
+    if loop is None:
+        _app_loop = None
+        return
+    import asyncio  # a program with an event loop to give has it loaded
+
+    if not isinstance(loop, asyncio.AbstractEventLoop):
+        raise InvalidArgumentError(
+            f"set_event_loop needs an asyncio event loop or None, got {type(loop).__name__}",
+            argument="loop")
+    if loop.is_closed():
+        raise InvalidArgumentValueError(
+            "set_event_loop got a closed event loop: async nodes could never run on it; give "
+            "a running loop (asyncio.get_running_loop()) or None for taskflow's own",
+            argument="loop")
+    _app_loop = loop
+
+
+def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
+    """The loop ``run``'s async nodes run on (see the module docstring)."""
+    loop = run.aio_loop or _app_loop
+    if loop is None:
+        return loop_thread.get()
+    if loop.is_closed():
+        raise RuntimeError("the event loop async nodes run on is closed (given to "
+                           "taskflow.set_event_loop or awaiting run_async); an async node "
+                           "cannot run on it")
+    return loop
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> None:
+    """Before a run with async nodes starts: refuse what does not work for them yet, and a
+    ``blocking`` start (``start``, ``stream``) called on the very loop they would run on.
+
+    Raises:
+        FlowDefinitionError: naming the async node and what it cannot have.
+    """
+    if blocking:
+        import asyncio  # loaded when the async node was built (model.node.load_asyncio)
+
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None and running in (_app_loop, loop_thread.loop):
+            raise FlowDefinitionError(
+                "start/stream of a flow with async nodes was called on the event loop those "
+                "nodes run on: it would block them until the budget ends; await "
+                "taskflow.run_async(...) there instead")
+    for i, is_async in enumerate(plan.asyncs):
+        if not is_async:
+            continue
+        name = plan.names[i]
+        if remote:
+            raise FlowDefinitionError(
+                f"node {name!r} has an async def task, which cannot run on {executor_name}: "
+                "an executor in other processes does not run coroutines; start the flow on a "
+                "thread pool (async nodes run on an event loop and take no worker), or make "
+                "the task a plain def that calls asyncio.run itself")
+        if plan.policy[i] is not None:
+            raise FlowDefinitionError(
+                f"node {name!r} has an async def task and resilience options (bulkhead, rate "
+                "limit, breaker, hedge, batch, cache, fallback, detach, priority, retry "
+                "budget...): async nodes do not support them yet; drop the options or make "
+                "the task a plain def")
+        if plan.fanout[i]:
+            raise FlowDefinitionError(
+                f"node {name!r}: a fan-out's task cannot be async def (its items run on the "
+                "executor)")
+
+
+# -- one attempt ---------------------------------------------------------------------------------
+
+
+class Attempt:
+    """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
+    whether the run abandoned it."""
+
+    __slots__ = ("i", "loop", "run", "stopped", "task", "tls")
+
+    def __init__(self, run: AsyncRun, i: int) -> None:
+        self.run = run
+        self.i = i
+        self.tls: dict[str, Any] = {"run": run, "idx": i, "item": None}
+        self.stopped = False
+        self.task: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def stop(self) -> None:
+        """The run abandoned the attempt (any thread, maybe under the run's lock): cancel its
+        task on the loop, or keep it from starting."""
+        self.stopped = True
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed: nothing runs there
+                loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        task = self.task
+        if task is not None:
+            task.cancel()
+
+    def begin(self, coro: Any) -> None:
+        """The loop thread: start the task (unless the attempt was abandoned meanwhile)."""
+        if self.stopped:
+            coro.close()
+            return
+        # the task copies the run's contextvars, as a worker runs a node in a copy of them
+        task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
+                                      _Steps(self, coro).run())
+        self.task = task
+        task.add_done_callback(self.ended)
+
+    def ended(self, task: asyncio.Task[Any]) -> None:
+        """The loop thread: the task ended; hand its outcome to the run's owner unless the run
+        abandoned it."""
+        self.tls["idx"] = None  # no longer running: an abandonment from now on skips it
+        self.task = None
+        if task.cancelled():
+            if self.stopped:
+                return  # the run gave up on it: its state says so already
+            error: BaseException | None = _cancelled_outside(self.run, self.i)
+            value = None
+        else:
+            error = task.exception()
+            value = task.result() if error is None else None
+        if not self.stopped:
+            self.run.post(_outcome, self.run, self.i, value, error)
+
+
+def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
+    return NodeCancelledError(run.names[i], "its asyncio task was cancelled outside taskflow "
+                              "(the event loop shutting down?)")
+
+
+class _Steps:
+    """Drives one attempt's coroutine with the attempt's ``current`` fields written on the loop
+    thread around each step (and the thread's own put back after it)."""
+
+    __slots__ = ("att", "coro")
+
+    def __init__(self, att: Attempt, coro: Any) -> None:
+        self.att = att
+        self.coro = coro
+
+    async def run(self) -> Any:
+        return await self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> Any:
+        return self._step(self.coro.send, None)
+
+    def send(self, value: Any) -> Any:
+        return self._step(self.coro.send, value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._step(self.coro.throw, *exc)
+
+    def close(self) -> None:
+        self.coro.close()
+
+    def _step(self, method: Callable[..., Any], *arg: Any) -> Any:
+        d = current.__dict__
+        tls = self.att.tls
+        prev = d.get("run"), d.get("idx"), d.get("item"), d.get("aio")
+        d["run"], d["idx"], d["item"], d["aio"] = tls["run"], tls["idx"], None, tls
+        try:
+            return method(*arg)
+        finally:
+            d["run"], d["idx"], d["item"], d["aio"] = prev
+
+
+def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
+    """Where ``Run.execute`` would call node ``i``'s task: start an attempt on the loop and
+    return loop ``token``'s next node (the attempt holds no worker)."""
+    wr = run.results[i]
+    if wr.state is not _DEFAULT:
+        return run.late(i, token, None, None)  # settled while queued or between attempts
+    run.begin_attempt(i, wr, LOOP_THREAD, node)
+    att = Attempt(run, i)
+    try:
+        att.loop = event_loop(run)
+        coro = node.task(run.ctx, node.param)
+    except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
+        run.post(_outcome, run, i, None, exc)
+        return run.move_on(token)
+    if attempts.track(run, i, att.tls, att.stop):
+        try:
+            att.loop.call_soon_threadsafe(att.begin, coro)
+        except RuntimeError as exc:  # the loop was closed meanwhile
+            coro.close()
+            att.tls["idx"] = None
+            run.post(_outcome, run, i, None, exc)
+    else:
+        coro.close()  # the run gave up on the node already
+    return run.move_on(token)
+
+
+def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
+    """The run's owner: the outcome of an attempt of async node ``i`` (in a copy of the run's
+    contextvars, with ``current`` naming the node, as a worker records it)."""
+    run.cv.copy().run(_record, run, i, value, error)
+
+
+def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
+    cur = current.__dict__
+    prev = cur.get("run"), cur.get("idx")
+    cur["run"], cur["idx"] = run, i
+    try:
+        if error is None and run.plan.routes[i]:
+            try:
+                run.route(i, run.node(i), value)
+            except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
+                value, error = None, exc
+        if error is not None:
+            wr = run.results[i]
+            delay = retrying.retry_delay(run, i, wr, error)
+            if delay >= 0.0 and run.node_observers:
+                retrying.retrying(run, i, wr.attempts, error, delay)
+            if delay == 0.0:
+                start_node(run, i, NO_LOOP,
+                           run.plan.nodes[i] if run.plan.stateless[i] else run.node(i))
+                return
+            if delay > 0.0:
+                _back_off(run, i, wr, delay)
+                return
+        run.complete(i, NO_LOOP, value, error)
+    finally:
+        cur["run"], cur["idx"] = prev
+
+
+def _back_off(run: AsyncRun, i: int, wr: WorkResult[Any], delay: float) -> None:
+    """Node ``i``'s attempt failed and another follows after ``delay``: it waits in BACKOFF on
+    the engine timer (no thread, no task), which queues it again (``retrying.requeue``)."""
+    with run.lock:
+        if run.code[i] == RUNNING and wr.state is _DEFAULT:
+            run.move(i, BACKOFF)
+            timer.schedule(clock.now() + delay, retrying.requeue, run, i)
+
+
+def cancel_from_loop(run: AsyncRun, reason: str | None) -> bool:
+    """``ctx.cancel`` asked by a step of an async attempt: the run's owner closes the run (its
+    hooks never run on the loop thread). False when not asked from an async attempt."""
+    d = current.__dict__
+    tls = d.get("aio")
+    if tls is None or d.get("run") is not run:
+        return False
+    run.post(_cancel_as, run, int(d["idx"]), reason)
+    return True
+
+
+def _cancel_as(run: AsyncRun, i: int, reason: str | None) -> None:
+    """The owner: ``ctx.cancel`` on behalf of async node ``i`` (the run waits for it)."""
+    cur = current.__dict__
+    prev = cur.get("run"), cur.get("idx")
+    cur["run"], cur["idx"] = run, i
+    try:
+        run.cancel(reason)
+    finally:
+        cur["run"], cur["idx"] = prev
