@@ -194,3 +194,13 @@ def test_the_shared_cache_benchmark_runs_the_four_workers_its_docstring_states()
     default_line = next(line for line in shared_cache.__doc__.splitlines()
                         if line.strip().startswith("python benchmarks/shared_cache.py  "))
     assert default_line.endswith("# 4 workers, 20 keys, 400 pages each")
+
+
+@pytest.mark.timeout(120)
+def test_the_async_nodes_benchmark_runs_both_pages_in_smoke_mode(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # both pages complete (a sync and an async page of the same calls); no figure is asserted
+    out = _benchmark("async_nodes").main(["--smoke"])
+    assert set(out) == {"async", "sync"} and all(s > 0 for s in out.values())
+    assert "sync / async" in capsys.readouterr().out
