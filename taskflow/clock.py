@@ -348,29 +348,32 @@ def work_dropped() -> None:
         changes += 1
 
 
+def _enter() -> None:
+    """Under ``_count_lock``: one more loop on this thread (the thread is active from the first)."""
+    global _active
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1
+    if depth == 0:
+        _active += 1
+
+
 def work_started(runs_here: bool = True) -> None:
     """A queued loop started on this thread (``runs_here=False``: it was queued behind one this
     thread already runs, and runs inside it)."""
-    global _queued, _active, changes
+    global _queued, changes
     with _count_lock:
         if runs_here:
-            depth = getattr(_depth, "n", 0)
-            _depth.n = depth + 1
-            if depth == 0:
-                _active += 1
+            _enter()
         _queued = max(0, _queued - 1)
         changes += 1
 
 
 def work_began() -> None:
-    """This thread does taskflow work that was never queued (a ``start`` caller running what its
-    run handed over); ``work_ended()`` follows."""
-    global _active, changes
+    """This thread does taskflow work that was never queued (a ``start`` caller serving its
+    run); ``work_ended()`` follows."""
+    global changes
     with _count_lock:
-        depth = getattr(_depth, "n", 0)
-        _depth.n = depth + 1
-        if depth == 0:
-            _active += 1
+        _enter()
         changes += 1
 
 

@@ -28,7 +28,7 @@ The owner's ``lock`` guards ``tokens``, ``unstarted`` (submitted, not started), 
 future of each loop that has not exited, so that closing can cancel or abandon it; an exited loop's
 future is dropped at once, which keeps runs free of reference cycles.
 
-Under a fake clock with autojump (``taskflow.clock.counting``), a loop counts itself queued from
+Under a fake clock (``taskflow.clock.counting``), a loop counts itself queued from
 its submission until it starts or is refused, and its thread active until its outermost loop
 returns: what the fake clock reads to know that no taskflow work can progress until time moves.
 """

@@ -52,11 +52,12 @@ update still changes it): it only tells the driver that something happened.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import queue as queue_module
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from types import TracebackType
 from typing import Any, TypeVar
@@ -295,15 +296,11 @@ class FakeClock:
         deadline = clock.real_now() + timeout
         threshold = max(self.autojump_threshold, _MIN_THRESHOLD)
         while clock.real_now() < deadline:
-            seen = (self._epoch, clock.changes)
             with self._cond:
-                quiet = self._quiet() and remote.coordinator.quiet()
-            if quiet:
-                clock.real_sleep(threshold)
-                with self._cond:
-                    if (self._epoch, clock.changes) == seen and self._quiet():
-                        return True
-            else:
+                quiet = self._quiet()
+            if quiet and self._quiet_for(threshold):
+                return True
+            if not quiet:
                 clock.real_sleep(_SLICE / 4)
         return False
 
@@ -366,6 +363,17 @@ class FakeClock:
 
     # -- timed waits: the object in real slices, the timeout in virtual time ------------------------
 
+    @contextlib.contextmanager
+    def _blocked(self) -> Iterator[None]:
+        """An untimed wait in the clock: the thread cannot progress until what it waits for comes
+        (taskflow work counted elsewhere, or a thread taskflow cannot see)."""
+        clock.idle(True)
+        try:
+            yield
+        finally:
+            clock.idle(False)
+            self._epoch += 1
+
     def _until(self, timeout: float, obj: Any) -> tuple[int, float]:
         key = next(self._seq)
         with self._cond:
@@ -388,7 +396,8 @@ class FakeClock:
     def wait(self, waitable: Any, timeout: float | None) -> bool:
         """``waitable.wait(timeout)`` with ``timeout`` in virtual seconds."""
         if timeout is None:
-            return bool(waitable.wait(None))
+            with self._blocked():
+                return bool(waitable.wait(None))
         key, until = self._until(timeout, waitable)
         try:
             while True:
@@ -403,7 +412,8 @@ class FakeClock:
         """``cond.wait_for(predicate, timeout)`` of a held ``cond``, ``timeout`` in virtual
         seconds."""
         if timeout is None:
-            return cond.wait_for(predicate)  # type: ignore[no-any-return]
+            with self._blocked():
+                return cond.wait_for(predicate)  # type: ignore[no-any-return]
         key, until = self._until(timeout, None)
         try:
             while True:
@@ -417,7 +427,8 @@ class FakeClock:
     def get(self, queue: Any, timeout: float | None) -> Any:
         """``queue.get(timeout=timeout)`` with ``timeout`` in virtual seconds."""
         if timeout is None:
-            return queue.get()
+            with self._blocked():
+                return queue.get()
         key, until = self._until(timeout, queue)
         try:
             while True:
@@ -432,7 +443,8 @@ class FakeClock:
     def result(self, future: Any, timeout: float | None) -> Any:
         """``future.result(timeout)`` with ``timeout`` in virtual seconds."""
         if timeout is None:
-            return future.result()
+            with self._blocked():
+                return future.result()
         key, until = self._until(timeout, future)
         try:
             while True:
@@ -462,6 +474,14 @@ class FakeClock:
             return False
         return not any(_ready(obj) for _, obj in self._waiters.values() if obj is not None)
 
+    def _quiet_for(self, threshold: float) -> bool:
+        """Whether nothing moved (no reading of the clock, no count) for ``threshold`` real
+        seconds and taskflow's work is quiet at the end of them."""
+        seen = (self._epoch, clock.changes)
+        clock.real_sleep(threshold)
+        with self._cond:
+            return (self._epoch, clock.changes) == seen and self._quiet()
+
     def _drive(self) -> None:
         """The autojump driver: jump once nothing moved for the threshold."""
         threshold = max(self.autojump_threshold, _MIN_THRESHOLD)
@@ -469,17 +489,14 @@ class FakeClock:
             with self._cond:
                 if self._closed:
                     return
-                due = self._next_due()
-                if due is None:
+                if self._next_due() is None:
                     clock.real_wait(self._cond, None)  # a timer, sleeper or waiter notifies
                     continue
-                seen = (self._epoch, clock.changes)
-            clock.real_sleep(threshold)
+            if not self._quiet_for(threshold):
+                continue
             with self._cond:
                 if self._closed:
                     return
-                if (self._epoch, clock.changes) != seen or not self._quiet():
-                    continue
                 due = self._next_due()
                 if due is None or due <= self._now:
                     continue  # a sleeper or waiter whose time came is on its way out

@@ -23,6 +23,7 @@ from taskflow import (
     FunctionNode,
     RateLimit,
     ResultState,
+    SchedulingNode,
     TaskScheduling,
     clock,
 )
@@ -362,3 +363,26 @@ def test_without_autojump_run_until_idle_leaves_time_to_the_test() -> None:
         fake.advance(1.5)
         ex.run_until_idle()
         assert future.result(timeout=0).outputs == {"a": "a", "b": "b", "c": "c"}
+
+
+def test_time_stands_still_while_the_start_caller_runs_the_hooks_at_the_deadline(
+        pool: Any) -> None:
+    # at the deadline the caller closes the run and runs on_fail itself: while it works for
+    # 50 ms of real time, the sleeper due at 2 s must not pull time forward
+    seen: list[float] = []
+    with FakeClock(autojump=True, autojump_threshold=0.001) as fake:
+
+        class Hung(SchedulingNode):
+            def task(self, ctx: Any, param: Any) -> None:
+                fake.sleep(param)
+
+            def on_fail(self, support: Any) -> None:
+                end = time.perf_counter() + 0.05
+                while time.perf_counter() < end:
+                    pass
+                seen.append(fake.now())
+
+        result = TaskScheduling.start([Hung(1e6, name="hung"), Hung(2.0, name="later")],
+                                      executor=pool, timeout=1.0)
+        assert seen and all(t == 1.0 for t in seen), seen
+        assert result.elapsed == 1.0
