@@ -12,7 +12,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["SAMPLES_KEPT", "InflightMetrics", "Percentiles", "PoolMetrics"]
+__all__ = ["SAMPLES_KEPT", "InflightMetrics", "LoopMetrics", "Percentiles", "PoolMetrics"]
 
 SAMPLES_KEPT: Final = 1024
 """Queue-wait and run-time samples kept per pool (or per thread) in a ring buffer; a power of
@@ -139,6 +139,23 @@ class InflightMetrics(BaseModel):
     """Runs in progress."""
     abandoned: dict[str, int]
     """Attempts given up whose thread is still in the task, by node name."""
+
+
+class LoopMetrics(BaseModel):
+    """The event loops async nodes run on in this process (taskflow's loop thread, an
+    application's loop, a loop awaiting ``run_async``), by the name of the loop's thread."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    lag_s: dict[str, float]
+    """How late a callback scheduled on the loop runs: the last probe's delay, or how long the
+    pending probe has waited when longer (a loop blocked now), by loop."""
+    attempts: dict[str, int]
+    """Async attempts in flight (their asyncio task begun, not ended), by loop."""
+    blocked_steps: dict[str, int]
+    """Steps of an async task that held their loop past the threshold (0.1 s), by node name,
+    since the process started."""
 
 
 def _fmt(value: int | None) -> str:

@@ -59,7 +59,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, retrying, timer
+from taskflow.engine import attempts, looplag, retrying, timer
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
@@ -341,16 +341,23 @@ def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
 
 class _Steps:
     """Drives one attempt's coroutine with the attempt's ``current`` fields written on the loop
-    thread around each step (and the thread's own put back after it)."""
+    thread around each step (and the thread's own put back after it), each step timed for
+    ``looplag`` (a step holding the loop past its threshold is reported)."""
 
-    __slots__ = ("att", "coro")
+    __slots__ = ("att", "coro", "watch")
 
     def __init__(self, att: Attempt, coro: Any) -> None:
         self.att = att
         self.coro = coro
+        self.watch = looplag.loop_of(att.loop, current.__dict__)
 
     async def run(self) -> Any:
-        return await self
+        watch = self.watch
+        looplag.began(watch)
+        try:
+            return await self
+        finally:
+            looplag.ended(watch)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self
@@ -373,12 +380,19 @@ class _Steps:
     def _step(self, method: Callable[..., Any], *arg: Any) -> Any:
         d = current.__dict__
         tls = self.att.tls
+        watch = self.watch
         prev = d.get("run"), d.get("idx"), d.get("item"), d.get("aio")
         d["run"], d["idx"], d["item"], d["aio"] = tls["run"], tls["idx"], None, tls
+        t0 = watch.t0 = clock.real_now()  # t0 first: the watcher reads step, then t0
+        watch.step = self.att
         try:
             return method(*arg)
         finally:
+            watch.step = None
             d["run"], d["idx"], d["item"], d["aio"] = prev
+            lag = clock.real_now() - t0
+            if lag >= looplag.threshold():
+                looplag.stepped(self.att, lag)
 
 
 def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:

@@ -23,7 +23,10 @@ lives while that ``current`` dict still holds the run, the node and the node's a
 the test ``attempts._running`` makes: it is checked on read, so the thread pays nothing when
 it returns; records found ended are pruned on read and when more than ``MAX_GONE`` are kept.
 Attempts on threads a run does not drain itself (hedged duplicates, fan-out items, detached
-work) are not recorded.
+work) are not recorded. An async attempt is cancelled when given up, so it is not recorded,
+unless one of its steps still blocks its loop then (a sync call inside ``async def``): that
+step cannot be cancelled, and its loop thread (``looplag.stepping``) is recorded like a
+worker, until the step returns.
 
 Each record arms one timer entry, ``warn_after`` seconds (``set_abandoned_warning``) past its
 deadline; if the attempt still runs then, one WARNING is logged (from a coordinator thread:
@@ -55,7 +58,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import remote, sections, timer
+from taskflow.engine import looplag, remote, sections, timer
 from taskflow.engine.states import (
     BACKOFF,
     PARKED,
@@ -244,11 +247,14 @@ def gave_up(run: Any, nodes: Any) -> None:
     """The run gave up nodes ``nodes`` (their new state written): record those a thread of the
     run is still running. Any thread, the run's lock held or not; takes no lock but the
     timer's."""
-    if not run.threads:
+    held = list(run.threads.items()) if run.threads else []
+    if run.plan.any_async:
+        held += looplag.stepping(run)  # a step still blocking its loop cannot be cancelled
+    if not held:
         return
     wanted = set(nodes)
     now = 0.0
-    for ident, tls in list(run.threads.items()):
+    for ident, tls in held:
         i = _holder(run, tls)
         if i < 0 or i not in wanted or run.code[i] < TERMINAL:
             continue

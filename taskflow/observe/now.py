@@ -33,10 +33,11 @@ from typing import IO, Any, NamedTuple
 
 from taskflow import clock
 from taskflow.engine import inflight as _inflight
+from taskflow.engine import looplag
 from taskflow.engine.inflight import abandoned_warning, set_abandoned_warning
 from taskflow.errors import InvalidArgumentError, InvalidArgumentValueError
 from taskflow.exposition import Sample
-from taskflow.metrics import InflightMetrics
+from taskflow.metrics import InflightMetrics, LoopMetrics
 from taskflow.resilience.export import register
 
 __all__ = ["AbandonedAttempt", "NodeNow", "RunNow", "abandoned", "abandoned_warning", "dump",
@@ -302,3 +303,46 @@ counts = _Counts()
 ``taskflow_abandoned_attempts{node=...}``): exported by every ``PoolMonitor`` built without
 ``resilience=``."""
 register(counts, "inflight")
+
+
+class _Loops:
+    """The event loops of async nodes as ``PoolMonitor`` and Prometheus export them
+    (``resilience.export``): lag and attempts in flight by loop, blocked steps by node."""
+
+    name = "loops"
+
+    def metrics(self) -> LoopMetrics:
+        lag: dict[str, float] = {}
+        attempts: dict[str, int] = {}
+        for name, lag_s, running in looplag.loops():
+            # loops of one thread name (run_async's, one after another): the worst lag, the sum
+            if lag_s is not None:
+                lag[name] = max(lag.get(name, 0.0), lag_s)
+            attempts[name] = attempts.get(name, 0) + running
+        return LoopMetrics(name=self.name, lag_s=lag, attempts=attempts,
+                           blocked_steps=looplag.blocked_steps())
+
+    def prometheus_samples(self) -> list[Sample]:
+        m = self.metrics()
+        out = []
+        for loop, lag in sorted(m.lag_s.items()):
+            out.append(Sample("loop_lag_seconds", "gauge",
+                              "How late a callback scheduled on the event loop runs, by loop.",
+                              (("loop", loop),), lag))
+        for loop, n in sorted(m.attempts.items()):
+            out.append(Sample("loop_async_attempts", "gauge",
+                              "Async attempts in flight on the event loop, by loop.",
+                              (("loop", loop),), n))
+        for node, n in sorted(m.blocked_steps.items()):
+            out.append(Sample("loop_blocked_steps_total", "counter",
+                              "Steps of an async task that blocked their event loop, by node.",
+                              (("node", node),), n))
+        return out
+
+
+loops = _Loops()
+"""The event loops of async nodes, as figures (``taskflow_loop_lag_seconds{loop=...}``,
+``taskflow_loop_async_attempts{loop=...}``, ``taskflow_loop_blocked_steps_total{node=...}``):
+exported by every ``PoolMonitor`` built without ``resilience=``; nothing until an async node
+ran."""
+register(loops, "loops")

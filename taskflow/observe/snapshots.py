@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskflow.exposition import Sample
-from taskflow.metrics import InflightMetrics, PoolMetrics
+from taskflow.metrics import InflightMetrics, LoopMetrics, PoolMetrics
 from taskflow.resilience.batch import BatchMetrics
 from taskflow.resilience.breaker import BreakerMetrics
 from taskflow.resilience.bulkhead import BulkheadMetrics
@@ -117,9 +117,10 @@ class PoolSnapshot(BaseModel):
     resilience: tuple[
         BulkheadMetrics | RateLimitMetrics | BreakerMetrics | SingleFlightMetrics
         | BatchMetrics | RetryBudgetMetrics | CacheMetrics | LoadSheddingMetrics
-        | DetachedMetrics | InflightMetrics, ...
+        | DetachedMetrics | InflightMetrics | LoopMetrics, ...
     ] = ()
     """``metrics()`` of the bulkheads, rate limits, circuit breakers, batches, retry budgets,
-    load shedding, detached slots (running, refused) and what is running now the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""
+    load shedding, detached slots (running, refused), what is running now and the event loops
+    of async nodes (lag, attempts in flight, blocked steps) the monitor exports (see ``PoolMonitor``'s ``resilience``), in their order."""
     resilience_samples: tuple[Sample, ...] = Field(default=(), repr=False)
     """The same objects' Prometheus series, read in the same sample."""

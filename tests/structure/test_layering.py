@@ -65,7 +65,8 @@ ALLOWED: dict[str, set[str]] = {
 # ``import taskflow`` stays light
 LAZY_ONLY: dict[str, set[str]] = {ROOT_PART: {KINDS, POOLS, RESILIENCE, OBSERVE, DECLARE, HTTP}}
 # observability sees the engine through its instrumentation points only
-ENGINE_FOR_OBSERVE = {"taskflow.engine.events", "taskflow.engine.inflight"}
+ENGINE_FOR_OBSERVE = {"taskflow.engine.events", "taskflow.engine.inflight",
+                      "taskflow.engine.looplag"}
 # (importer, function) -> modules it may import lazily against the table
 LAZY_EXCEPTIONS = {
     ("taskflow.model.result", "to_html"): {"taskflow.observe.html"},
