@@ -61,10 +61,11 @@ __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
-# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
-# FAST_TASK of their expected work)
+# how many ready entries ``reserve`` reads to estimate the fast ones' work (the mean of those
+# read times their number), and how many fast nodes share a loop when none of those read is
+# fast (the slow ones first in the queue)
+FAST_SCAN = 16
 FAST_BATCH = 4
-FAST_SCAN = 8
 # more tasks than this waiting in the executor's queue means the pool is behind (fewer are
 # typically tasks just submitted, their workers waking up): see ``Economy.next_node``
 BACKLOG = 2
@@ -152,8 +153,10 @@ class Economy:
 
         Pooled: one loop per ready node expected to be slow (never measured, or ``est`` at or
         above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of their expected
-        work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes share one
-        loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes on with a
+        work (the 19 no-op backends of a page share one loop: a loop's wake-up costs more than
+        they do; past ``FAST_SCAN`` ready entries the work is the mean of the fast ones among
+        the first ``FAST_SCAN`` times their number, or, when none of those is fast, one loop
+        per ``FAST_BATCH`` fast ones); one less if the calling loop goes on with a
         fast node ``nxt`` (it will take them next), less the loops already submitted and not
         started; ready nodes left to the loops there are arm the watchdog. Otherwise: one per
         ready node. Never more than ``max_loops - loops``.
@@ -178,14 +181,22 @@ class Economy:
         ready = self.ready
         slow = self.nslow
         fast = len(ready) - slow
-        if 0 < fast and len(ready) <= FAST_SCAN:
-            # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
+        if fast:
+            # the fast ones: a loop per FAST_TASK of their expected work (at least one); past
+            # FAST_SCAN entries, the work is the mean of the first FAST_SCAN times their number
             est, slowq = self.est, self.slowq
-            work = sum([est[i] for i in ready if not slowq[i]])
-            k = slow + max(1, math.ceil(work / FAST_TASK))
+            if len(ready) <= FAST_SCAN:
+                work = sum([est[i] for i in ready if not slowq[i]])
+                k = slow + max(1, math.ceil(work / FAST_TASK))
+            else:
+                seen = [est[ready[j]] for j in range(FAST_SCAN) if not slowq[ready[j]]]
+                if seen:
+                    work = sum(seen) / len(seen) * fast
+                    k = slow + max(1, math.ceil(work / FAST_TASK))
+                else:
+                    k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
         else:
-            # fast ones: a loop per FAST_BATCH of them
-            k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
+            k = slow
         # less the calling loop if it goes on with a fast node
         if k > slow and nxt >= 0 and 0.0 <= self.est[nxt] < FAST_TASK:
             k -= 1
