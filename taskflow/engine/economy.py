@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from taskflow import clock
@@ -115,7 +116,6 @@ class Economy:
         self.start = start
         self.slowq = bytearray(len(code))
         self.loop_node: dict[int, int] = {}
-        self.abandoned: set[int] = set()
         self.gathered: dict[int, list[int]] = {}
 
     # the scalar fields start at class-level defaults (an economy writes its own on change)
@@ -128,6 +128,8 @@ class Economy:
     batch_of: Sequence[Any] | None = None
     joinable: Callable[[int], bool] | None = None
     closed = False
+    # made by the first abandoned loop (nearly every run has none)
+    abandoned: AbstractSet[int] = frozenset()
 
     # -- arrivals ---------------------------------------------------------------------------------
 
@@ -327,7 +329,7 @@ class Economy:
     def forget_abandoned(self, token: int) -> bool:
         """Whether loop ``token`` was abandoned (then it is forgotten: it exits)."""
         if token in self.abandoned:
-            self.abandoned.discard(token)
+            self.abandoned = self.abandoned - {token}
             self.loop_node.pop(token, None)
             return True
         return False
@@ -337,7 +339,7 @@ class Economy:
         one may take its place); returns its token (None: no loop runs ``i``)."""
         for token, x in self.loop_node.items():
             if x == i:
-                self.abandoned.add(token)
+                self.abandoned = {*self.abandoned, token}
                 self.loops -= 1
                 del self.loop_node[token]
                 return token
