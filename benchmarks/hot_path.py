@@ -24,6 +24,10 @@ kept in a list.
 
     python benchmarks/hot_path.py             # the figures (about 40 s)
     python benchmarks/hot_path.py --smoke     # every measurement, tiny (a few seconds; CI runs it)
+    python benchmarks/hot_path.py --old /tmp/old   # also an older checkout's engine, same rounds
+
+``--old`` loads ``<tree>/taskflow`` beside this one (as ``benchmarks/ab_engines.py`` does) and
+adds it as a fourth system of every loaded round, so before and after share the machine's noise.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from overhead import Graph, build, chain, handwritten, noop_task  # a sibling: run as a script
@@ -72,13 +77,20 @@ def submit_and_result(graph: Graph, executor: Executor) -> None:
         fut.result()
 
 
-def systems(graph: Graph, pool: Executor) -> dict[str, Callable[[], Any]]:
+def systems(graph: Graph, pool: Executor, old: Any = None) -> dict[str, Callable[[], Any]]:
     tops = build(graph)
-    return {
+    out: dict[str, Callable[[], Any]] = {
         "taskflow": lambda: TaskScheduling.start(tops, executor=pool, timeout=5.0),
         "submit + result": lambda: submit_and_result(graph, pool),
         "callbacks": lambda: handwritten(graph, pool),
     }
+    if old is not None:
+        from ab_engines import build as build_with  # a sibling, as overhead
+
+        old_tops = build_with(old, graph)
+        out["taskflow (old)"] = lambda: old.TaskScheduling.start(old_tops, executor=pool,
+                                                                 timeout=5.0)
+    return out
 
 
 def closed_loop(run: Callable[[], Any], seconds: float, callers: int = CALLERS) -> float:
@@ -107,11 +119,11 @@ def closed_loop(run: Callable[[], Any], seconds: float, callers: int = CALLERS) 
     return sum(counts) / (time.perf_counter() - t0)
 
 
-def under_load(rounds: int, seconds: float) -> dict[str, dict[str, Any]]:
+def under_load(rounds: int, seconds: float, old: Any = None) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="hot-path") as pool:
         for shape, make in SHAPES.items():
-            runs = systems(make(), pool)
+            runs = systems(make(), pool, old)
             for run in runs.values():  # warm-up: threads started, plans compiled
                 closed_loop(run, seconds / 4)
             figs: dict[str, list[float]] = {k: [] for k in runs}
@@ -127,6 +139,11 @@ def under_load(rounds: int, seconds: float) -> dict[str, dict[str, Any]]:
                 "ratio": statistics.median(ratios),
                 "ratio_range": (min(ratios), max(ratios)),
             }
+            if old is not None:
+                out[shape]["old_ratio"] = statistics.median(
+                    [t / max(s, c) for t, s, c in zip(figs["taskflow (old)"],
+                                                      figs["submit + result"], figs["callbacks"],
+                                                      strict=True)])
     return out
 
 
@@ -190,18 +207,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=0.6, help="seconds per system per round")
     parser.add_argument("--inline", type=int, default=2000, help="runs per inline figure")
     parser.add_argument("--smoke", action="store_true", help="every measurement, tiny")
+    parser.add_argument("--old", type=Path, help="an older checkout to measure beside this one")
     args = parser.parse_args(argv)
+    old = None
+    if args.old is not None:
+        from ab_engines import load_old  # a sibling, as overhead
+
+        old = load_old(args.old)
     if args.smoke:
         args.rounds, args.seconds, args.inline = 1, 0.05, 20
 
     print(f"{CALLERS} callers, one ThreadPoolExecutor({WORKERS}), no-op nodes, closed loop; "
           f"median of {args.rounds} rounds of {args.seconds} s per system")
-    for shape, fig in under_load(args.rounds, args.seconds).items():
+    for shape, fig in under_load(args.rounds, args.seconds, old).items():
         rps = fig["runs_per_s"]
         low, high = fig["ratio_range"]
         print(f"  {shape:10}  taskflow {rps['taskflow']:8.0f} runs/s   submit + result "
               f"{rps['submit + result']:8.0f}   callbacks {rps['callbacks']:8.0f}   "
               f"taskflow / better baseline {fig['ratio']:.2f}x ({low:.2f}-{high:.2f})")
+        if old is not None:
+            print(f"  {'':10}  old taskflow {rps['taskflow (old)']:8.0f} runs/s   "
+                  f"old / better baseline {fig['old_ratio']:.2f}x")
     book = bookkeeping(args.inline)
     print(f"bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
           f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")

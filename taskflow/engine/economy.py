@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from taskflow import clock
@@ -61,10 +62,11 @@ __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy"
 # next ready node waits a few microseconds); a slower one, or one never measured, gets a loop of
 # its own (a thread wake-up costs about this much)
 FAST_TASK = 0.0002
-# how many ready fast nodes share one loop (above FAST_SCAN ready nodes; up to it, a loop per
-# FAST_TASK of their expected work)
+# how many ready entries ``reserve`` reads to estimate the fast ones' work (the mean of those
+# read times their number), and how many fast nodes share a loop when none of those read is
+# fast (the slow ones first in the queue)
+FAST_SCAN = 16
 FAST_BATCH = 4
-FAST_SCAN = 8
 # more tasks than this waiting in the executor's queue means the pool is behind (fewer are
 # typically tasks just submitted, their workers waking up): see ``Economy.next_node``
 BACKLOG = 2
@@ -114,7 +116,6 @@ class Economy:
         self.start = start
         self.slowq = bytearray(len(code))
         self.loop_node: dict[int, int] = {}
-        self.abandoned: set[int] = set()
         self.gathered: dict[int, list[int]] = {}
 
     # the scalar fields start at class-level defaults (an economy writes its own on change)
@@ -127,6 +128,8 @@ class Economy:
     batch_of: Sequence[Any] | None = None
     joinable: Callable[[int], bool] | None = None
     closed = False
+    # made by the first abandoned loop (nearly every run has none)
+    abandoned: AbstractSet[int] = frozenset()
 
     # -- arrivals ---------------------------------------------------------------------------------
 
@@ -152,8 +155,10 @@ class Economy:
 
         Pooled: one loop per ready node expected to be slow (never measured, or ``est`` at or
         above ``FAST_TASK``), plus, for the fast ones, one per ``FAST_TASK`` of their expected
-        work when there are at most ``FAST_SCAN`` ready nodes (a few no-op nodes share one
-        loop), else one per ``FAST_BATCH`` of them; one less if the calling loop goes on with a
+        work (the 19 no-op backends of a page share one loop: a loop's wake-up costs more than
+        they do; past ``FAST_SCAN`` ready entries the work is the mean of the fast ones among
+        the first ``FAST_SCAN`` times their number, or, when none of those is fast, one loop
+        per ``FAST_BATCH`` fast ones); one less if the calling loop goes on with a
         fast node ``nxt`` (it will take them next), less the loops already submitted and not
         started; ready nodes left to the loops there are arm the watchdog. Otherwise: one per
         ready node. Never more than ``max_loops - loops``.
@@ -178,14 +183,22 @@ class Economy:
         ready = self.ready
         slow = self.nslow
         fast = len(ready) - slow
-        if 0 < fast and len(ready) <= FAST_SCAN:
-            # a few fast ones: a loop per FAST_TASK of their expected work (at least one)
+        if fast:
+            # the fast ones: a loop per FAST_TASK of their expected work (at least one); past
+            # FAST_SCAN entries, the work is the mean of the first FAST_SCAN times their number
             est, slowq = self.est, self.slowq
-            work = sum([est[i] for i in ready if not slowq[i]])
-            k = slow + max(1, math.ceil(work / FAST_TASK))
+            if len(ready) <= FAST_SCAN:
+                work = sum([est[i] for i in ready if not slowq[i]])
+                k = slow + max(1, math.ceil(work / FAST_TASK))
+            else:
+                seen = [est[ready[j]] for j in range(FAST_SCAN) if not slowq[ready[j]]]
+                if seen:
+                    work = sum(seen) / len(seen) * fast
+                    k = slow + max(1, math.ceil(work / FAST_TASK))
+                else:
+                    k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
         else:
-            # fast ones: a loop per FAST_BATCH of them
-            k = slow + (fast + FAST_BATCH - 1) // FAST_BATCH
+            k = slow
         # less the calling loop if it goes on with a fast node
         if k > slow and nxt >= 0 and 0.0 <= self.est[nxt] < FAST_TASK:
             k -= 1
@@ -316,7 +329,7 @@ class Economy:
     def forget_abandoned(self, token: int) -> bool:
         """Whether loop ``token`` was abandoned (then it is forgotten: it exits)."""
         if token in self.abandoned:
-            self.abandoned.discard(token)
+            self.abandoned = self.abandoned - {token}
             self.loop_node.pop(token, None)
             return True
         return False
@@ -326,7 +339,7 @@ class Economy:
         one may take its place); returns its token (None: no loop runs ``i``)."""
         for token, x in self.loop_node.items():
             if x == i:
-                self.abandoned.add(token)
+                self.abandoned = {*self.abandoned, token}
                 self.loops -= 1
                 del self.loop_node[token]
                 return token

@@ -16,7 +16,6 @@ hook's variables).
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -44,7 +43,7 @@ class HookedRun(RunView, Protocol):
     closed: bool
     keep: int
     claimed: bytearray
-    owed: deque[int]
+    owed: list[int]
     hooks_running: int
     hooks_idle: threading.Condition | None
 
@@ -101,7 +100,7 @@ def run_owed(run: HookedRun) -> None:
         with run.lock:
             if not run.owed:
                 return
-            i = run.owed.popleft()
+            i = run.owed.pop(0)
             run.hooks_running += 1
         wr = run.results[i]
         node = run.node(i)

@@ -89,11 +89,29 @@ def test_a_few_fast_nodes_share_one_loop_and_the_calling_loop_takes_them(harness
     assert h.eco.reserve() == 0  # the loop on its way will take them
 
 
-def test_many_fast_nodes_get_a_loop_per_batch(harness: Any) -> None:
-    n = economy.FAST_SCAN + 4
+def test_many_fast_nodes_get_a_loop_per_fast_task_of_their_work(harness: Any) -> None:
+    # 40 no-op nodes (40 us of work) share one loop: a loop costs more than they do
+    n = economy.FAST_SCAN + 24
     h = harness([FAST] * n)
     h.arrive(*range(n))
-    assert h.eco.reserve() == -(-n // economy.FAST_BATCH)
+    assert h.eco.reserve() == 1
+
+
+def test_past_the_scan_the_fast_work_is_extrapolated_from_the_entries_read(harness: Any) -> None:
+    # 100 ready nodes of 60 us each: 6 ms of work, 30 loops of FAST_TASK; only FAST_SCAN read
+    per = economy.FAST_TASK * 0.3
+    n = 100
+    h = harness([per] * n, max_loops=64)
+    h.arrive(*range(n))
+    assert h.eco.reserve() == pytest.approx(per * n / economy.FAST_TASK, abs=1)
+
+
+def test_fast_nodes_behind_slow_ones_share_loops_by_the_batch(harness: Any) -> None:
+    # the first FAST_SCAN entries are slow: the fast ones behind get a loop per FAST_BATCH
+    slow, fast = economy.FAST_SCAN, 8
+    h = harness([SLOW] * slow + [FAST] * fast, max_loops=64)
+    h.arrive(*range(slow + fast))
+    assert h.eco.reserve() == slow + -(-fast // economy.FAST_BATCH)
 
 
 def test_never_more_loops_than_the_executor_runs(harness: Any) -> None:
