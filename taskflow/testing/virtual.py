@@ -24,6 +24,10 @@ fake's own heap. Time moves only when the test says so:
 - With ``ManualExecutor`` and ``autojump=True``, ``run_until_idle()`` jumps itself: when nothing
   is queued it moves time to the next due timer and goes on, so a seed gives the same order twice.
 
+Event loops: while entered, the loops async nodes run on follow virtual time (their ``time``
+reads it, their ``select`` is woken as it moves, ``advance`` steps through their timers in order
+with the fake's own, autojump waits until they are quiet): ``taskflow.testing.aioclock``.
+
 Not virtual: threads that never call taskflow or the clock, other processes (``start`` refuses a
 process executor under a fake clock), and the machinery's own waits (``clock.real_*``).
 

@@ -8,6 +8,7 @@ wall-time bound far looser than the virtual times involved, which no busy machin
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -89,6 +90,30 @@ def test_wait_for_and_timeout_inside_an_async_node_fire_in_virtual_time(
     result = TaskScheduling.start(FunctionNode(guarded, name="guarded"), executor=pool,
                                   timeout=60.0)
     assert result.result_of("guarded").result == pytest.approx([2.0, 5.0])
+
+
+def test_a_task_waiting_on_a_silent_socket_lets_virtual_time_reach_its_timeout(
+        fake_clock: FakeClock, pool: ThreadPoolExecutor) -> None:
+    left, right = socket.socketpair()
+
+    left.setblocking(False)
+
+    async def reader(ctx: Any, p: Any) -> float:
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().sock_recv(left, 1), 5.0)
+        except asyncio.TimeoutError:  # nobody wrote
+            return fake_clock.now()
+        return -1.0
+
+    t0 = time.monotonic()
+    try:
+        result = TaskScheduling.start(FunctionNode(reader, name="reader"), executor=pool,
+                                      timeout=30.0)
+    finally:
+        left.close()
+        right.close()
+    assert result.result_of("reader").result == pytest.approx(5.0)
+    assert time.monotonic() - t0 < 10
 
 
 def test_sync_and_async_nodes_sleeping_in_virtual_time_end_in_the_order_of_their_times(
