@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     import asyncio
 
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
-           "event_loop", "loop_thread", "set_event_loop", "start_node"]
+           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_node"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
@@ -219,15 +219,22 @@ def set_event_loop(loop: Any) -> None:
     _app_loop = loop
 
 
+on_loop: Callable[[Any], None] | None = None
+"""While set (a fake clock is entered, ``taskflow.testing.aioclock``): called with each loop an
+attempt goes to, before it does, so that virtual time drives the loop's timers."""
+
+
 def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
     """The loop ``run``'s async nodes run on (see the module docstring)."""
     loop = run.aio_loop or _app_loop
     if loop is None:
-        return loop_thread.get()
-    if loop.is_closed():
+        loop = loop_thread.get()
+    elif loop.is_closed():
         raise RuntimeError("the event loop async nodes run on is closed (given to "
                            "taskflow.set_event_loop or awaiting run_async); an async node "
                            "cannot run on it")
+    if on_loop is not None:
+        on_loop(loop)
     return loop
 
 

@@ -24,6 +24,10 @@ fake's own heap. Time moves only when the test says so:
 - With ``ManualExecutor`` and ``autojump=True``, ``run_until_idle()`` jumps itself: when nothing
   is queued it moves time to the next due timer and goes on, so a seed gives the same order twice.
 
+Event loops: while entered, the loops async nodes run on follow virtual time (their ``time``
+reads it, their ``select`` is woken as it moves, ``advance`` steps through their timers in order
+with the fake's own, autojump waits until they are quiet): ``taskflow.testing.aioclock``.
+
 Not virtual: threads that never call taskflow or the clock, other processes (``start`` refuses a
 process executor under a fake clock), and the machinery's own waits (``clock.real_*``).
 
@@ -63,10 +67,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from taskflow import clock
-from taskflow.engine import inflight, remote
+from taskflow.engine import aio, inflight, remote
 from taskflow.engine import timer as engine_timer
 from taskflow.errors import InvalidArgumentValueError
 from taskflow.logs import logger
+from taskflow.testing.aioclock import VirtualLoops
 
 __all__ = ["FakeClock"]
 
@@ -150,6 +155,7 @@ class FakeClock:
         self._driver: threading.Thread | None = None
         self._saved_schedule: Any = None
         self.jumps = 0  # how many times autojump (or run_until_idle) moved time
+        self._loops = VirtualLoops(self._loop_time, self._loop_moved)
 
     def __repr__(self) -> str:
         return (f"FakeClock(now={self._start + self._now - self._base!r}, "
@@ -178,6 +184,9 @@ class FakeClock:
         self._saved_schedule = engine_timer.schedule
         setattr(engine_timer, "schedule", self.schedule)  # noqa: B010 - a seam, typed there
         clock.reset_counts(True)
+        aio.on_loop = self._loops.attach
+        if aio.loop_thread.loop is not None:
+            self._loops.attach(aio.loop_thread.loop)
         if self.autojump:
             self._driver = threading.Thread(target=self._drive, name="taskflow-fake-clock",
                                             daemon=True)
@@ -195,9 +204,11 @@ class FakeClock:
         if self._driver is not None:
             clock.real_join(self._driver, 5.0)
         clock.reset_counts(False)
+        aio.on_loop = None
         setattr(engine_timer, "schedule", self._saved_schedule)  # noqa: B010
         # real time continues from the virtual time reached, never back from it
         clock.uninstall(self, ahead=max(0.0, self._now - clock.real_now()))
+        self._loops.restore()
         base = clock.real_now()
         for delay, entry in pending:  # what is still due runs in real time, late rather than never
             fn, args = entry.fn, entry.args
@@ -218,6 +229,19 @@ class FakeClock:
         moves. It differs from ``now()`` by a constant: compare differences."""
         self._epoch += 1
         return self._now
+
+    def _loop_time(self) -> float:
+        """An attached event loop's ``time()``: the seam's time, not counted as a reading
+        (the loop reads it at each turn)."""
+        return self._now
+
+    def _loop_moved(self, blocked: bool) -> None:
+        """An attached loop served something (``blocked``: it now waits in select with timers:
+        a driver waiting for a due time looks again)."""
+        self._epoch += 1
+        if blocked:
+            with self._cond:
+                self._cond.notify_all()
 
     def wall(self) -> float:
         """Unix time that moves with virtual time (it read the real one on entering)."""
@@ -273,13 +297,21 @@ class FakeClock:
 
     def _settle(self) -> None:
         """Wait (real time, bounded) until the work the fired timers handed to taskflow's
-        coordinator threads is done: a back-off's next attempt has reached its executor when
-        ``advance`` returns."""
+        coordinator threads is done, and the attached event loops have served what came due: a
+        back-off's next attempt has reached its executor when ``advance`` returns."""
         if threading.current_thread().name.startswith("taskflow-coordinator"):
             return
         deadline = clock.real_now() + _SETTLE
         while not remote.coordinator.quiet() and clock.real_now() < deadline:
             clock.real_sleep(_SLICE / 4)
+        self._settle_loops()
+
+    def _settle_loops(self) -> None:
+        """After a step of time: the attached loops (and the coordinator threads between them
+        and the runs) have served what came due, before time moves on."""
+        if self._loops:
+            on_coordinator = threading.current_thread().name.startswith("taskflow-coordinator")
+            self._loops.settle(lambda: on_coordinator or remote.coordinator.quiet(), _SETTLE)
 
     def wait_until_blocked(self, timeout: float = 10.0) -> bool:
         """Wait (``timeout`` real seconds at most) until no taskflow work can progress before
@@ -319,10 +351,16 @@ class FakeClock:
     def _advance_to(self, target: float) -> None:
         with self._firing:
             while True:
+                fn = None
                 with self._cond:
                     while self._heap and self._heap[0][2].fn is None:
                         heapq.heappop(self._heap)
-                    if self._heap and self._heap[0][0] <= target and not self._closed:
+                    step = self._loop_step(target)
+                    if step is not None:  # an event loop's timer comes first: its time, alone
+                        self._now = step
+                        self._epoch += 1
+                        self._cond.notify_all()
+                    elif self._heap and self._heap[0][0] <= target and not self._closed:
                         when, _, entry = heapq.heappop(self._heap)
                         self._now = max(self._now, when)
                         fn, args = entry.fn, entry.args
@@ -333,6 +371,7 @@ class FakeClock:
                         self._now = max(self._now, target)
                         self._epoch += 1
                         self._cond.notify_all()
+                        self._loops.wake()
                         return
                 if fn is not None:
                     try:
@@ -340,6 +379,19 @@ class FakeClock:
                     except BaseException:  # noqa: BLE001 - as the real timer thread: log, go on
                         logger.exception("taskflow fake-clock timer callback {!r} raised", fn)
                     del fn, args
+                self._settle_loops()
+
+    def _loop_step(self, target: float) -> float | None:
+        """Under ``_cond``: the time of an attached loop's timer due after now, by ``target``
+        and before the next fake timer, or None."""
+        if not self._loops or self._closed:
+            return None
+        due = self._loops.next_due()
+        if due is None or not self._now < due <= target:
+            return None
+        if self._heap and self._heap[0][0] <= due:
+            return None
+        return due
 
     def sleep(self, seconds: float) -> None:
         """Block the calling thread until virtual time has advanced by ``seconds`` (returns at
@@ -466,11 +518,14 @@ class FakeClock:
         times += [until for until, _ in self._waiters.values()]
         if self._heap:
             times.append(self._heap[0][0])
+        loop_due = self._loops.next_due() if self._loops else None
+        if loop_due is not None:
+            times.append(loop_due)
         return min(times) if times else None
 
     def _quiet(self) -> bool:
         """Under ``_cond``: no taskflow work can progress and no waiter is about to."""
-        if clock.busy():
+        if clock.busy() or not self._loops.quiet():
             return False
         return not any(_ready(obj) for _, obj in self._waiters.values() if obj is not None)
 
