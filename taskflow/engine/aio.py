@@ -59,7 +59,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, retrying, timer
+from taskflow.engine import attempts, guards, remote, retrying, timer
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
@@ -74,6 +74,8 @@ from taskflow.model.result import ResultState, WorkResult
 if TYPE_CHECKING:
     import asyncio
 
+    from taskflow.engine.economy import Economy
+
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
            "event_loop", "loop_thread", "set_event_loop", "start_node"]
 
@@ -84,11 +86,15 @@ _EXIT_GRACE = 1.0
 _DEFAULT = ResultState.DEFAULT
 
 
-class AsyncRun(attempts.WatchedRun, retrying.BudgetedRun, Protocol):
+class AsyncRun(attempts.WatchedRun, guards.GuardedRun, retrying.BudgetedRun, Protocol):
     """What running async nodes uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
     check that). ``aio_loop``: the loop of ``run_async``'s caller (None: the process's)."""
 
     aio_loop: Any
+
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy (the gates' and the retries' view of it)."""
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` and run ``on_begin``."""
@@ -263,16 +269,30 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> 
                 "an executor in other processes does not run coroutines; start the flow on a "
                 "thread pool (async nodes run on an event loop and take no worker), or make "
                 "the task a plain def that calls asyncio.run itself")
-        if plan.policy[i] is not None:
-            raise FlowDefinitionError(
-                f"node {name!r} has an async def task and resilience options (bulkhead, rate "
-                "limit, breaker, hedge, batch, cache, fallback, detach, priority, retry "
-                "budget...): async nodes do not support them yet; drop the options or make "
-                "the task a plain def")
+        pol = plan.policy[i]
+        if pol is not None:
+            _check_policy(name, pol)
         if plan.fanout[i]:
             raise FlowDefinitionError(
                 f"node {name!r}: a fan-out's task cannot be async def (its items run on the "
                 "executor)")
+
+
+def _check_policy(name: str, pol: Any) -> None:
+    """The resilience options an async node cannot have yet, each refused by name."""
+    missing = None
+    if pol.hedge is not None:
+        missing = ("hedge", "hedged duplicates of an async attempt")
+    elif pol.detach:
+        missing = ("detach=True", "detached work runs its attempts on the executor")
+    elif pol.flight is not None and pol.flight.stale_for:
+        missing = ("stale_for", "the refresh of a stale value runs as detached work on the "
+                   "executor")
+    if missing is not None:
+        option, why = missing
+        raise FlowDefinitionError(
+            f"node {name!r} has an async def task and {option}, which async nodes do not "
+            f"support yet ({why}); drop {option} or make the task a plain def")
 
 
 # -- one attempt ---------------------------------------------------------------------------------
@@ -282,11 +302,12 @@ class Attempt:
     """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
     whether the run abandoned it."""
 
-    __slots__ = ("i", "loop", "run", "stopped", "task", "tls")
+    __slots__ = ("guarded", "i", "loop", "run", "stopped", "task", "tls")
 
-    def __init__(self, run: AsyncRun, i: int) -> None:
+    def __init__(self, run: AsyncRun, i: int, guarded: bool = False) -> None:
         self.run = run
         self.i = i
+        self.guarded = guarded  # the node has resilience options (see ``deliver``)
         self.tls: dict[str, Any] = {"run": run, "idx": i, "item": None}
         self.stopped = False
         self.task: asyncio.Task[Any] | None = None
@@ -310,6 +331,8 @@ class Attempt:
         """The loop thread: start the task (unless the attempt was abandoned meanwhile)."""
         if self.stopped:
             coro.close()
+            if self.guarded:  # what its gates gave it goes back (never on the loop thread)
+                remote.coordinator.put(self.run.cv, guards.attempt_done, (self.run, self.i, None))
             return
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
         task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
@@ -318,20 +341,34 @@ class Attempt:
         task.add_done_callback(self.ended)
 
     def ended(self, task: asyncio.Task[Any]) -> None:
-        """The loop thread: the task ended; hand its outcome to the run's owner unless the run
-        abandoned it."""
+        """The loop thread: the task ended; hand its outcome over unless the run abandoned it
+        (an abandoned attempt of a node with resilience options still gives back its slot)."""
         self.tls["idx"] = None  # no longer running: an abandonment from now on skips it
         self.task = None
         if task.cancelled():
-            if self.stopped:
-                return  # the run gave up on it: its state says so already
-            error: BaseException | None = _cancelled_outside(self.run, self.i)
+            error: BaseException | None = (None if self.stopped
+                                           else _cancelled_outside(self.run, self.i))
             value = None
         else:
             error = task.exception()
             value = task.result() if error is None else None
         if not self.stopped:
-            self.run.post(_outcome, self.run, self.i, value, error)
+            self.deliver(value, error)
+        elif self.guarded:  # the run gave up on it: its state says so already
+            # a cancelled call says nothing of the backend (a timeout counted it failed)
+            ok = None if task.cancelled() else error is None
+            remote.coordinator.put(self.run.cv, guards.attempt_done, (self.run, self.i, ok))
+
+    def deliver(self, value: Any, error: BaseException | None) -> None:
+        """The attempt's outcome goes to the run's owner; with resilience options, to a
+        coordinator thread, which gives back what its gates gave it (``guards.attempt_done``)
+        even when the run has ended and its owner reads no more. It only hands over: the loop
+        thread may call it."""
+        run = self.run
+        if self.guarded:
+            remote.coordinator.put(run.cv, _outcome, (run, self.i, value, error, True))
+        else:
+            run.post(_outcome, run, self.i, value, error)
 
 
 def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
@@ -382,18 +419,26 @@ class _Steps:
 
 
 def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
-    """Where ``Run.execute`` would call node ``i``'s task: start an attempt on the loop and
-    return loop ``token``'s next node (the attempt holds no worker)."""
+    """Where ``Run.execute`` would call node ``i``'s task: pass its gates (a node with
+    resilience options, see "Resilience options" in the module), start an attempt on the loop
+    and return loop ``token``'s next node (the attempt holds no worker)."""
     wr = run.results[i]
     if wr.state is not _DEFAULT:
         return run.late(i, token, None, None)  # settled while queued or between attempts
+    guarded = run.plan.any_policy and run.plan.policy[i] is not None
+    if guarded:
+        gate = guards.admit(run, i)
+        if gate == guards.PARKED:  # it holds no worker and no task while it waits
+            return run.move_on(token)
+        if gate == guards.DONE:
+            return run.complete(i, token, *guards.take_outcome(run, i))
     run.begin_attempt(i, wr, LOOP_THREAD, node)
-    att = Attempt(run, i)
+    att = Attempt(run, i, guarded)
     try:
         att.loop = event_loop(run)
         coro = node.task(run.ctx, node.param)
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
-        run.post(_outcome, run, i, None, exc)
+        att.deliver(None, exc)
         return run.move_on(token)
     if attempts.track(run, i, att.tls, att.stop):
         try:
@@ -401,19 +446,24 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
         except RuntimeError as exc:  # the loop was closed meanwhile
             coro.close()
             att.tls["idx"] = None
-            run.post(_outcome, run, i, None, exc)
+            att.deliver(None, exc)
     else:
         coro.close()  # the run gave up on the node already
+        if guarded:
+            guards.attempt_done(run, i, None)  # the call never happened
     return run.move_on(token)
 
 
-def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
-    """The run's owner: the outcome of an attempt of async node ``i`` (in a copy of the run's
-    contextvars, with ``current`` naming the node, as a worker records it)."""
-    run.cv.copy().run(_record, run, i, value, error)
+def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None,
+             guarded: bool = False) -> None:
+    """The run's owner (a coordinator thread for a node with resilience options): the outcome
+    of an attempt of async node ``i`` (in a copy of the run's contextvars, with ``current``
+    naming the node, as a worker records it)."""
+    run.cv.copy().run(_record, run, i, value, error, guarded)
 
 
-def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
+def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None,
+            guarded: bool) -> None:
     cur = current.__dict__
     prev = cur.get("run"), cur.get("idx")
     cur["run"], cur["idx"] = run, i
@@ -423,6 +473,8 @@ def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> N
                 run.route(i, run.node(i), value)
             except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
                 value, error = None, exc
+        if guarded and not guards.attempt_done(run, i, error is None):
+            return  # a duplicate attempt decides
         if error is not None:
             wr = run.results[i]
             delay = retrying.retry_delay(run, i, wr, error)

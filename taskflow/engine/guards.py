@@ -785,9 +785,11 @@ def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
 
 # -- after an attempt ----------------------------------------------------------------------------
 
-def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
-    """An attempt of node ``i`` returned (its own thread). False: it lost a hedge race (or
-    failed while a duplicate still runs): drop its outcome."""
+def attempt_done(run: GuardedRun, i: int, ok: bool | None) -> bool:
+    """An attempt of node ``i`` returned (its own thread), or, ``ok`` None, ended without a
+    word on the backend (an async attempt cancelled, or never started): its breaker permit is
+    discarded. False: it lost a hedge race (or failed while a duplicate still runs): drop its
+    outcome."""
     pol = _policy(run, i)
     g: Guard | None = run.guards.get(i)
     if g is None:
@@ -807,7 +809,7 @@ def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
 
     if ok:
         latencies.record(pol, clock.now() - a.started)
-    verdict = race.settle(a.n, ok)
+    verdict = race.settle(a.n, bool(ok))
     _give_back_attempt(pol, permit, bp, ok, counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
         t, g.hedge_timer = g.hedge_timer, None
