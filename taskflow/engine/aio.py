@@ -66,6 +66,7 @@ from taskflow.errors import (
     InvalidArgumentError,
     InvalidArgumentValueError,
     NodeCancelledError,
+    NodeTimeoutError,
 )
 from taskflow.model.context import current
 from taskflow.model.graph import Plan
@@ -84,6 +85,7 @@ LOOP_THREAD = "taskflow-asyncio"
 _EXIT_GRACE = 1.0
 
 _DEFAULT = ResultState.DEFAULT
+_TIMEOUT = ResultState.TIMEOUT
 
 
 class AsyncRun(attempts.WatchedRun, guards.GuardedRun, retrying.BudgetedRun, Protocol):
@@ -332,7 +334,7 @@ class Attempt:
         if self.stopped:
             coro.close()
             if self.guarded:  # what its gates gave it goes back (never on the loop thread)
-                remote.coordinator.put(self.run.cv, guards.attempt_done, (self.run, self.i, None))
+                remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, None))
             return
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
         task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
@@ -355,9 +357,8 @@ class Attempt:
         if not self.stopped:
             self.deliver(value, error)
         elif self.guarded:  # the run gave up on it: its state says so already
-            # a cancelled call says nothing of the backend (a timeout counted it failed)
             ok = None if task.cancelled() else error is None
-            remote.coordinator.put(self.run.cv, guards.attempt_done, (self.run, self.i, ok))
+            remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, ok))
 
     def deliver(self, value: Any, error: BaseException | None) -> None:
         """The attempt's outcome goes to the run's owner; with resilience options, to a
@@ -374,6 +375,22 @@ class Attempt:
 def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
     return NodeCancelledError(run.names[i], "its asyncio task was cancelled outside taskflow "
                               "(the event loop shutting down?)")
+
+
+def _abandoned_end(run: AsyncRun, i: int, ok: bool | None) -> None:
+    """A coordinator thread: an attempt of async node ``i`` the run abandoned has ended (``ok``:
+    how it returned; None: cancelled, or never started). Its slot goes back; its breaker
+    permit counts as a failure when the node ran out of time (its timeout, deadline or the
+    run's budget: a hanging backend opens the breaker) or the run was closed (``ctx.cancel``),
+    as ``guards.release`` counts it, whichever of the two comes first; and for nothing when a
+    join no longer needed the node (the call said nothing of the backend)."""
+    if ok is None:
+        with run.lock:
+            wr = run.results[i]
+            failed = (wr.state is _TIMEOUT or isinstance(wr.exception, NodeTimeoutError)
+                      or run.expired or run.cancel_reason is not None)
+        ok = False if failed else None
+    guards.attempt_done(run, i, ok)
 
 
 class _Steps:

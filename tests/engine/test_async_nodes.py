@@ -21,7 +21,6 @@ from conftest import LONG, MEDIUM, PROMPT, SHORT
 import taskflow
 import taskflow.observe as observe
 from taskflow import (
-    Bulkhead,
     FlowStatus,
     FunctionNode,
     Join,
