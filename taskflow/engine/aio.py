@@ -283,9 +283,7 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> 
 def _check_policy(name: str, pol: Any) -> None:
     """The resilience options an async node cannot have yet, each refused by name."""
     missing = None
-    if pol.hedge is not None:
-        missing = ("hedge", "hedged duplicates of an async attempt")
-    elif pol.detach:
+    if pol.detach:
         missing = ("detach=True", "detached work runs its attempts on the executor")
     elif pol.flight is not None and pol.flight.stale_for:
         missing = ("stale_for", "the refresh of a stale value runs as detached work on the "
@@ -304,12 +302,14 @@ class Attempt:
     """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
     whether the run abandoned it."""
 
-    __slots__ = ("guarded", "i", "loop", "run", "stopped", "task", "tls")
+    __slots__ = ("guarded", "hedge", "i", "loop", "run", "stopped", "task", "tls")
 
-    def __init__(self, run: AsyncRun, i: int, guarded: bool = False) -> None:
+    def __init__(self, run: AsyncRun, i: int, guarded: bool = False,
+                 hedge: tuple[Any, guards.Attempt] | None = None) -> None:
         self.run = run
         self.i = i
         self.guarded = guarded  # the node has resilience options (see ``deliver``)
+        self.hedge = hedge  # a hedged duplicate: its race and its ``guards.Attempt``
         self.tls: dict[str, Any] = {"run": run, "idx": i, "item": None}
         self.stopped = False
         self.task: asyncio.Task[Any] | None = None
@@ -334,7 +334,7 @@ class Attempt:
         if self.stopped:
             coro.close()
             if self.guarded:  # what its gates gave it goes back (never on the loop thread)
-                remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, None))
+                self.abandoned_end(None)
             return
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
         task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
@@ -357,8 +357,7 @@ class Attempt:
         if not self.stopped:
             self.deliver(value, error)
         elif self.guarded:  # the run gave up on it: its state says so already
-            ok = None if task.cancelled() else error is None
-            remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, ok))
+            self.abandoned_end(None if task.cancelled() else error is None)
 
     def deliver(self, value: Any, error: BaseException | None) -> None:
         """The attempt's outcome goes to the run's owner; with resilience options, to a
@@ -366,10 +365,18 @@ class Attempt:
         even when the run has ended and its owner reads no more. It only hands over: the loop
         thread may call it."""
         run = self.run
-        if self.guarded:
+        if self.hedge is not None:
+            remote.coordinator.put(run.cv, _hedge_outcome, (run, self.i, *self.hedge, value,
+                                                            error))
+        elif self.guarded:
             remote.coordinator.put(run.cv, _outcome, (run, self.i, value, error, True))
         else:
             run.post(_outcome, run, self.i, value, error)
+
+    def abandoned_end(self, ok: bool | None) -> None:
+        """The run gave up on this attempt of a node with resilience options and it ended (or
+        never started: ``ok`` None): a coordinator thread gives back what it holds."""
+        remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, ok, self.hedge))
 
 
 def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
@@ -377,20 +384,58 @@ def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
                               "(the event loop shutting down?)")
 
 
-def _abandoned_end(run: AsyncRun, i: int, ok: bool | None) -> None:
+def _abandoned_end(run: AsyncRun, i: int, ok: bool | None,
+                   hedge: tuple[Any, guards.Attempt] | None) -> None:
     """A coordinator thread: an attempt of async node ``i`` the run abandoned has ended (``ok``:
     how it returned; None: cancelled, or never started). Its slot goes back; its breaker
     permit counts as a failure when the node ran out of time (its timeout, deadline or the
     run's budget: a hanging backend opens the breaker) or the run was closed (``ctx.cancel``),
     as ``guards.release`` counts it, whichever of the two comes first; and for nothing when a
-    join no longer needed the node (the call said nothing of the backend)."""
-    if ok is None:
-        with run.lock:
-            wr = run.results[i]
-            failed = (wr.state is _TIMEOUT or isinstance(wr.exception, NodeTimeoutError)
-                      or run.expired or run.cancel_reason is not None)
-        ok = False if failed else None
-    guards.attempt_done(run, i, ok)
+    join no longer needed the node, or the attempt lost a hedge race (the cancelled call said
+    nothing of the backend)."""
+    with run.lock:
+        wr = run.results[i]
+        failed = (wr.state is _TIMEOUT or isinstance(wr.exception, NodeTimeoutError)
+                  or run.expired or run.cancel_reason is not None)
+    if hedge is not None:
+        race, a = hedge
+        guards.hedge_returned(run, i, race, a, None,
+                              NodeCancelledError(run.names[i], "its run gave up on it"),
+                              ran=failed)
+        return
+    guards.attempt_done(run, i, (False if failed else None) if ok is None else ok)
+
+
+def _launch_hedge(run: AsyncRun, i: int, race: Any, a: guards.Attempt) -> None:
+    """The run's owner (``guards``' hedge launch, which holds the duplicate's slot, breaker
+    permit and token in ``a``): a duplicate attempt of async node ``i``, a second asyncio task.
+    Whichever attempt loses the race is cancelled for real: the winner's outcome settles the
+    node, and the run abandons the node's other attempts (``attempts.abandon``)."""
+    node = run.plan.nodes[i] if run.plan.stateless[i] else run.node(i)
+    _begin(Attempt(run, i, True, (race, a)), node)
+
+
+def _hedge_outcome(run: AsyncRun, i: int, race: Any, a: guards.Attempt, value: Any,
+                   error: BaseException | None) -> None:
+    """A coordinator thread (in a copy of the run's contextvars): a hedged duplicate of async
+    node ``i`` returned; the race says whether its outcome is the node's
+    (``guards.hedge_returned``), as for a plain duplicate."""
+    from taskflow.resilience.latency import latencies
+
+    cur = current.__dict__
+    prev = cur.get("run"), cur.get("idx")
+    cur["run"], cur["idx"] = run, i
+    try:
+        if error is None and run.plan.routes[i]:
+            try:
+                run.route(i, run.node(i), value)
+            except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
+                value, error = None, exc
+        if error is None:
+            latencies.record(run.plan.policy[i], clock.now() - a.started)
+        guards.hedge_returned(run, i, race, a, value, error)
+    finally:
+        cur["run"], cur["idx"] = prev
 
 
 class _Steps:
@@ -442,22 +487,30 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
     wr = run.results[i]
     if wr.state is not _DEFAULT:
         return run.late(i, token, None, None)  # settled while queued or between attempts
-    guarded = run.plan.any_policy and run.plan.policy[i] is not None
-    if guarded:
+    pol = run.plan.policy[i] if run.plan.any_policy else None
+    if pol is not None:
+        if pol.hedge is not None:  # its duplicates are asyncio tasks too
+            guards.guard_of(run, i).launch = _launch_hedge
         gate = guards.admit(run, i)
         if gate == guards.PARKED:  # it holds no worker and no task while it waits
             return run.move_on(token)
         if gate == guards.DONE:
             return run.complete(i, token, *guards.take_outcome(run, i))
     run.begin_attempt(i, wr, LOOP_THREAD, node)
-    att = Attempt(run, i, guarded)
+    _begin(Attempt(run, i, pol is not None), node)
+    return run.move_on(token)
+
+
+def _begin(att: Attempt, node: Any) -> None:
+    """Make the attempt's coroutine and hand it to the loop (the thread that starts it)."""
+    run = att.run
     try:
         att.loop = event_loop(run)
         coro = node.task(run.ctx, node.param)
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
         att.deliver(None, exc)
-        return run.move_on(token)
-    if attempts.track(run, i, att.tls, att.stop):
+        return
+    if attempts.track(run, att.i, att.tls, att.stop):
         try:
             att.loop.call_soon_threadsafe(att.begin, coro)
         except RuntimeError as exc:  # the loop was closed meanwhile
@@ -466,9 +519,8 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
             att.deliver(None, exc)
     else:
         coro.close()  # the run gave up on the node already
-        if guarded:
-            guards.attempt_done(run, i, None)  # the call never happened
-    return run.move_on(token)
+        if att.guarded:
+            att.abandoned_end(None)  # the call never happened
 
 
 def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None,

@@ -136,6 +136,7 @@ __all__ = [
     "attempt_done",
     "finish",
     "guard_of",
+    "hedge_returned",
     "policy_of",
     "release",
     "take_outcome",
@@ -169,8 +170,8 @@ class Attempt:
 class Guard:
     """One node's resilience bookkeeping in one run (see the module: who owns what)."""
 
-    __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "member", "outcome", "permit",
-                 "race", "reservation", "retry", "seat", "shared", "stand", "ticket",
+    __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "launch", "member", "outcome",
+                 "permit", "race", "reservation", "retry", "seat", "shared", "stand", "ticket",
                  "token_timer", "wait")
 
     def __init__(self) -> None:
@@ -191,6 +192,9 @@ class Guard:
         self.seat: Any = None  # its seat in a batch's call (``batching``)
         self.retry: Any = None  # a retry-budget token for its next attempt (``retrying``)
         self.stand: Any = None  # who computes its stand-in, and its value (``fallbacks``)
+        # how a hedged duplicate starts, ``launch(run, i, race, attempt)`` (None: submitted to
+        # the executor; an async node's is a task on its event loop, ``aio.py``)
+        self.launch: Callable[[Any, int, Any, Attempt], None] | None = None
 
 
 class ReadyCounter(batching.GatheringEconomy, Protocol):
@@ -727,7 +731,10 @@ def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
             if run.observers:
                 events.event(run.observers, i, "hedge", {"attempt": n})
             try:
-                run.executor.submit(_hedge_attempt, run, i, race, a)
+                if g.launch is None:
+                    run.executor.submit(_hedge_attempt, run, i, race, a)
+                else:
+                    g.launch(run, i, race, a)
                 r = None  # its token is used
             except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt
                 _hedge_returned(run, i, race, a, None, exc, ran=False)
@@ -765,8 +772,9 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
 
 def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
                     error: BaseException | None, ran: bool = True) -> None:
-    """A duplicate returned (or was refused by the executor, ``ran`` False): its slot and
-    breaker permit go back, the race says whether its outcome is the node's."""
+    """A duplicate returned (or was refused by the executor, or, async, cancelled: ``ran``
+    False): its slot and breaker permit go back, the race says whether its outcome is the
+    node's."""
     from taskflow.resilience.hedge import Verdict
 
     g: Guard = run.guards[i]
@@ -781,6 +789,9 @@ def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
                        counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
         run.complete(i, NO_LOOP, value, error)
+
+
+hedge_returned = _hedge_returned  # for an async duplicate's end (``aio.py``)
 
 
 # -- after an attempt ----------------------------------------------------------------------------

@@ -192,6 +192,7 @@ def test_an_async_node_parked_on_a_bulkhead_holds_no_worker() -> None:
                           bulkhead=bulkhead)
     with ThreadPoolExecutor(1, thread_name_prefix="one-worker") as one:
         future = TaskScheduling.submit([holder, waiter], executor=one, timeout=LONG)
+        assert calls.started.wait(PROMPT)  # the holder's task runs, holding the slot
         wait_until(lambda: bulkhead.waiting == 1)  # the waiter is parked for the slot
         # the one worker is free: another flow's plain node runs on it meanwhile
         other = TaskScheduling.start(FunctionNode(echo, "other", name="other"), executor=one,
@@ -517,6 +518,77 @@ def test_a_batch_with_an_async_def_function_is_refused() -> None:
         Batch("async-batch", get_many)  # type: ignore[arg-type]
 
 
+# -- hedge ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hedged_duplicate_answers_for_a_slow_attempt(
+        kind: str, pool: ThreadPoolExecutor) -> None:
+    gate, calls = Gate(), Calls()
+    bulkhead = Bulkhead(f"hedge-{kind}", max_concurrent=2)
+    breaker = CircuitBreaker(f"hedge-{kind}", min_calls=1, window=1)
+
+    def body(ctx: TaskContext, p: Any) -> Any:
+        return len(calls.order)
+
+    slow = task(kind, body, calls, gate) if kind == "sync" else task(kind, body, calls,
+                                                                     hang=True)
+    fast = task(kind, body, calls)
+    state = {"n": 0}
+
+    def pick() -> Callable[..., Any]:
+        state["n"] += 1
+        return slow if state["n"] == 1 else fast
+
+    if kind == "sync":
+        def first_slow(ctx: TaskContext, p: Any) -> Any:
+            return pick()(ctx, p)
+    else:
+        async def first_slow(ctx: TaskContext, p: Any) -> Any:  # type: ignore[misc]
+            return await pick()(ctx, p)
+
+    node = FunctionNode(first_slow, name="n", hedge=Hedge(after=SHORT), idempotent=True,
+                        bulkhead=bulkhead, breaker=breaker)
+    try:
+        wr = TaskScheduling.start(node, executor=pool, timeout=LONG).result_of("n")
+    finally:
+        gate.open()  # the slow plain attempt's thread cannot be stopped: let it return
+    assert (wr.state, wr.result, wr.hedges) == (ResultState.SUCCESS, 2, 1)
+    if kind == "async":
+        assert calls.cancelled.wait(PROMPT)  # the slow attempt was cancelled for real
+    wait_until(lambda: bulkhead.in_use == 0, PROMPT)
+    # a plain loser counts when it returns; a cancelled async one says nothing of the backend
+    wait_until(lambda: breaker.metrics().successes == (2 if kind == "sync" else 1), PROMPT)
+    assert breaker.metrics().failures == 0
+
+
+def test_a_duplicate_that_loses_the_race_is_cancelled_for_real(
+        pool: ThreadPoolExecutor) -> None:
+    duplicate_started, duplicate_cancelled = Gate(), threading.Event()
+    bulkhead = Bulkhead("hedge-lost", max_concurrent=2)
+    state = {"n": 0}
+
+    async def call(ctx: TaskContext, p: Any) -> str:
+        state["n"] += 1
+        if state["n"] == 1:
+            await duplicate_started.wait_async()
+            return "first"
+        duplicate_started.open()
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            duplicate_cancelled.set()
+            raise
+        return "never"  # pragma: no cover - cancelled
+
+    node = FunctionNode(call, name="n", hedge=Hedge(after=SHORT), idempotent=True,
+                        bulkhead=bulkhead)
+    wr = TaskScheduling.start(node, executor=pool, timeout=LONG).result_of("n")
+    assert (wr.state, wr.result, wr.hedges) == (ResultState.SUCCESS, "first", 1)
+    assert duplicate_cancelled.wait(PROMPT)
+    wait_until(lambda: bulkhead.in_use == 0, PROMPT)
+
+
 # -- what is still refused ------------------------------------------------------------------------
 
 
@@ -525,7 +597,6 @@ async def fetch(ctx: TaskContext, p: Any) -> Any:
 
 
 @pytest.mark.parametrize(("options", "named"), [
-    ({"hedge": Hedge(after=SHORT), "idempotent": True}, "hedge"),
     ({"detach": True, "timeout": LONG}, r"detach=True"),
     ({"share_key": lambda ctx, p: "k", "cache_ttl": 1, "stale_for": 5}, "stale_for"),
 ])
