@@ -271,28 +271,10 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> 
                 "an executor in other processes does not run coroutines; start the flow on a "
                 "thread pool (async nodes run on an event loop and take no worker), or make "
                 "the task a plain def that calls asyncio.run itself")
-        pol = plan.policy[i]
-        if pol is not None:
-            _check_policy(name, pol)
         if plan.fanout[i]:
             raise FlowDefinitionError(
                 f"node {name!r}: a fan-out's task cannot be async def (its items run on the "
                 "executor)")
-
-
-def _check_policy(name: str, pol: Any) -> None:
-    """The resilience options an async node cannot have yet, each refused by name."""
-    missing = None
-    if pol.detach:
-        missing = ("detach=True", "detached work runs its attempts on the executor")
-    elif pol.flight is not None and pol.flight.stale_for:
-        missing = ("stale_for", "the refresh of a stale value runs as detached work on the "
-                   "executor")
-    if missing is not None:
-        option, why = missing
-        raise FlowDefinitionError(
-            f"node {name!r} has an async def task and {option}, which async nodes do not "
-            f"support yet ({why}); drop {option} or make the task a plain def")
 
 
 # -- one attempt ---------------------------------------------------------------------------------
@@ -302,7 +284,7 @@ class Attempt:
     """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
     whether the run abandoned it."""
 
-    __slots__ = ("guarded", "hedge", "i", "loop", "run", "stopped", "task", "tls")
+    __slots__ = ("end", "guarded", "hedge", "i", "loop", "run", "stopped", "task", "tls")
 
     def __init__(self, run: AsyncRun, i: int, guarded: bool = False,
                  hedge: tuple[Any, guards.Attempt] | None = None) -> None:
@@ -310,6 +292,8 @@ class Attempt:
         self.i = i
         self.guarded = guarded  # the node has resilience options (see ``deliver``)
         self.hedge = hedge  # a hedged duplicate: its race and its ``guards.Attempt``
+        # detached work's attempt: where its outcome goes (``start_detached``)
+        self.end: Callable[[Any, BaseException | None], None] | None = None
         self.tls: dict[str, Any] = {"run": run, "idx": i, "item": None}
         self.stopped = False
         self.task: asyncio.Task[Any] | None = None
@@ -365,7 +349,9 @@ class Attempt:
         even when the run has ended and its owner reads no more. It only hands over: the loop
         thread may call it."""
         run = self.run
-        if self.hedge is not None:
+        if self.end is not None:
+            remote.coordinator.put(run.cv, self.end, (value, error))
+        elif self.hedge is not None:
             remote.coordinator.put(run.cv, _hedge_outcome, (run, self.i, *self.hedge, value,
                                                             error))
         elif self.guarded:
@@ -501,8 +487,11 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
     return run.move_on(token)
 
 
-def _begin(att: Attempt, node: Any) -> None:
-    """Make the attempt's coroutine and hand it to the loop (the thread that starts it)."""
+def _begin(att: Attempt, node: Any,
+           hold: Callable[[Attempt], bool] | None = None) -> None:
+    """Make the attempt's coroutine and hand it to the loop (the thread that starts it).
+    ``hold(att)`` registers it with whoever may abandon it (default: the run's watch,
+    ``attempts.track``); False: abandoned already, it never starts."""
     run = att.run
     try:
         att.loop = event_loop(run)
@@ -510,7 +499,7 @@ def _begin(att: Attempt, node: Any) -> None:
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
         att.deliver(None, exc)
         return
-    if attempts.track(run, att.i, att.tls, att.stop):
+    if (attempts.track(run, att.i, att.tls, att.stop) if hold is None else hold(att)):
         try:
             att.loop.call_soon_threadsafe(att.begin, coro)
         except RuntimeError as exc:  # the loop was closed meanwhile
@@ -521,6 +510,22 @@ def _begin(att: Attempt, node: Any) -> None:
         coro.close()  # the run gave up on the node already
         if att.guarded:
             att.abandoned_end(None)  # the call never happened
+
+
+def start_detached(work: Any) -> None:
+    """An attempt of detached work (``detached.Detached``: a node handed off with
+    ``detach=True``, or a ``stale_for`` refresh) whose task is async, started by the thread
+    that would submit it (the hand-off's loop, a coordinator after a back-off): ``on_begin``
+    runs here, the task on the loop seeing the work's ``DetachedView`` as its run; its outcome
+    goes to a coordinator thread (``Detached.attempt_ended``: a retry or the end), and the
+    work's deadline cancels the task (``Detached.stop``, given by ``Detached.hold``)."""
+    view = work.attempt_begins(LOOP_THREAD)
+    if view is None:
+        return
+    att = Attempt(work.run, work.i)
+    att.end = work.attempt_ended
+    att.tls["run"] = view
+    _begin(att, work.node, lambda a: bool(work.hold(a.stop)))
 
 
 def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None,

@@ -95,11 +95,12 @@ import contextvars
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import clock
-from taskflow.engine import events, executors, remote, timer
+from taskflow.engine import aio, events, executors, remote, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.states import RUNNING, TERMINAL
 from taskflow.errors import DetachedRefusedError, NodeTimeoutError, traceback_text
@@ -213,8 +214,8 @@ class Detached:
     """One detached node after its hand-off (see the module docstring for every field)."""
 
     __slots__ = ("backoff", "cancels", "cv", "deadline", "ended", "final", "future", "futs",
-                 "i", "lock", "name", "node", "retries", "retry", "run", "timeout", "timer",
-                 "view")
+                 "i", "lock", "name", "node", "retries", "retry", "run", "stop", "timeout",
+                 "timer", "view")
 
     LABEL = "detached node"  # how its log lines name it
     HOOKED = True  # its hooks run and the run's node observers hear of it
@@ -237,6 +238,7 @@ class Detached:
         self.ended = False
         self.futs: list[Future[Any]] = []
         self.cancels: list[Any] = []
+        self.stop: Callable[[], None] | None = None  # cancels an async attempt's task
         self.retry: timer.Timer | None = None
         self.timer: timer.Timer | None = None
         final: WorkResult[Any] = WorkResult()
@@ -265,6 +267,9 @@ class Detached:
             if self.ended:
                 return
             self.retry = None
+        if self.run.plan.asyncs[self.i]:  # an async def task: a task on the event loop
+            aio.start_detached(self)
+            return
         try:
             fut = self.run.executor.submit(self.cv.copy().run, self.attempt)
         except BaseException as exc:  # noqa: BLE001 - a refused submission ends the node
@@ -276,35 +281,60 @@ class Detached:
 
     def attempt(self) -> None:
         """One attempt, on an executor worker (in its own copy of the caller's contextvars)."""
-        with self.lock:
-            if self.ended:
-                return  # timed out while it waited in the executor's queue
-            view = self.view
-        assert view is not None  # cleared only once ended
-        final, node = self.final, self.node
-        final.attempts += 1
-        final.thread = threading.current_thread().name
-        number = final.attempts
-        run = self.run
-        hooked = self.HOOKED
-        if hooked and run.node_observers:
-            events.detached_started(run.node_observers, self.i, number)
+        view = self.attempt_begins(threading.current_thread().name)
+        if view is None:
+            return  # timed out while it waited in the executor's queue
+        node, run = self.node, self.run
         cur = current
         d = cur.__dict__
         prev = d.get("run"), d.get("idx"), d.get("hooking")
         cur.run, cur.idx, cur.hooking = view, self.i, None
         try:
-            if hooked and run.plan.has_begin[self.i]:
-                self.call_hook(view, node.on_begin, number)
-            try:
-                value = node.task(run.ctx, node.param)
-                error: BaseException | None = None
-            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
-                value, error = None, exc
+            value = node.task(run.ctx, node.param)
+            error: BaseException | None = None
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+            value, error = None, exc
         finally:
             cur.run, cur.idx, cur.hooking = prev
+        self.attempt_ended(value, error)
+
+    def attempt_begins(self, thread: str) -> DetachedView | None:
+        """Count an attempt about to start on ``thread`` and run ``on_begin`` (the thread that
+        starts it; never the event loop's); None when the work has ended."""
+        with self.lock:
+            if self.ended:
+                return None
+            view = self.view
+        assert view is not None  # cleared only once ended
+        final = self.final
+        final.attempts += 1
+        final.thread = thread
+        number = final.attempts
+        run = self.run
+        if self.HOOKED and run.node_observers:
+            events.detached_started(run.node_observers, self.i, number)
+        if self.HOOKED and run.plan.has_begin[self.i]:
+            self.call_hook(view, self.node.on_begin, number)
+        return view
+
+    def hold(self, stop: Callable[[], None]) -> bool:
+        """An async attempt's task is about to start: ``stop`` cancels it at the deadline.
+        False when the work has ended meanwhile (the task must not start)."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.stop = stop
+            return True
+
+    def attempt_ended(self, value: Any, error: BaseException | None) -> None:
+        """An attempt returned (its worker; an async one's, a coordinator thread): retry it
+        or end the work."""
+        run = self.run
+        hooked = self.HOOKED
+        number = self.final.attempts
         with self.lock:
             self.cancels = []  # callbacks of an attempt that ended by itself never run
+            self.stop = None
         if error is not None:
             delay = self.retry_delay(error)
             if delay >= 0.0:
@@ -345,8 +375,11 @@ class Detached:
             running, self.futs = self.futs, []
             cancels, self.cancels = self.cancels, []
             retry, self.retry = self.retry, None
+            stop, self.stop = self.stop, None
         if retry is not None:
             retry.cancel()
+        if stop is not None:
+            stop()  # an async attempt's task is cancelled (quick: no user code)
         remote.coordinator.put(self.cv, self.abandon, (running, cancels))
 
     def abandon(self, running: list[Future[Any]], cancels: list[Any]) -> None:

@@ -27,8 +27,10 @@ from taskflow import (
     RateLimit,
     ResultState,
     RetryBudget,
+    SchedulingNode,
     TaskContext,
     TaskScheduling,
+    TaskSupport,
 )
 from taskflow.cache import LruCache
 from taskflow.engine import aio
@@ -589,21 +591,106 @@ def test_a_duplicate_that_loses_the_race_is_cancelled_for_real(
     wait_until(lambda: bulkhead.in_use == 0, PROMPT)
 
 
-# -- what is still refused ------------------------------------------------------------------------
+# -- detach=True and stale_for ---------------------------------------------------------------------
 
 
-async def fetch(ctx: TaskContext, p: Any) -> Any:
-    return p
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_detached_async_node_is_handed_off_and_ends_by_itself(
+        kind: str, pool: ThreadPoolExecutor) -> None:
+    gate, calls = Gate(), Calls()
+    page = FunctionNode(echo, "page", name="page")
+    audit = FunctionNode(task(kind, lambda ctx, p: ctx.result_of("page"), calls, gate),
+                         name="audit", detach=True, timeout=LONG)
+    page >> audit
+    result = TaskScheduling.start(page, executor=pool, timeout=LONG)
+    assert result.states() == {"page": ResultState.SUCCESS, "audit": ResultState.DETACHED}
+    assert calls.started.wait(PROMPT)
+    gate.open()
+    wr = result.detached("audit").result(LONG)
+    assert (wr.state, wr.result, wr.attempts) == (ResultState.SUCCESS, "page", 1)
+    assert (wr.thread == LOOP) is (kind == "async")
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    ({"detach": True, "timeout": LONG}, r"detach=True"),
-    ({"share_key": lambda ctx, p: "k", "cache_ttl": 1, "stale_for": 5}, "stale_for"),
-])
-def test_an_option_async_nodes_do_not_support_yet_is_refused_by_name(
-        options: dict[str, Any], named: str, pool: ThreadPoolExecutor) -> None:
-    node = FunctionNode(fetch, name="fetch", **options)
-    with pytest.raises(FlowDefinitionError,
-                       match=rf"'fetch' has an async def task and {named}, which async nodes "
-                             "do not support yet"):
-        TaskScheduling.start(node, executor=pool, timeout=LONG)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_detached_async_node_retries_within_its_own_timeout(
+        kind: str, pool: ThreadPoolExecutor) -> None:
+    calls = Calls()
+
+    def flaky(ctx: TaskContext, p: Any) -> str:
+        if calls.n == 1:
+            raise ConnectionError("first call fails")
+        return "ok"
+
+    page = FunctionNode(echo, "page", name="page")
+    audit = FunctionNode(task(kind, flaky, calls), name="audit", detach=True, timeout=LONG,
+                         retries=2)
+    page >> audit
+    result = TaskScheduling.start(page, executor=pool, timeout=LONG)
+    wr = result.detached("audit").result(LONG)
+    assert (wr.state, wr.result, wr.attempts) == (ResultState.SUCCESS, "ok", 2)
+
+
+def test_the_timeout_of_a_detached_async_node_cancels_its_task(
+        pool: ThreadPoolExecutor) -> None:
+    from taskflow.resilience import detached as slots
+
+    calls, callbacks = Calls(), threading.Event()
+    seen: list[str] = []
+
+    class Audit(SchedulingNode[Any, Any]):
+        async def task(self, ctx: TaskContext, param: Any) -> Any:
+            ctx.on_cancel(callbacks.set)
+            return await task("async", echo, calls, hang=True)(ctx, param)
+
+        def on_begin(self, support: TaskSupport) -> None:
+            seen.append(threading.current_thread().name)
+
+        def on_fail(self, support: TaskSupport) -> None:
+            seen.append(threading.current_thread().name)
+
+    before = slots.metrics().running
+    page = FunctionNode(echo, "page", name="page")
+    page >> Audit(name="audit", detach=True, timeout=SHORT)
+    result = TaskScheduling.start(page, executor=pool, timeout=LONG)
+    wr = result.detached("audit").result(LONG)
+    assert wr.state is ResultState.TIMEOUT
+    assert calls.cancelled.wait(PROMPT) and callbacks.wait(PROMPT)  # cancelled for real
+    assert len(seen) == 2 and LOOP not in seen  # on_begin and on_fail, off the loop thread
+    wait_until(lambda: slots.metrics().running == before, PROMPT)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stale_for_serves_the_stale_value_while_one_async_refresh_runs(
+        kind: str, pool: ThreadPoolExecutor) -> None:
+    clock = _Clock()
+    cache = LruCache(f"swr-{kind}", clock=clock)
+    from taskflow.resilience import detached as slots
+
+    gate, calls = Gate(), Calls()
+
+    def body(ctx: TaskContext, p: Any) -> int:
+        return calls.n
+
+    node = FunctionNode(task(kind, body, calls, gate), name="page",
+                        share_key=lambda ctx, p: "k", cache_ttl=10, cache=cache,
+                        stale_for=60, timeout=LONG)
+    gate.open()
+    assert TaskScheduling.start(node, executor=pool, timeout=LONG).outputs == {"page": 1}
+    gate = Gate()
+    node = FunctionNode(task(kind, body, calls, gate), name="page",
+                        share_key=lambda ctx, p: "k", cache_ttl=10, cache=cache,
+                        stale_for=60, timeout=LONG)
+    clock.now += 20
+    calls.started.clear()
+    done = slots.metrics().succeeded
+    served = TaskScheduling.start(node, executor=pool, timeout=LONG).result_of("page")
+    assert (served.state, served.result) == (ResultState.SUCCESS, 1)  # at once, stale
+    assert calls.started.wait(PROMPT)  # the refresh runs, detached
+    gate.open()
+    # the refresh stored its value, then gave its detached slot back, counted succeeded
+    wait_until(lambda: slots.metrics().succeeded == done + 1, PROMPT)
+    assert TaskScheduling.start(node, executor=pool, timeout=LONG).outputs == {"page": 2}
+    assert calls.n == 2
+    assert cache.metrics().refreshes == 1
+
+
