@@ -40,14 +40,48 @@ for any attempt. The node's state was already written by whoever gave up (TIMEOU
 CANCELLED); the cancelled task's end is dropped. A task cancelled before it started is never
 started (its coroutine is closed). Nothing of an abandoned async attempt is left running.
 
-Invariants: the loop thread calls no hook, no observer and no ``executor.submit``, and takes no
-run's lock but through the task's own ``ctx`` calls; an attempt's outcome is posted at most once,
-and only when the run did not abandon it; ``stop`` is called at most once per attempt (the
-watch takes it out under its lock) and is idempotent anyway.
+Resilience options
+==================
+A node with a ``NodePolicy`` passes the same gates as a plain one (``guards.admit``, in
+``start_node`` on the thread that popped it, before ``begin_attempt``): PARKED, it holds no
+worker and no task (what it waits for queues it again, and it comes back here); DONE, its
+outcome is recorded at once; GO, its attempt starts holding what the gates gave it (a bulkhead
+slot, a breaker permit, in ``guards.Attempt``). Everything it holds goes back on a
+``taskflow-coordinator`` thread, never on the loop thread (releasing a slot runs the next
+waiter's callback, recording in a breaker logs: both may be user code), whichever way the
+attempt ends:
+
+* it returned: ``Attempt.deliver`` hands the outcome to a coordinator thread rather than to the
+  owner (whose inbox is no longer read once ``start`` returned), and ``_record`` calls
+  ``guards.attempt_done`` before it retries or completes the node;
+* the run abandoned it (the task cancelled, or never started): ``_abandoned_end`` gives the
+  slot back and counts the breaker permit as ``guards.release`` does, whichever of the two
+  comes first: a failure when the node ran out of time or the run was closed, nothing when a
+  join no longer needed it or it lost a hedge race (the cancelled call said nothing).
+
+Hedged duplicates are asyncio tasks too: ``start_node`` gives the node's ``Guard`` a ``launch``
+(``_launch_hedge``), which ``guards``' hedge launch calls on the owner instead of submitting a
+worker; the duplicate's end goes to ``guards.hedge_returned`` (``_hedge_outcome``), and the
+loser is cancelled for real when the winner settles the node (``attempts.abandon``).
+
+Detached work (``detach=True``, and a ``stale_for`` refresh) of an async node starts its
+attempts with ``start_detached`` instead of submitting them: ``on_begin`` on the thread that
+starts it, the task on the loop seeing the work's view as its run, its outcome to a
+coordinator thread (``Detached.attempt_ended``) and its deadline cancelling the task
+(``Detached.hold`` gives it the attempt's ``stop``).
+
+Invariants: the loop thread calls no hook, no observer, no ``executor.submit``, no gate and no
+give-back (it only hands outcomes over: ``run.post``, ``remote.coordinator.put``), and takes no
+run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at most once, and only when the run did not abandon
+it; an abandoned attempt of a node with resilience options hands over its give-back exactly
+once (from its task's end, or from ``begin``/``_begin`` when it never started); ``stop`` is
+called at most once per attempt (the watch takes it out under its lock) and is idempotent
+anyway.
 
 What is refused (``check_plan``, before anything runs): an async node on an executor that runs
-tasks in other processes, with resilience options (bulkhead, rate limit, breaker, hedge, batch,
-cache, fallback, detach, ...), or of a kind that schedules its own work (a fan-out).
+tasks in other processes, or of a kind that schedules its own work (a fan-out). ``Batch``
+refuses an ``async def`` batch function itself (the batch's call runs on the executor); an
+async node with a plain ``Batch`` is answered by it like a plain node (its task is not called).
 """
 
 from __future__ import annotations
@@ -78,7 +112,7 @@ if TYPE_CHECKING:
     from taskflow.engine.economy import Economy
 
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
-           "event_loop", "loop_thread", "set_event_loop", "start_node"]
+           "event_loop", "loop_thread", "set_event_loop", "start_detached", "start_node"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
@@ -243,8 +277,9 @@ def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
 
 
 def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> None:
-    """Before a run with async nodes starts: refuse what does not work for them yet, and a
-    ``blocking`` start (``start``, ``stream``) called on the very loop they would run on.
+    """Before a run with async nodes starts: refuse what does not work for them (another
+    process's executor, a fan-out), and a ``blocking`` start (``start``, ``stream``) called on
+    the very loop they would run on.
 
     Raises:
         FlowDefinitionError: naming the async node and what it cannot have.

@@ -41,6 +41,12 @@ exactly once (``end``; the claim is ``ended``, under ``lock``):
   callbacks run, its late outcome is dropped and logged);
 * the executor refusing a submission: EXCEPTION with its error.
 
+An async node's attempt (``async def`` task) is not submitted: ``aio.start_detached`` runs its
+``on_begin`` on the thread that would have submitted it and its task on the event loop; the
+task's outcome reaches ``attempt_ended`` on a coordinator thread (a retry or the end, as for a
+worker's), and ``timed_out`` cancels the task (``stop``, handed over by ``hold`` when the task
+starts) before its ``ctx.on_cancel`` callbacks run: nothing of it is left running.
+
 Then, on the thread that ended it and outside every lock: the outcome is logged, the run's
 node observers hear of it (``detached_ended``: its span ends), its ``on_success``/``on_fail``
 hook runs once, the slot is given back (``detached.leave(ok)``) and the Future resolves with
@@ -77,14 +83,15 @@ observers hear nothing (the node already ended in the run), its log line names i
 flight and gives the slot back (``taskflow.resilience.detached.metrics()`` counts it
 ``succeeded`` or ``failed``).
 
-Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``cancels`` and ``retry``;
+Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``stop``, ``cancels``, ``retry``;
 the rest is fixed at the hand-off, or written by the one thread that holds the claim)
 =========================================================================================
 ``run``, ``i``, ``name``, ``timeout``, ``deadline``, ``retries``, ``backoff``, ``cv`` (the
 caller's contextvars), ``view`` (None once it ended: the view holds the work, not back),
 ``node`` (the view's copy), ``final``, ``future``;
 ``ended`` (the end was claimed), ``futs`` (its attempts' futures, one after the other: those
-not done at the deadline are reported abandoned), ``cancels`` (the running attempt's
+not done at the deadline are reported abandoned), ``stop`` (cancels a running async attempt's
+task), ``cancels`` (the running attempt's
 ``ctx.on_cancel`` callbacks), ``retry`` (the back-off's timer entry), ``timer`` (the
 deadline's entry).
 """

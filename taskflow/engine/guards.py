@@ -33,6 +33,10 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   which goes on from the gate where it stopped; the gates it passed before (``min_budget``
   included) are asked again, those holding something for the attempt answer GO at once.
 
+An async node (``aio.py``) passes the same gates; its attempt is an asyncio task, its
+duplicates too (``Guard.launch``), and whatever its attempts hold is given back on a
+coordinator thread, never on the event loop's.
+
 ``attempt_done(run, i, ok)`` after each attempt: gives back its slot, counts its outcome in the
   breaker, records its duration (for ``Hedge(after="p95")``) and settles the hedge race (False:
   this attempt lost the race, drop its outcome).
