@@ -40,14 +40,48 @@ for any attempt. The node's state was already written by whoever gave up (TIMEOU
 CANCELLED); the cancelled task's end is dropped. A task cancelled before it started is never
 started (its coroutine is closed). Nothing of an abandoned async attempt is left running.
 
-Invariants: the loop thread calls no hook, no observer and no ``executor.submit``, and takes no
-run's lock but through the task's own ``ctx`` calls; an attempt's outcome is posted at most once,
-and only when the run did not abandon it; ``stop`` is called at most once per attempt (the
-watch takes it out under its lock) and is idempotent anyway.
+Resilience options
+==================
+A node with a ``NodePolicy`` passes the same gates as a plain one (``guards.admit``, in
+``start_node`` on the thread that popped it, before ``begin_attempt``): PARKED, it holds no
+worker and no task (what it waits for queues it again, and it comes back here); DONE, its
+outcome is recorded at once; GO, its attempt starts holding what the gates gave it (a bulkhead
+slot, a breaker permit, in ``guards.Attempt``). Everything it holds goes back on a
+``taskflow-coordinator`` thread, never on the loop thread (releasing a slot runs the next
+waiter's callback, recording in a breaker logs: both may be user code), whichever way the
+attempt ends:
+
+* it returned: ``Attempt.deliver`` hands the outcome to a coordinator thread rather than to the
+  owner (whose inbox is no longer read once ``start`` returned), and ``_record`` calls
+  ``guards.attempt_done`` before it retries or completes the node;
+* the run abandoned it (the task cancelled, or never started): ``_abandoned_end`` gives the
+  slot back and counts the breaker permit as ``guards.release`` does, whichever of the two
+  comes first: a failure when the node ran out of time or the run was closed, nothing when a
+  join no longer needed it or it lost a hedge race (the cancelled call said nothing).
+
+Hedged duplicates are asyncio tasks too: ``start_node`` gives the node's ``Guard`` a ``launch``
+(``_launch_hedge``), which ``guards``' hedge launch calls on the owner instead of submitting a
+worker; the duplicate's end goes to ``guards.hedge_returned`` (``_hedge_outcome``), and the
+loser is cancelled for real when the winner settles the node (``attempts.abandon``).
+
+Detached work (``detach=True``, and a ``stale_for`` refresh) of an async node starts its
+attempts with ``start_detached`` instead of submitting them: ``on_begin`` on the thread that
+starts it, the task on the loop seeing the work's view as its run, its outcome to a
+coordinator thread (``Detached.attempt_ended``) and its deadline cancelling the task
+(``Detached.hold`` gives it the attempt's ``stop``).
+
+Invariants: the loop thread calls no hook, no observer, no ``executor.submit``, no gate and no
+give-back (it only hands outcomes over: ``run.post``, ``remote.coordinator.put``), and takes no
+run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at most once, and only when the run did not abandon
+it; an abandoned attempt of a node with resilience options hands over its give-back exactly
+once (from its task's end, or from ``begin``/``_begin`` when it never started); ``stop`` is
+called at most once per attempt (the watch takes it out under its lock) and is idempotent
+anyway.
 
 What is refused (``check_plan``, before anything runs): an async node on an executor that runs
-tasks in other processes, with resilience options (bulkhead, rate limit, breaker, hedge, batch,
-cache, fallback, detach, ...), or of a kind that schedules its own work (a fan-out).
+tasks in other processes, or of a kind that schedules its own work (a fan-out). ``Batch``
+refuses an ``async def`` batch function itself (the batch's call runs on the executor); an
+async node with a plain ``Batch`` is answered by it like a plain node (its task is not called).
 """
 
 from __future__ import annotations
@@ -59,13 +93,14 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, looplag, retrying, timer
+from taskflow.engine import attempts, guards, looplag, remote, retrying, timer
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
     InvalidArgumentError,
     InvalidArgumentValueError,
     NodeCancelledError,
+    NodeTimeoutError,
 )
 from taskflow.model.context import current
 from taskflow.model.graph import Plan
@@ -74,21 +109,29 @@ from taskflow.model.result import ResultState, WorkResult
 if TYPE_CHECKING:
     import asyncio
 
+    from taskflow.engine.economy import Economy
+
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
-           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_node"]
+           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_detached",
+           "start_node"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
 _EXIT_GRACE = 1.0
 
 _DEFAULT = ResultState.DEFAULT
+_TIMEOUT = ResultState.TIMEOUT
 
 
-class AsyncRun(attempts.WatchedRun, retrying.BudgetedRun, Protocol):
+class AsyncRun(attempts.WatchedRun, guards.GuardedRun, retrying.BudgetedRun, Protocol):
     """What running async nodes uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
     check that). ``aio_loop``: the loop of ``run_async``'s caller (None: the process's)."""
 
     aio_loop: Any
+
+    @property
+    def economy(self) -> Economy:
+        """The run's loop economy (the gates' and the retries' view of it)."""
 
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` and run ``on_begin``."""
@@ -242,8 +285,9 @@ def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
 
 
 def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> None:
-    """Before a run with async nodes starts: refuse what does not work for them yet, and a
-    ``blocking`` start (``start``, ``stream``) called on the very loop they would run on.
+    """Before a run with async nodes starts: refuse what does not work for them (another
+    process's executor, a fan-out), and a ``blocking`` start (``start``, ``stream``) called on
+    the very loop they would run on.
 
     Raises:
         FlowDefinitionError: naming the async node and what it cannot have.
@@ -270,12 +314,6 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> 
                 "an executor in other processes does not run coroutines; start the flow on a "
                 "thread pool (async nodes run on an event loop and take no worker), or make "
                 "the task a plain def that calls asyncio.run itself")
-        if plan.policy[i] is not None:
-            raise FlowDefinitionError(
-                f"node {name!r} has an async def task and resilience options (bulkhead, rate "
-                "limit, breaker, hedge, batch, cache, fallback, detach, priority, retry "
-                "budget...): async nodes do not support them yet; drop the options or make "
-                "the task a plain def")
         if plan.fanout[i]:
             raise FlowDefinitionError(
                 f"node {name!r}: a fan-out's task cannot be async def (its items run on the "
@@ -289,11 +327,16 @@ class Attempt:
     """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
     whether the run abandoned it."""
 
-    __slots__ = ("i", "loop", "run", "stopped", "task", "tls")
+    __slots__ = ("end", "guarded", "hedge", "i", "loop", "run", "stopped", "task", "tls")
 
-    def __init__(self, run: AsyncRun, i: int) -> None:
+    def __init__(self, run: AsyncRun, i: int, guarded: bool = False,
+                 hedge: tuple[Any, guards.Attempt] | None = None) -> None:
         self.run = run
         self.i = i
+        self.guarded = guarded  # the node has resilience options (see ``deliver``)
+        self.hedge = hedge  # a hedged duplicate: its race and its ``guards.Attempt``
+        # detached work's attempt: where its outcome goes (``start_detached``)
+        self.end: Callable[[Any, BaseException | None], None] | None = None
         self.tls: dict[str, Any] = {"run": run, "idx": i, "item": None}
         self.stopped = False
         self.task: asyncio.Task[Any] | None = None
@@ -317,6 +360,8 @@ class Attempt:
         """The loop thread: start the task (unless the attempt was abandoned meanwhile)."""
         if self.stopped:
             coro.close()
+            if self.guarded:  # what its gates gave it goes back (never on the loop thread)
+                self.abandoned_end(None)
             return
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
         task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
@@ -325,25 +370,101 @@ class Attempt:
         task.add_done_callback(self.ended)
 
     def ended(self, task: asyncio.Task[Any]) -> None:
-        """The loop thread: the task ended; hand its outcome to the run's owner unless the run
-        abandoned it."""
+        """The loop thread: the task ended; hand its outcome over unless the run abandoned it
+        (an abandoned attempt of a node with resilience options still gives back its slot)."""
         self.tls["idx"] = None  # no longer running: an abandonment from now on skips it
         self.task = None
         if task.cancelled():
-            if self.stopped:
-                return  # the run gave up on it: its state says so already
-            error: BaseException | None = _cancelled_outside(self.run, self.i)
+            error: BaseException | None = (None if self.stopped
+                                           else _cancelled_outside(self.run, self.i))
             value = None
         else:
             error = task.exception()
             value = task.result() if error is None else None
         if not self.stopped:
-            self.run.post(_outcome, self.run, self.i, value, error)
+            self.deliver(value, error)
+        elif self.guarded:  # the run gave up on it: its state says so already
+            self.abandoned_end(None if task.cancelled() else error is None)
+
+    def deliver(self, value: Any, error: BaseException | None) -> None:
+        """The attempt's outcome goes to the run's owner; with resilience options, to a
+        coordinator thread, which gives back what its gates gave it (``guards.attempt_done``)
+        even when the run has ended and its owner reads no more. It only hands over: the loop
+        thread may call it."""
+        run = self.run
+        if self.end is not None:
+            remote.coordinator.put(run.cv, self.end, (value, error))
+        elif self.hedge is not None:
+            remote.coordinator.put(run.cv, _hedge_outcome, (run, self.i, *self.hedge, value,
+                                                            error))
+        elif self.guarded:
+            remote.coordinator.put(run.cv, _outcome, (run, self.i, value, error, True))
+        else:
+            run.post(_outcome, run, self.i, value, error)
+
+    def abandoned_end(self, ok: bool | None) -> None:
+        """The run gave up on this attempt of a node with resilience options and it ended (or
+        never started: ``ok`` None): a coordinator thread gives back what it holds."""
+        remote.coordinator.put(self.run.cv, _abandoned_end, (self.run, self.i, ok, self.hedge))
 
 
 def _cancelled_outside(run: AsyncRun, i: int) -> BaseException:
     return NodeCancelledError(run.names[i], "its asyncio task was cancelled outside taskflow "
                               "(the event loop shutting down?)")
+
+
+def _abandoned_end(run: AsyncRun, i: int, ok: bool | None,
+                   hedge: tuple[Any, guards.Attempt] | None) -> None:
+    """A coordinator thread: an attempt of async node ``i`` the run abandoned has ended (``ok``:
+    how it returned; None: cancelled, or never started). Its slot goes back; its breaker
+    permit counts as a failure when the node ran out of time (its timeout, deadline or the
+    run's budget: a hanging backend opens the breaker) or the run was closed (``ctx.cancel``),
+    as ``guards.release`` counts it, whichever of the two comes first; and for nothing when a
+    join no longer needed the node, or the attempt lost a hedge race (the cancelled call said
+    nothing of the backend)."""
+    with run.lock:
+        wr = run.results[i]
+        failed = (wr.state is _TIMEOUT or isinstance(wr.exception, NodeTimeoutError)
+                  or run.expired or run.cancel_reason is not None)
+    if hedge is not None:
+        race, a = hedge
+        guards.hedge_returned(run, i, race, a, None,
+                              NodeCancelledError(run.names[i], "its run gave up on it"),
+                              ran=failed)
+        return
+    guards.attempt_done(run, i, (False if failed else None) if ok is None else ok)
+
+
+def _launch_hedge(run: AsyncRun, i: int, race: Any, a: guards.Attempt) -> None:
+    """The run's owner (``guards``' hedge launch, which holds the duplicate's slot, breaker
+    permit and token in ``a``): a duplicate attempt of async node ``i``, a second asyncio task.
+    Whichever attempt loses the race is cancelled for real: the winner's outcome settles the
+    node, and the run abandons the node's other attempts (``attempts.abandon``)."""
+    node = run.plan.nodes[i] if run.plan.stateless[i] else run.node(i)
+    _begin(Attempt(run, i, True, (race, a)), node)
+
+
+def _hedge_outcome(run: AsyncRun, i: int, race: Any, a: guards.Attempt, value: Any,
+                   error: BaseException | None) -> None:
+    """A coordinator thread (in a copy of the run's contextvars): a hedged duplicate of async
+    node ``i`` returned; the race says whether its outcome is the node's
+    (``guards.hedge_returned``), as for a plain duplicate."""
+    from taskflow.resilience.latency import latencies
+
+    cur = current.__dict__
+    prev = cur.get("run"), cur.get("idx")
+    cur["run"], cur["idx"] = run, i
+    try:
+        if error is None and run.plan.routes[i]:
+            try:
+                run.route(i, run.node(i), value)
+            except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
+                value, error = None, exc
+        if error is None:
+            latencies.record(run.plan.policy[i], clock.now() - a.started)
+        guards.hedge_returned(run, i, race, a, value, error)
+    finally:
+        cur["run"], cur["idx"] = prev
 
 
 class _Steps:
@@ -403,38 +524,77 @@ class _Steps:
 
 
 def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
-    """Where ``Run.execute`` would call node ``i``'s task: start an attempt on the loop and
-    return loop ``token``'s next node (the attempt holds no worker)."""
+    """Where ``Run.execute`` would call node ``i``'s task: pass its gates (a node with
+    resilience options, see "Resilience options" in the module), start an attempt on the loop
+    and return loop ``token``'s next node (the attempt holds no worker)."""
     wr = run.results[i]
     if wr.state is not _DEFAULT:
         return run.late(i, token, None, None)  # settled while queued or between attempts
+    pol = run.plan.policy[i] if run.plan.any_policy else None
+    if pol is not None:
+        if pol.hedge is not None:  # its duplicates are asyncio tasks too
+            guards.guard_of(run, i).launch = _launch_hedge
+        gate = guards.admit(run, i)
+        if gate == guards.PARKED:  # it holds no worker and no task while it waits
+            return run.move_on(token)
+        if gate == guards.DONE:
+            return run.complete(i, token, *guards.take_outcome(run, i))
     run.begin_attempt(i, wr, LOOP_THREAD, node)
-    att = Attempt(run, i)
+    _begin(Attempt(run, i, pol is not None), node)
+    return run.move_on(token)
+
+
+def _begin(att: Attempt, node: Any,
+           hold: Callable[[Attempt], bool] | None = None) -> None:
+    """Make the attempt's coroutine and hand it to the loop (the thread that starts it).
+    ``hold(att)`` registers it with whoever may abandon it (default: the run's watch,
+    ``attempts.track``); False: abandoned already, it never starts."""
+    run = att.run
     try:
         att.loop = event_loop(run)
         coro = node.task(run.ctx, node.param)
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
-        run.post(_outcome, run, i, None, exc)
-        return run.move_on(token)
-    if attempts.track(run, i, att.tls, att.stop):
+        att.deliver(None, exc)
+        return
+    if (attempts.track(run, att.i, att.tls, att.stop) if hold is None else hold(att)):
         try:
             att.loop.call_soon_threadsafe(att.begin, coro)
         except RuntimeError as exc:  # the loop was closed meanwhile
             coro.close()
             att.tls["idx"] = None
-            run.post(_outcome, run, i, None, exc)
+            att.deliver(None, exc)
     else:
         coro.close()  # the run gave up on the node already
-    return run.move_on(token)
+        if att.guarded:
+            att.abandoned_end(None)  # the call never happened
 
 
-def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
-    """The run's owner: the outcome of an attempt of async node ``i`` (in a copy of the run's
-    contextvars, with ``current`` naming the node, as a worker records it)."""
-    run.cv.copy().run(_record, run, i, value, error)
+def start_detached(work: Any) -> None:
+    """An attempt of detached work (``detached.Detached``: a node handed off with
+    ``detach=True``, or a ``stale_for`` refresh) whose task is async, started by the thread
+    that would submit it (the hand-off's loop, a coordinator after a back-off): ``on_begin``
+    runs here, the task on the loop seeing the work's ``DetachedView`` as its run; its outcome
+    goes to a coordinator thread (``Detached.attempt_ended``: a retry or the end), and the
+    work's deadline cancels the task (``Detached.stop``, given by ``Detached.hold``)."""
+    view = work.attempt_begins(LOOP_THREAD)
+    if view is None:
+        return
+    att = Attempt(work.run, work.i)
+    att.end = work.attempt_ended
+    att.tls["run"] = view
+    _begin(att, work.node, lambda a: bool(work.hold(a.stop)))
 
 
-def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> None:
+def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None,
+             guarded: bool = False) -> None:
+    """The run's owner (a coordinator thread for a node with resilience options): the outcome
+    of an attempt of async node ``i`` (in a copy of the run's contextvars, with ``current``
+    naming the node, as a worker records it)."""
+    run.cv.copy().run(_record, run, i, value, error, guarded)
+
+
+def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None,
+            guarded: bool) -> None:
     cur = current.__dict__
     prev = cur.get("run"), cur.get("idx")
     cur["run"], cur["idx"] = run, i
@@ -444,6 +604,8 @@ def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None) -> N
                 run.route(i, run.node(i), value)
             except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
                 value, error = None, exc
+        if guarded and not guards.attempt_done(run, i, error is None):
+            return  # a duplicate attempt decides
         if error is not None:
             wr = run.results[i]
             delay = retrying.retry_delay(run, i, wr, error)

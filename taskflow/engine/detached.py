@@ -41,6 +41,12 @@ exactly once (``end``; the claim is ``ended``, under ``lock``):
   callbacks run, its late outcome is dropped and logged);
 * the executor refusing a submission: EXCEPTION with its error.
 
+An async node's attempt (``async def`` task) is not submitted: ``aio.start_detached`` runs its
+``on_begin`` on the thread that would have submitted it and its task on the event loop; the
+task's outcome reaches ``attempt_ended`` on a coordinator thread (a retry or the end, as for a
+worker's), and ``timed_out`` cancels the task (``stop``, handed over by ``hold`` when the task
+starts) before its ``ctx.on_cancel`` callbacks run: nothing of it is left running.
+
 Then, on the thread that ended it and outside every lock: the outcome is logged, the run's
 node observers hear of it (``detached_ended``: its span ends), its ``on_success``/``on_fail``
 hook runs once, the slot is given back (``detached.leave(ok)``) and the Future resolves with
@@ -77,14 +83,15 @@ observers hear nothing (the node already ended in the run), its log line names i
 flight and gives the slot back (``taskflow.resilience.detached.metrics()`` counts it
 ``succeeded`` or ``failed``).
 
-Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``cancels`` and ``retry``;
+Fields of a ``Detached`` (``lock`` guards ``ended``, ``futs``, ``stop``, ``cancels``, ``retry``;
 the rest is fixed at the hand-off, or written by the one thread that holds the claim)
 =========================================================================================
 ``run``, ``i``, ``name``, ``timeout``, ``deadline``, ``retries``, ``backoff``, ``cv`` (the
 caller's contextvars), ``view`` (None once it ended: the view holds the work, not back),
 ``node`` (the view's copy), ``final``, ``future``;
 ``ended`` (the end was claimed), ``futs`` (its attempts' futures, one after the other: those
-not done at the deadline are reported abandoned), ``cancels`` (the running attempt's
+not done at the deadline are reported abandoned), ``stop`` (cancels a running async attempt's
+task), ``cancels`` (the running attempt's
 ``ctx.on_cancel`` callbacks), ``retry`` (the back-off's timer entry), ``timer`` (the
 deadline's entry).
 """
@@ -95,11 +102,12 @@ import contextvars
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import clock
-from taskflow.engine import events, executors, remote, timer
+from taskflow.engine import aio, events, executors, remote, timer
 from taskflow.engine import hooks as hooking
 from taskflow.engine.states import RUNNING, TERMINAL
 from taskflow.errors import DetachedRefusedError, NodeTimeoutError, traceback_text
@@ -213,8 +221,8 @@ class Detached:
     """One detached node after its hand-off (see the module docstring for every field)."""
 
     __slots__ = ("backoff", "cancels", "cv", "deadline", "ended", "final", "future", "futs",
-                 "i", "lock", "name", "node", "retries", "retry", "run", "timeout", "timer",
-                 "view")
+                 "i", "lock", "name", "node", "retries", "retry", "run", "stop", "timeout",
+                 "timer", "view")
 
     LABEL = "detached node"  # how its log lines name it
     HOOKED = True  # its hooks run and the run's node observers hear of it
@@ -237,6 +245,7 @@ class Detached:
         self.ended = False
         self.futs: list[Future[Any]] = []
         self.cancels: list[Any] = []
+        self.stop: Callable[[], None] | None = None  # cancels an async attempt's task
         self.retry: timer.Timer | None = None
         self.timer: timer.Timer | None = None
         final: WorkResult[Any] = WorkResult()
@@ -265,6 +274,9 @@ class Detached:
             if self.ended:
                 return
             self.retry = None
+        if self.run.plan.asyncs[self.i]:  # an async def task: a task on the event loop
+            aio.start_detached(self)
+            return
         try:
             fut = self.run.executor.submit(self.cv.copy().run, self.attempt)
         except BaseException as exc:  # noqa: BLE001 - a refused submission ends the node
@@ -276,35 +288,60 @@ class Detached:
 
     def attempt(self) -> None:
         """One attempt, on an executor worker (in its own copy of the caller's contextvars)."""
-        with self.lock:
-            if self.ended:
-                return  # timed out while it waited in the executor's queue
-            view = self.view
-        assert view is not None  # cleared only once ended
-        final, node = self.final, self.node
-        final.attempts += 1
-        final.thread = threading.current_thread().name
-        number = final.attempts
-        run = self.run
-        hooked = self.HOOKED
-        if hooked and run.node_observers:
-            events.detached_started(run.node_observers, self.i, number)
+        view = self.attempt_begins(threading.current_thread().name)
+        if view is None:
+            return  # timed out while it waited in the executor's queue
+        node, run = self.node, self.run
         cur = current
         d = cur.__dict__
         prev = d.get("run"), d.get("idx"), d.get("hooking")
         cur.run, cur.idx, cur.hooking = view, self.i, None
         try:
-            if hooked and run.plan.has_begin[self.i]:
-                self.call_hook(view, node.on_begin, number)
-            try:
-                value = node.task(run.ctx, node.param)
-                error: BaseException | None = None
-            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
-                value, error = None, exc
+            value = node.task(run.ctx, node.param)
+            error: BaseException | None = None
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
+            value, error = None, exc
         finally:
             cur.run, cur.idx, cur.hooking = prev
+        self.attempt_ended(value, error)
+
+    def attempt_begins(self, thread: str) -> DetachedView | None:
+        """Count an attempt about to start on ``thread`` and run ``on_begin`` (the thread that
+        starts it; never the event loop's); None when the work has ended."""
+        with self.lock:
+            if self.ended:
+                return None
+            view = self.view
+        assert view is not None  # cleared only once ended
+        final = self.final
+        final.attempts += 1
+        final.thread = thread
+        number = final.attempts
+        run = self.run
+        if self.HOOKED and run.node_observers:
+            events.detached_started(run.node_observers, self.i, number)
+        if self.HOOKED and run.plan.has_begin[self.i]:
+            self.call_hook(view, self.node.on_begin, number)
+        return view
+
+    def hold(self, stop: Callable[[], None]) -> bool:
+        """An async attempt's task is about to start: ``stop`` cancels it at the deadline.
+        False when the work has ended meanwhile (the task must not start)."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.stop = stop
+            return True
+
+    def attempt_ended(self, value: Any, error: BaseException | None) -> None:
+        """An attempt returned (its worker; an async one's, a coordinator thread): retry it
+        or end the work."""
+        run = self.run
+        hooked = self.HOOKED
+        number = self.final.attempts
         with self.lock:
             self.cancels = []  # callbacks of an attempt that ended by itself never run
+            self.stop = None
         if error is not None:
             delay = self.retry_delay(error)
             if delay >= 0.0:
@@ -345,8 +382,11 @@ class Detached:
             running, self.futs = self.futs, []
             cancels, self.cancels = self.cancels, []
             retry, self.retry = self.retry, None
+            stop, self.stop = self.stop, None
         if retry is not None:
             retry.cancel()
+        if stop is not None:
+            stop()  # an async attempt's task is cancelled (quick: no user code)
         remote.coordinator.put(self.cv, self.abandon, (running, cancels))
 
     def abandon(self, running: list[Future[Any]], cancels: list[Any]) -> None:

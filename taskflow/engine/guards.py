@@ -33,6 +33,10 @@ engine tests ``plan.any_policy`` first. For the others, ``run.py`` and ``remote.
   which goes on from the gate where it stopped; the gates it passed before (``min_budget``
   included) are asked again, those holding something for the attempt answer GO at once.
 
+An async node (``aio.py``) passes the same gates; its attempt is an asyncio task, its
+duplicates too (``Guard.launch``), and whatever its attempts hold is given back on a
+coordinator thread, never on the event loop's.
+
 ``attempt_done(run, i, ok)`` after each attempt: gives back its slot, counts its outcome in the
   breaker, records its duration (for ``Hedge(after="p95")``) and settles the hedge race (False:
   this attempt lost the race, drop its outcome).
@@ -136,6 +140,7 @@ __all__ = [
     "attempt_done",
     "finish",
     "guard_of",
+    "hedge_returned",
     "policy_of",
     "release",
     "take_outcome",
@@ -169,8 +174,8 @@ class Attempt:
 class Guard:
     """One node's resilience bookkeeping in one run (see the module: who owns what)."""
 
-    __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "member", "outcome", "permit",
-                 "race", "reservation", "retry", "seat", "shared", "stand", "ticket",
+    __slots__ = ("bpermit", "current", "hedge_timer", "hedges", "launch", "member", "outcome",
+                 "permit", "race", "reservation", "retry", "seat", "shared", "stand", "ticket",
                  "token_timer", "wait")
 
     def __init__(self) -> None:
@@ -191,6 +196,9 @@ class Guard:
         self.seat: Any = None  # its seat in a batch's call (``batching``)
         self.retry: Any = None  # a retry-budget token for its next attempt (``retrying``)
         self.stand: Any = None  # who computes its stand-in, and its value (``fallbacks``)
+        # how a hedged duplicate starts, ``launch(run, i, race, attempt)`` (None: submitted to
+        # the executor; an async node's is a task on its event loop, ``aio.py``)
+        self.launch: Callable[[Any, int, Any, Attempt], None] | None = None
 
 
 class ReadyCounter(batching.GatheringEconomy, Protocol):
@@ -727,7 +735,10 @@ def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
             if run.observers:
                 events.event(run.observers, i, "hedge", {"attempt": n})
             try:
-                run.executor.submit(_hedge_attempt, run, i, race, a)
+                if g.launch is None:
+                    run.executor.submit(_hedge_attempt, run, i, race, a)
+                else:
+                    g.launch(run, i, race, a)
                 r = None  # its token is used
             except BaseException as exc:  # noqa: BLE001 - a refused hedge is a failed attempt
                 _hedge_returned(run, i, race, a, None, exc, ran=False)
@@ -765,8 +776,9 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
 
 def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
                     error: BaseException | None, ran: bool = True) -> None:
-    """A duplicate returned (or was refused by the executor, ``ran`` False): its slot and
-    breaker permit go back, the race says whether its outcome is the node's."""
+    """A duplicate returned (or was refused by the executor, or, async, cancelled: ``ran``
+    False): its slot and breaker permit go back, the race says whether its outcome is the
+    node's."""
     from taskflow.resilience.hedge import Verdict
 
     g: Guard = run.guards[i]
@@ -783,11 +795,16 @@ def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,
         run.complete(i, NO_LOOP, value, error)
 
 
+hedge_returned = _hedge_returned  # for an async duplicate's end (``aio.py``)
+
+
 # -- after an attempt ----------------------------------------------------------------------------
 
-def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
-    """An attempt of node ``i`` returned (its own thread). False: it lost a hedge race (or
-    failed while a duplicate still runs): drop its outcome."""
+def attempt_done(run: GuardedRun, i: int, ok: bool | None) -> bool:
+    """An attempt of node ``i`` returned (its own thread), or, ``ok`` None, ended without a
+    word on the backend (an async attempt cancelled, or never started): its breaker permit is
+    discarded. False: it lost a hedge race (or failed while a duplicate still runs): drop its
+    outcome."""
     pol = _policy(run, i)
     g: Guard | None = run.guards.get(i)
     if g is None:
@@ -807,7 +824,7 @@ def attempt_done(run: GuardedRun, i: int, ok: bool) -> bool:
 
     if ok:
         latencies.record(pol, clock.now() - a.started)
-    verdict = race.settle(a.n, ok)
+    verdict = race.settle(a.n, bool(ok))
     _give_back_attempt(pol, permit, bp, ok, counts=verdict is not Verdict.LOST)
     if verdict is Verdict.WON or verdict is Verdict.FAILED:
         t, g.hedge_timer = g.hedge_timer, None

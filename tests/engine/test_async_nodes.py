@@ -21,7 +21,6 @@ from conftest import LONG, MEDIUM, PROMPT, SHORT
 import taskflow
 import taskflow.observe as observe
 from taskflow import (
-    Bulkhead,
     FlowStatus,
     FunctionNode,
     Join,
@@ -462,16 +461,6 @@ def test_an_async_node_on_a_process_pool_is_refused_at_start() -> None:
         with pytest.raises(FlowDefinitionError, match=r"'fetch' has an async def task.*"
                                                       r"ProcessPoolExecutor"):
             TaskScheduling.start(FunctionNode(fetch), executor=procs, timeout=LONG)
-
-
-def test_an_async_node_with_resilience_options_is_refused_at_start(
-        pool: ThreadPoolExecutor) -> None:
-    async def fetch(ctx: TaskContext, p: Any) -> None:
-        return None
-
-    node = FunctionNode(fetch, bulkhead=Bulkhead("reviews", max_concurrent=2))
-    with pytest.raises(FlowDefinitionError, match="'fetch' has an async def task and resilience"):
-        TaskScheduling.start(node, executor=pool, timeout=LONG)
 
 
 def test_start_on_the_loop_async_nodes_use_is_refused(pool: ThreadPoolExecutor) -> None:
