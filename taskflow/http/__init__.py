@@ -3,9 +3,10 @@ extra ``[http]``), ``httpx_client()`` and ``async_httpx_client()`` (httpx, extra
 
 A request made from a task (on the thread that runs it, or awaited in an ``async def`` task)
 gets the time the attempt has left, ``ctx.timeout()``, as its connect and read timeouts (each
-phase, and each redirect hop, at most that; a smaller timeout passed to the call wins) and the deadline headers,
-``ctx.deadline_headers()`` (``grpc-timeout``, ``x-envoy-expected-rq-timeout-ms``,
-``X-Request-Deadline``; they replace headers of the same names). When no time is left the
+phase, and each redirect hop, at most that; a smaller timeout passed to the call wins) and the
+deadline headers, ``ctx.deadline_headers()`` (``grpc-timeout``,
+``x-envoy-expected-rq-timeout-ms``, ``X-Request-Deadline``; they replace headers of the same
+names). When no time is left the
 request is not sent: ``BudgetExhaustedError`` (a ``TimeoutError``) is raised. A backend that
 hangs therefore gives the worker thread back at the node's deadline instead of keeping it
 after the run gave up (an async node's request is cancelled with its task at the deadline
@@ -19,7 +20,10 @@ not the whole body: a backend that trickles bytes can still outlast the deadline
 response from ``ctx.on_cancel`` to cut it).
 
 One client may be shared by every request thread and node, as the libraries allow (requests
-does not promise a Session is thread-safe; one per thread, or httpx, is the safe choice).
+does not promise a Session is thread-safe; one per thread, or httpx, is the safe choice). An
+async client belongs to the event loop it is used on: share one among the async nodes of
+taskflow's loop (or of the loop given to ``set_event_loop``), and under ``run_async`` use one
+made for the awaiting loop.
 """
 
 from __future__ import annotations
