@@ -47,7 +47,8 @@ watch takes it out under its lock) and is idempotent anyway.
 
 What is refused (``check_plan``, before anything runs): an async node on an executor that runs
 tasks in other processes, with resilience options (bulkhead, rate limit, breaker, hedge, batch,
-cache, fallback, detach, ...), or of a kind that schedules its own work (a fan-out).
+cache, fallback, detach, ...), or of a kind that schedules its own work (a fan-out); and, but
+under ``run_async``, a loop given to ``set_event_loop`` that was closed since.
 """
 
 from __future__ import annotations
@@ -234,13 +235,22 @@ def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
 # -- bad input -----------------------------------------------------------------------------------
 
 
-def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> None:
-    """Before a run with async nodes starts: refuse what does not work for them yet, and a
-    ``blocking`` start (``start``, ``stream``) called on the very loop they would run on.
+def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool,
+               awaiting: Any = None) -> None:
+    """Before a run with async nodes starts: refuse what does not work for them yet, a
+    ``blocking`` start (``start``, ``stream``) called on the very loop they would run on, and a
+    loop given to ``set_event_loop`` that was closed since (``awaiting``: ``run_async``'s loop,
+    which the run uses instead).
 
     Raises:
-        FlowDefinitionError: naming the async node and what it cannot have.
+        FlowDefinitionError: naming the async node and what it cannot have, or the loop.
     """
+    app = _app_loop
+    if awaiting is None and app is not None and app.is_closed():
+        raise FlowDefinitionError(
+            f"node {plan.names[plan.asyncs.index(True)]!r} has an async def task, and the event "
+            "loop given to taskflow.set_event_loop has been closed since: its async nodes "
+            "could never run; give set_event_loop a running loop, or None for taskflow's own")
     if blocking:
         import asyncio  # loaded when the async node was built (model.node.load_asyncio)
 
