@@ -73,13 +73,14 @@ def _warn_late_deadlines(plan: Any, budget: float) -> None:
 def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
              future: Future[FlowResult] | None, targets: Any = None, name: Any = None,
              t0: float | None = None, overrides: Any = None, priority: Any = "normal",
-             stream: bool = False) -> Run:
+             stream: bool = False, aio_loop: Any = None) -> Run:
     """Validate everything, shed the run if its priority is shed at the current load, and
     build the run; nothing has been submitted when this raises.
 
     ``t0`` is when the caller called (its budget counts from then, this work included).
     ``stream``: a streamed run, owned by the coordinator threads (a Future of its own) unless
-    it is nested and runs inline."""
+    it is nested and runs inline. ``aio_loop``: ``run_async``'s loop, where its async nodes
+    run (None: the process's, see ``aio.event_loop``)."""
     if not isinstance(executor, Executor):
         raise InvalidArgumentError(
             "executor must be a concurrent.futures.Executor (ThreadPoolExecutor, "
@@ -125,11 +126,13 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if plan.any_policy or caps.remote:
         executors.check_executor(plan, caps.remote, type(executor).__name__)
     if plan.any_async:
-        aio.check_plan(plan, caps.remote, type(executor).__name__, future is None or stream)
+        aio.check_plan(plan, caps.remote, type(executor).__name__, future is None or stream,
+                       aio_loop)
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     run.priority = prio
+    run.aio_loop = aio_loop
     bind_context(ctx, run)
     return run
 
@@ -269,9 +272,9 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     t0 = clock.now()
     future: Future[FlowResult] = Future()
     future.set_running_or_notify_cancel()
+    # its async nodes run on the awaiting loop
     run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
-                   priority)
-    run.aio_loop = asyncio.get_running_loop()  # its async nodes run on the awaiting loop
+                   priority, aio_loop=asyncio.get_running_loop())
     run.begin()
     try:
         return await asyncio.wrap_future(future)

@@ -1,6 +1,7 @@
 """A real HTTP backend on 127.0.0.1 for the clamped clients (tests/http, the examples): ``/fast`` answers at once,
 ``/slow`` answers only once the test's gate opens (at teardown at the latest), ``/hop``
-redirects to ``/fast``. Every request's headers are recorded."""
+redirects to ``/fast``, ``/hang`` never answers and notes when the client closes the
+connection (``hung``, ``closed``). Every request's headers are recorded."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from typing import Any
 
 from conftest import LONG
 
+# the headers a clamped client sends a deadline in (lower case)
+DEADLINE_HEADERS = {"grpc-timeout", "x-envoy-expected-rq-timeout-ms", "x-request-deadline"}
+
+
+def lower(headers: Any) -> dict[str, str]:
+    """``headers`` with lower-case names."""
+    return {k.lower(): v for k, v in dict(headers).items()}
+
 
 class Backend:
     """The server, the gate of ``/slow`` and what it received."""
@@ -21,6 +30,8 @@ class Backend:
         self.lock = threading.Lock()
         self.received: list[tuple[str, dict[str, str]]] = []
         self.arrived = threading.Event()  # a request reached /slow
+        self.hung = threading.Event()  # a request reached /hang
+        self.closed = threading.Event()  # ... and its client closed the connection
         backend = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,6 +43,12 @@ class Backend:
                     self.send_header("Location", "/fast")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
+                    return
+                if self.path == "/hang":
+                    backend.hung.set()
+                    self.connection.settimeout(LONG)
+                    if self.rfile.read(1) == b"":  # a GET has no body: only the close ends it
+                        backend.closed.set()
                     return
                 if self.path == "/slow":
                     backend.arrived.set()
@@ -54,6 +71,7 @@ class Backend:
         self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05},  # a prompt shutdown
                                        name="test-http-backend", daemon=True)
 
     def paths(self) -> list[str]:

@@ -72,16 +72,17 @@ coordinator thread (``Detached.attempt_ended``) and its deadline cancelling the 
 
 Invariants: the loop thread calls no hook, no observer, no ``executor.submit``, no gate and no
 give-back (it only hands outcomes over: ``run.post``, ``remote.coordinator.put``), and takes no
-run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at most once, and only when the run did not abandon
-it; an abandoned attempt of a node with resilience options hands over its give-back exactly
+run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at
+most once, and only when the run did not abandon it; an abandoned attempt of a node with resilience options hands over its give-back exactly
 once (from its task's end, or from ``begin``/``_begin`` when it never started); ``stop`` is
 called at most once per attempt (the watch takes it out under its lock) and is idempotent
 anyway.
 
 What is refused (``check_plan``, before anything runs): an async node on an executor that runs
-tasks in other processes, or of a kind that schedules its own work (a fan-out). ``Batch``
-refuses an ``async def`` batch function itself (the batch's call runs on the executor); an
-async node with a plain ``Batch`` is answered by it like a plain node (its task is not called).
+tasks in other processes, or of a kind that schedules its own work (a fan-out); and, but under
+``run_async``, a loop given to ``set_event_loop`` that was closed since. ``Batch`` refuses an
+``async def`` batch function itself (the batch's call runs on the executor); an async node
+with a plain ``Batch`` is answered by it like a plain node (its task is not called).
 """
 
 from __future__ import annotations
@@ -284,14 +285,22 @@ def event_loop(run: AsyncRun) -> asyncio.AbstractEventLoop:
 # -- bad input -----------------------------------------------------------------------------------
 
 
-def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool) -> None:
+def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool,
+               awaiting: Any = None) -> None:
     """Before a run with async nodes starts: refuse what does not work for them (another
-    process's executor, a fan-out), and a ``blocking`` start (``start``, ``stream``) called on
-    the very loop they would run on.
+    process's executor, a fan-out), a ``blocking`` start (``start``, ``stream``) called on the
+    very loop they would run on, and a loop given to ``set_event_loop`` that was closed since
+    (``awaiting``: ``run_async``'s loop, which the run uses instead).
 
     Raises:
-        FlowDefinitionError: naming the async node and what it cannot have.
+        FlowDefinitionError: naming the async node and what it cannot have, or the loop.
     """
+    app = _app_loop
+    if awaiting is None and app is not None and app.is_closed():
+        raise FlowDefinitionError(
+            f"node {plan.names[plan.asyncs.index(True)]!r} has an async def task, and the event "
+            "loop given to taskflow.set_event_loop has been closed since: its async nodes "
+            "could never run; give set_event_loop a running loop, or None for taskflow's own")
     if blocking:
         import asyncio  # loaded when the async node was built (model.node.load_asyncio)
 

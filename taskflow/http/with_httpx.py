@@ -1,26 +1,31 @@
-"""``ClampedClient``: an ``httpx.Client`` that clamps requests made from a node.
+"""``ClampedClient`` and ``ClampedAsyncClient``: an ``httpx.Client`` and an
+``httpx.AsyncClient`` that clamp requests made from a node.
 
-Its first ``request`` event hook (kept first when ``event_hooks`` is replaced) runs on the
-calling thread before every request goes out, redirect hops included: inside an attempt the
-request's connect, read, write and pool timeouts become at most the attempt's time left and
-the deadline headers are set; elsewhere the request is left as it is.
+Their first ``request`` event hook (kept first when ``event_hooks`` is replaced) runs before
+every request goes out, redirect hops included: inside an attempt the request's connect, read,
+write and pool timeouts become at most the attempt's time left and the deadline headers are
+set; elsewhere the request is left as it is. The sync client's hook runs on the calling thread;
+the async client's runs in the awaiting task, on the loop thread, where an async node's
+attempt is the one ``taskflow.http.clamp`` sees (the engine writes it around each step of the
+node's coroutine).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from taskflow.http import clamp
 
-__all__ = ["ClampedClient"]
+__all__ = ["ClampedAsyncClient", "ClampedClient"]
 
 _PHASES = ("connect", "read", "write", "pool")
 
 
 def clamp_request(request: httpx.Request) -> None:
-    """The client's first request hook: clamp ``request`` when it is made from a node.
+    """The sync client's first request hook: clamp ``request`` when it is made from a node.
 
     Raises:
         BudgetExhaustedError: the node has no time left; the request is not sent.
@@ -35,21 +40,45 @@ def clamp_request(request: httpx.Request) -> None:
     request.headers.update(limit.headers)
 
 
+async def clamp_async_request(request: httpx.Request) -> None:
+    """The async client's first request hook: ``clamp_request``, awaited in the caller's task
+    (it does not suspend, so it runs in the same step as the call).
+
+    Raises:
+        BudgetExhaustedError: the node has no time left; the request is not sent.
+    """
+    clamp_request(request)
+
+
+def _first(hook: Callable[..., Any], event_hooks: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """``event_hooks`` with ``hook`` first among the request hooks (and only there)."""
+    mine = [h for h in event_hooks.get("request", []) if h is not hook]
+    return {"request": [hook, *mine], "response": list(event_hooks.get("response", []))}
+
+
+def _hooks_with(base: type, hook: Callable[..., Any]) -> Any:
+    """``base``'s ``event_hooks`` property, whose setter keeps ``hook`` first."""
+    plain = base.event_hooks  # type: ignore[attr-defined]
+    return property(plain.fget, lambda self, hooks: plain.fset(self, _first(hook, hooks)))
+
+
 class ClampedClient(httpx.Client):
     """An ``httpx.Client`` whose requests from a node keep to its deadline
     (``taskflow.http``)."""
+
+    event_hooks = _hooks_with(httpx.Client, clamp_request)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.event_hooks = super().event_hooks  # through the setter: the clamp goes first
 
-    @property
-    def event_hooks(self) -> dict[str, list[Any]]:
-        return super().event_hooks
 
-    @event_hooks.setter
-    def event_hooks(self, event_hooks: dict[str, list[Any]]) -> None:
-        mine = [h for h in event_hooks.get("request", []) if h is not clamp_request]
-        httpx.Client.event_hooks.fset(  # type: ignore[attr-defined]
-            self, {"request": [clamp_request, *mine],
-                   "response": list(event_hooks.get("response", []))})
+class ClampedAsyncClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose requests from a node keep to its deadline
+    (``taskflow.http``)."""
+
+    event_hooks = _hooks_with(httpx.AsyncClient, clamp_async_request)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.event_hooks = super().event_hooks  # through the setter: the clamp goes first

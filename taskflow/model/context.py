@@ -23,6 +23,7 @@ from taskflow.errors import (
     ResultNotAvailableError,
     UnknownNodeError,
 )
+from taskflow.model.callables import callable_is_async
 from taskflow.model.deadlines import check_seconds, deadline_headers_for
 from taskflow.model.result import RunRecord, WorkResult
 
@@ -368,11 +369,19 @@ class TaskContext(MutableMapping[str, Any]):
         process it does nothing: there is no attempt to abandon, or no way to reach it.
 
         Raises:
-            InvalidArgumentError: ``fn`` is not callable (also a TypeError).
+            InvalidArgumentError: ``fn`` is not callable (also a TypeError), or is async (a
+                coroutine function: it would never be awaited).
         """
         if not callable(fn):
             raise InvalidArgumentError(
                 f"on_cancel needs a callable taking no arguments, got {type(fn).__name__}")
+        if callable_is_async(fn):
+            raise InvalidArgumentError(
+                f"on_cancel needs a plain function, got the async "
+                f"{getattr(fn, '__qualname__', type(fn).__name__)}: it is called "
+                "on a coordinator thread and never awaited; in an async def task the "
+                "cancellation is asyncio.CancelledError at its await: clean up there "
+                "(try/finally, async with)")
         view = self._view()
         attempt = view.asking() if view is not None else None
         if attempt is not None:

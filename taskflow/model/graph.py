@@ -27,11 +27,12 @@ from taskflow.errors import (
     did_you_mean,
 )
 from taskflow.model import joins
+from taskflow.model.callables import callable_is_async, is_coroutine_function
 from taskflow.model.node import (
     FunctionNode,
     NodeKind,
     SchedulingNode,
-    is_coroutine_function,
+    closed_coroutine,
     load_asyncio,
     not_a_node,
     task_is_async,
@@ -199,8 +200,9 @@ def as_top_nodes(nodes: object) -> tuple[SchedulingNode[Any, Any], ...]:
     if isinstance(nodes, type) and issubclass(nodes, SchedulingNode):
         raise InvalidNodeError(f"got the class {nodes.__name__}; pass an instance: {nodes.__name__}(...)")
     if isinstance(nodes, (str, bytes, dict)) or not isinstance(nodes, Iterable):
-        got = (not_a_node(nodes) if callable(nodes) and not isinstance(nodes, type)
-               else type(nodes).__name__)
+        named = (callable(nodes) and not isinstance(nodes, type)
+                 or closed_coroutine(nodes) is not None)
+        got = not_a_node(nodes) if named else type(nodes).__name__
         raise InvalidNodeError(f"nodes must be a SchedulingNode or an iterable of them, got {got}")
     tops = tuple(nodes)
     for i, n in enumerate(tops):
@@ -387,14 +389,19 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
             raise FlowDefinitionError(
                 f"node {n.name!r}: {cls.__name__} does not implement task(self, ctx, param)"
             )
+        if not callable(cls.task):
+            raise FlowDefinitionError(
+                f"node {n.name!r}: {cls.__name__}.task must be a method task(self, ctx, param), "
+                f"got {not_a_node(cls.task)}")
         if is_coroutine_function(cls.task):
             load_asyncio()  # with the plan, not inside the run
         for hook in ("on_begin", "on_success", "on_fail"):
-            if is_coroutine_function(getattr(cls, hook)):
+            if callable_is_async(n.__dict__.get(hook) or getattr(cls, hook)):
                 raise FlowDefinitionError(
-                    f"node {n.name!r}: {cls.__name__}.{hook} is a coroutine function; hooks "
-                    "run on the run's threads (never on an event loop): write it as a plain "
-                    "def, and move the awaiting into the task")
+                    f"node {n.name!r}: {cls.__name__}.{hook} is async (a coroutine function, or "
+                    "an object with async def __call__); hooks run on the run's threads (never "
+                    "on an event loop): write it as a plain def, and move the awaiting into the "
+                    "task")
         check = getattr(n, "_check_definition", None)
         if check is not None:
             check()

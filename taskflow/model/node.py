@@ -25,43 +25,14 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar, Union, overload
 
 from taskflow.errors import FlowDefinitionError, InvalidNodeError, closest_name
+from taskflow.model.callables import (
+    CO_VARARGS,
+    callable_is_async,
+    is_coroutine_function,
+    plain_function,
+)
 from taskflow.model.joins import Join
 from taskflow.model.result import ResultState, WorkResult
-
-# ``inspect`` (with ``ast``, ``dis`` and ``tokenize``, about 7 ms) is imported only when a
-# plain function's code object cannot answer (a wrapper, a partial, a callable object) or an
-# error message needs a signature: building a node from a plain function reads the
-# code object's flags, as ``inspect`` does for such a function.
-_CO_VARARGS = 0x04  # inspect.CO_VARARGS
-_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
-
-
-def _plain_function(fn: object) -> types.FunctionType | None:
-    """``fn`` when it is a plain function whose code object tells its signature, else None."""
-    if (type(fn) is types.FunctionType and not hasattr(fn, "__wrapped__")
-            and "__signature__" not in fn.__dict__):
-        return fn
-    return None
-
-
-def is_coroutine_function(fn: object) -> bool:
-    """``inspect.iscoroutinefunction``, answered from the code object for a plain function."""
-    plain = _plain_function(fn)
-    if plain is not None and not hasattr(plain, "_is_coroutine_marker"):
-        return bool(plain.__code__.co_flags & _CO_COROUTINE)
-    import inspect
-
-    return inspect.iscoroutinefunction(fn)
-
-
-def callable_is_async(fn: object) -> bool:
-    """Whether calling ``fn`` makes a coroutine to await: a coroutine function, or an object
-    whose class defines ``async def __call__``."""
-    if is_coroutine_function(fn):
-        return True
-    if isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)):
-        return False
-    return callable(fn) and is_coroutine_function(type(fn).__call__)
 
 
 def load_asyncio() -> None:
@@ -251,13 +222,13 @@ def arity_problem(fn: object, called_as: str, nargs: int) -> str | None:
     A plain function is read from its code object (about a microsecond); anything else
     through ``inspect.signature``.
     """
-    plain = _plain_function(fn)
+    plain = plain_function(fn)
     if plain is not None:
         code = plain.__code__
         npos = code.co_argcount
         required = npos - len(plain.__defaults__ or ())
         kw_required = code.co_kwonlyargcount - len(plain.__kwdefaults__ or {})
-        if required <= nargs and (npos >= nargs or code.co_flags & _CO_VARARGS) \
+        if required <= nargs and (npos >= nargs or code.co_flags & CO_VARARGS) \
                 and kw_required == 0:
             return None
     import inspect
@@ -296,8 +267,22 @@ def _arity_of_methods(cls: type[Any]) -> str | None:
 NodeArg = Union["SchedulingNode[Any, Any]", Iterable["SchedulingNode[Any, Any]"]]
 
 
+def closed_coroutine(value: object) -> str | None:
+    """When ``value`` is a coroutine object (a call of an async function, given where the
+    function was expected): close it, so that it does not warn "never awaited" later, and
+    return the function's name; None for anything else."""
+    if type(value).__name__ != "coroutine" or not hasattr(value, "close"):
+        return None
+    value.close()
+    return str(getattr(value, "__qualname__", "fn"))
+
+
 def not_a_node(value: object) -> str:
     """What ``value``, given where a node was expected, is, and what to pass instead."""
+    coro = closed_coroutine(value)
+    if coro is not None:
+        return (f"the coroutine object {coro}(...); wrap the async function itself in a node: "
+                f"FunctionNode({coro})")
     if isinstance(value, type) and issubclass(value, SchedulingNode):
         return f"the class {value.__name__}; pass an instance: {value.__name__}(...)"
     if isinstance(value, str):
@@ -873,9 +858,8 @@ class FunctionNode(SchedulingNode[Any, Any]):
         **unknown: NoReturn,
     ) -> None:
         if not callable(fn):
-            if type(fn).__name__ == "coroutine" and hasattr(fn, "close"):
-                what = getattr(fn, "__qualname__", "fn")
-                fn.close()  # never awaited: closed here, without a RuntimeWarning later
+            what = closed_coroutine(fn)
+            if what is not None:
                 raise InvalidNodeError(
                     f"FunctionNode needs a callable, got the coroutine object {what}(...): "
                     f"pass the async function itself, FunctionNode({what}), not a call of it")

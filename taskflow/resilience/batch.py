@@ -57,6 +57,7 @@ from taskflow.resilience.options import (
     check_int,
     check_name,
     check_seconds,
+    is_async,
     rebuild,
 )
 from taskflow.resilience.process import track
@@ -443,9 +444,11 @@ def _check_fn(owner: str, fn: object) -> None:
     """``fn`` must be callable with one positional argument (the keys)."""
     if not callable(fn):
         raise FlowDefinitionError(f"{owner}: fn must be callable as fn(keys), got {fn!r}")
-    if inspect.iscoroutinefunction(fn):
-        raise FlowDefinitionError(f"{owner}: fn {fn!r} is a coroutine function; it runs on an "
-                                  "executor thread: pass a plain function")
+    if is_async(fn):
+        raise FlowDefinitionError(
+            f"{owner}: fn {fn!r} is async (a coroutine function, or an object with async def "
+            "__call__): a Batch does not take an async batch function yet; it calls fn(keys) "
+            "on an executor thread and does not await it: pass a plain function")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

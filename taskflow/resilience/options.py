@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
 from typing import Any
 
 from taskflow.errors import FlowDefinitionError
@@ -18,6 +19,7 @@ __all__ = [
     "check_name",
     "check_ratio",
     "check_seconds",
+    "is_async",
     "rebuild",
 ]
 
@@ -66,14 +68,30 @@ def check_ratio(owner: str, option: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def is_async(fn: object) -> bool:
+    """Whether calling ``fn`` makes a coroutine: a coroutine function (or a partial of one), or
+    an object whose class defines ``async def __call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if isinstance(fn, (types.FunctionType, types.MethodType, type)):
+        return False
+    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+
+
 def check_callable(owner: str, option: str, fn: object, params: str) -> None:
-    """Raise unless ``fn`` is callable with two positional arguments (named in ``params``).
+    """Raise unless ``fn`` is a plain (not async) callable with two positional arguments
+    (named in ``params``).
 
     Callables whose signature Python cannot read (some builtins) are accepted.
     """
     if not callable(fn):
         raise FlowDefinitionError(f"{owner}: {option} must be callable as {option}{params}, "
                                   f"got {fn!r}")
+    if is_async(fn):
+        raise FlowDefinitionError(
+            f"{owner}: {option} {fn!r} is async (a coroutine function, or an object with "
+            f"async def __call__): taskflow calls {option} on its own threads and does not "
+            "await it; pass a plain function")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

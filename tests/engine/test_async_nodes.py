@@ -439,7 +439,7 @@ def test_an_async_hook_is_refused_before_anything_runs(pool: ThreadPoolExecutor,
     ran = threading.Event()
     cls = type("Hooked", (SchedulingNode,), {
         "task": lambda self, ctx, p: ran.set(), hook: bad_hook})
-    with pytest.raises(FlowDefinitionError, match=rf"Hooked\.{hook} is a coroutine function"):
+    with pytest.raises(FlowDefinitionError, match=rf"Hooked\.{hook} is async"):
         TaskScheduling.start(cls(name="hooked"), executor=pool, timeout=LONG)
     assert not ran.is_set()
 

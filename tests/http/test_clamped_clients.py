@@ -17,7 +17,7 @@ import httpx
 import pytest
 import requests
 from conftest import EPS, LONG, MEDIUM, PROMPT, SHORT
-from http_backend import Backend, running_backend
+from http_backend import DEADLINE_HEADERS, Backend, lower, running_backend
 
 import taskflow
 import taskflow.http
@@ -32,7 +32,6 @@ from taskflow import (
 )
 
 BUDGET = 0.3
-DEADLINE_HEADERS = {"grpc-timeout", "x-envoy-expected-rq-timeout-ms", "x-request-deadline"}
 
 
 @pytest.fixture
@@ -66,9 +65,6 @@ def get(request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
         with taskflow.http.httpx_client() as client:
             yield httpx_get(client)
 
-
-def lower(headers: dict[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
 
 
 def test_a_hung_backend_gives_the_worker_back_at_the_deadline(backend, one_worker, get):
@@ -212,6 +208,7 @@ def test_on_cancel_shutting_the_socket_frees_a_node_a_join_no_longer_needs(backe
 @pytest.mark.parametrize(("factory", "extra", "module"), [
     (lambda: taskflow.http.session(), "taskflow-juc[http]", "requests"),
     (lambda: taskflow.http.httpx_client(), "taskflow-juc[httpx]", "httpx"),
+    (lambda: taskflow.http.async_httpx_client(), "taskflow-juc[httpx]", "httpx"),
 ])
 def test_a_missing_extra_says_which_to_install(monkeypatch, factory, extra, module):
     monkeypatch.setitem(sys.modules, module, None)

@@ -18,7 +18,7 @@ from taskflow import (
     SchedulingNode,
     SwitchNode,
 )
-from taskflow.model.node import is_coroutine_function
+from taskflow.model.callables import is_coroutine_function
 from taskflow.resilience import Bulkhead, CircuitBreaker, Hedge, RateLimit
 
 

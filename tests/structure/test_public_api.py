@@ -120,7 +120,7 @@ NAMESPACES = {
     ],
     "taskflow.observe.otel": ["instrument", "instrumented", "uninstrument"],
     "taskflow.observe.web": ["make_app"],
-    "taskflow.http": ["httpx_client", "session"],
+    "taskflow.http": ["async_httpx_client", "httpx_client", "session"],
     "taskflow.testing": ["DEFAULT_MAX_STEPS", "FakeClock", "ManualExecutor", "StepLimitError"],
 }
 # ``taskflow.conductor`` and friends are these modules, loaded on first access
