@@ -6,13 +6,14 @@ machine can stretch them all at once (JSR-166 TCK's SHORT/MEDIUM/LONG convention
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -264,3 +265,43 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(LONG)
+
+
+T = TypeVar("T")
+
+
+def poll(read: Callable[[], T], done: Callable[[T], bool], what: str,
+         timeout: float = LONG) -> T:
+    """``read()`` again until ``done`` says yes, or fail naming ``what`` and the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}; last seen: {value!r}"[:4000]
+        time.sleep(0.05)
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """``GET path`` from a server a test started on 127.0.0.1: (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=LONG)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def wait_for_server(proc: subprocess.Popen[Any], port: int, path: str,
+                    log: Callable[[], str]) -> None:
+    """Wait until a server a test started answers ``GET path`` with 200; fail with its ``log()``
+    if it exits first or never answers."""
+    def up() -> bool:
+        assert proc.poll() is None, log()
+        try:
+            return http_get(port, path)[0] == 200
+        except OSError:
+            return False
+
+    poll(up, bool, f"the server did not start\n{log()}")

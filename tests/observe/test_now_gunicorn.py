@@ -9,7 +9,6 @@ answers it (``hung_backend_app.py``), so the order is the test's, not the clock'
 from __future__ import annotations
 
 import html
-import http.client
 import json
 import os
 import shutil
@@ -18,14 +17,21 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from conftest import LONG, free_port, parse_prometheus, stop_process
+from conftest import (
+    LONG,
+    free_port,
+    http_get,
+    parse_prometheus,
+    poll,
+    stop_process,
+    wait_for_server,
+)
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not hasattr(signal, "SIGPROF"), reason="needs SIGPROF")]
@@ -40,19 +46,6 @@ APP = HERE / "hung_backend_app.py"
 RECV_LINE = next(n for n, line in enumerate(APP.read_text().splitlines(), 1)
                  if "conn.recv(" in line)
 STUCK_IN = f"_ask ({APP}:{RECV_LINE})"
-T = TypeVar("T")
-
-
-def poll(read: Callable[[], T], done: Callable[[T], bool], what: str,
-         timeout: float = LONG) -> T:
-    """``read()`` again until ``done`` says yes, or fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        assert time.monotonic() < deadline, f"{what}; last seen: {value!r}"[:4000]
-        time.sleep(0.05)
 
 
 class Backend:
@@ -112,26 +105,13 @@ class Gunicorn:
              "--bind", f"127.0.0.1:{self.port}", "--error-logfile", str(self.errors),
              "--log-level", "warning", "--graceful-timeout", "2", "hung_backend_app:app"],
             cwd=str(HERE), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        poll(self._up, bool, "gunicorn did not start")
-
-    def _up(self) -> bool:
-        assert self.proc.poll() is None, self.log()
-        try:
-            return self.get("/pid")[0] == 200
-        except OSError:
-            return False
+        wait_for_server(self.proc, self.port, "/pid", self.log)
 
     def log(self) -> str:
         return self.errors.read_text() if self.errors.exists() else ""
 
     def get(self, path: str) -> tuple[int, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=LONG)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode()
-        finally:
-            conn.close()
+        return http_get(self.port, path)
 
     def now(self) -> dict[str, Any]:
         status, body = self.get("/ops/taskflow/now.json")
