@@ -11,7 +11,9 @@ as printed) becomes a free port, bound to 127.0.0.1 as printed; a file the comma
 the server started just above it with the same URL and headers (through urllib, bounded by a
 timeout); its comment, when it says ``a 504 naming reviews and page``, is what the answer must
 show, when it says ``200, without recommendations`` the answer must list them under
-``degraded``, otherwise it must be a 200. Servers are always stopped, their whole process group.
+``degraded``, otherwise it must be a 200. A line ending in ``&`` (a stand-in backend) is started
+and kept running for the lines below it, waited for on its printed ``--port``. Servers are always
+stopped, their whole process group.
 
 ``pip install`` and ``pytest`` are not run from inside pytest: the test checks that ``.ci/run``
 runs them exactly as printed (and CI does). A command of a kind this file does not know fails
@@ -296,6 +298,13 @@ def run_block(block: Block, tmp_path: Path, started: list[Server]) -> None:
                 checked_by_ci(shown, block.origin)
             elif program == "curl":
                 curl(part, comment, server, block.origin)
+            elif part[-1] == "&":
+                # a process left running for the lines below (a stand-in backend): started,
+                # waited for on its printed --port, stopped with the servers
+                background = part[:-1]
+                assert "--port" in background, f"{block.origin}: {shown} has no --port"
+                port = int(background[background.index("--port") + 1])
+                started.append(start_server(background, port, tmp_path / f"background-{n}.log"))
             elif is_server(part):
                 if server is not None:
                     stop_server(server)

@@ -85,7 +85,10 @@ def test_a_hung_backend_gives_the_worker_back_at_the_deadline(backend, one_worke
 def test_the_backend_receives_the_deadline_headers(backend, one_worker, get):
     sent = time.time()
     node = FunctionNode(lambda ctx, p: get(backend.url + "/slow"), name="backend")
-    TaskScheduling.start(node, executor=one_worker, timeout=BUDGET)
+    result = TaskScheduling.start(node, executor=one_worker, timeout=BUDGET)
+    # the run may end at its budget before the server's thread read the request: wait for it
+    # (a loaded machine), unless the call failed before it went out
+    assert backend.arrived.wait(LONG), result.result_of("backend")
     [headers] = [lower(h) for h in backend.headers_of("/slow")]
     assert DEADLINE_HEADERS <= set(headers)
     assert headers["grpc-timeout"][-1] in "mun"
