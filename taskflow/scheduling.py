@@ -4,6 +4,7 @@ as they settle) and ``run_async``."""
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FlowStream", "TaskScheduling", "run_async", "set_event_loop"]
 
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+
 
 def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
     """The run's flow name: ``name``, or the name of the first top node."""
@@ -47,6 +50,8 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 def _budget(timeout: Any) -> float:
     """The run's budget from ``timeout``: None and ``inf`` are none (``inf``)."""
+    if type(timeout) is float and 0.0 <= timeout < _TIMEOUT_MAX:  # the common case, first
+        return timeout
     if timeout is None:
         return math.inf
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
