@@ -224,7 +224,8 @@ def finish(run: ClosingRun) -> None:
     """Make the FlowResult once, after every owed hook started, and hand it over."""
     mine = 1 if getattr(current, "hooking", None) is run else 0
     while True:
-        hooking.run_owed(run)
+        if run.owed:  # read without the lock: the check under it below catches a late claim
+            hooking.run_owed(run)
         with run.lock:
             if run.finished:
                 return
