@@ -113,7 +113,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if overrides is not None:
         plan = override_plan(plan, overrides)
     caps = executors.capabilities(executor)
-    outer = getattr(current, "run", None)
+    outer = current.__dict__.get("run")
     # nested start from a worker of the same pool (wrappers compared by what they wrap), or a
     # start from one of the pool's own threads outside any run: run the nodes in this thread,
     # so a saturated (e.g. one-worker) pool cannot deadlock on us
@@ -135,7 +135,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     run.priority = prio
-    bind_context(ctx, run)
+    bind_context(ctx, run, context is None)
     return run
 
 

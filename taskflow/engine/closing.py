@@ -222,7 +222,7 @@ def close_rest(run: ClosingRun, timers: list[timer.Timer], running: list[Future[
 
 def finish(run: ClosingRun) -> None:
     """Make the FlowResult once, after every owed hook started, and hand it over."""
-    mine = 1 if getattr(current, "hooking", None) is run else 0
+    mine = 1 if current.__dict__.get("hooking") is run else 0
     while True:
         if run.owed:  # read without the lock: the check under it below catches a late claim
             hooking.run_owed(run)

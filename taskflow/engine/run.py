@@ -197,6 +197,7 @@ from taskflow.engine.states import (
     WAITING,
     IllegalMoveError,
 )
+from taskflow.engine.unused import Unused, UnusedSet
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -282,29 +283,6 @@ def _no_loops(k: int) -> None:  # pragma: no cover - a watchdog is armed only fo
     """An unpooled economy's ``start``: it never starts loops of its own."""
 
 
-class _Unused(dict[Any, Any]):
-    """The class-level default of a field of ``Run`` that a run of its mode or plan never
-    writes (``Run.__init__`` gives the others their own): reading it is reading an empty
-    mapping; writing it is a bug in taskflow and raises."""
-
-    __slots__ = ()
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        raise TypeError(f"taskflow bug: a run wrote {key!r} into a field it never uses")
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        raise TypeError(f"taskflow bug: a run wrote {key!r} into a field it never uses")
-
-
-class _UnusedSet(set[int]):
-    """``_Unused`` for a set."""
-
-    __slots__ = ()
-
-    def add(self, token: int) -> None:
-        raise TypeError(f"taskflow bug: a run wrote {token!r} into a field it never uses")
-
-
 class Run:
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
@@ -334,15 +312,15 @@ class Run:
     _log: Any = None
     # fields only some modes or plans write: ``__init__`` makes them for those runs; the
     # others read these empty defaults (a write into one raises)
-    unstarted: set[int] = _UnusedSet()  # LOOPS
-    live: set[int] = _UnusedSet()  # LOOPS
-    loop_futs: dict[int, Future[Any]] = _Unused()  # LOOPS
-    remote_futs: dict[int, Future[Any]] = _Unused()  # REMOTE
-    node_timers: dict[int, timer.Timer] = _Unused()  # plan.any_timeout
-    guards: dict[int, guards.Guard] = _Unused()  # plan.any_policy
+    unstarted: set[int] = UnusedSet()  # LOOPS
+    live: set[int] = UnusedSet()  # LOOPS
+    loop_futs: dict[int, Future[Any]] = Unused()  # LOOPS
+    remote_futs: dict[int, Future[Any]] = Unused()  # REMOTE
+    node_timers: dict[int, timer.Timer] = Unused()  # plan.any_timeout
+    guards: dict[int, guards.Guard] = Unused()  # plan.any_policy
     # made by the first switch or fan-out that writes them (``dict.setdefault``: atomic)
-    chosen: dict[int, frozenset[int]] = _Unused()
-    fans: dict[int, Any] = _Unused()
+    chosen: dict[int, frozenset[int]] = Unused()
+    fans: dict[int, Any] = Unused()
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -391,7 +369,7 @@ class Run:
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
         self.cv = _copy_context()
-        self.debug = _debug_enabled()
+        self.debug = logs.logging_nodes() and _debug_enabled()  # off by default: one call
         self.quiet = not self.debug  # and no node observers (set again by begin)
         # when the caller called (its budget counts from then, building the run included)
         self.t0 = clock.now() if t0 is None else t0
@@ -448,13 +426,13 @@ class Run:
         if self.closed:
             return True
         cur = current
-        if getattr(cur, "run", None) is self:
+        if cur.__dict__.get("run") is self:
             return self.results[cur.idx].state is not _DEFAULT
         return False
 
     def caller_name(self) -> str:
         cur = current
-        return self.names[cur.idx] if getattr(cur, "run", None) is self else "?"
+        return self.names[cur.idx] if cur.__dict__.get("run") is self else "?"
 
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
@@ -973,7 +951,7 @@ class Run:
         if self.plan.any_async and aio.cancel_from_loop(self, reason):
             return  # asked by an async task: its owner closes the run, off the loop thread
         keep = -1
-        if getattr(current, "run", None) is self:
+        if current.__dict__.get("run") is self:
             keep = current.idx
         if self.observers and not self.closed:
             events.event(self.observers, -1, "cancelled", {
