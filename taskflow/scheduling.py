@@ -4,6 +4,7 @@ as they settle) and ``run_async``."""
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FlowStream", "TaskScheduling", "run_async", "set_event_loop"]
 
+_TIMEOUT_MAX = threading.TIMEOUT_MAX
+
 
 def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
     """The run's flow name: ``name``, or the name of the first top node."""
@@ -47,6 +50,8 @@ def _flow_name(name: Any, tops: tuple[Any, ...]) -> str:
 
 def _budget(timeout: Any) -> float:
     """The run's budget from ``timeout``: None and ``inf`` are none (``inf``)."""
+    if type(timeout) is float and 0.0 <= timeout < _TIMEOUT_MAX:  # the common case, first
+        return timeout
     if timeout is None:
         return math.inf
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -109,7 +114,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if overrides is not None:
         plan = override_plan(plan, overrides)
     caps = executors.capabilities(executor)
-    outer = getattr(current, "run", None)
+    outer = current.__dict__.get("run")
     # nested start from a worker of the same pool (wrappers compared by what they wrap), or a
     # start from one of the pool's own threads outside any run: run the nodes in this thread,
     # so a saturated (e.g. one-worker) pool cannot deadlock on us
@@ -133,7 +138,7 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
     run.priority = prio
     run.aio_loop = aio_loop
-    bind_context(ctx, run)
+    bind_context(ctx, run, context is None)
     return run
 
 

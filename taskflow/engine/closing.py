@@ -14,7 +14,9 @@ go to a coordinator thread, also when the timer closes the run), and ``close_res
 and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
 
 Invariants: ``finished`` is set exactly once, after every claimed hook started (``finish``
-runs the owed hooks and waits ``HOOK_GRACE`` for those running); no hook starts after it; user
+runs the owed hooks and waits ``HOOK_GRACE`` for those running; it may skip ``run_owed`` on an
+unlocked read of an empty ``owed``, as it tests ``owed`` again under the lock before it sets
+``finished``); no hook starts after it; user
 code, ``cancel`` and ``mark_abandoned`` are never called while holding the run's lock; a run
 closed by a cancel can still be closed by the deadline (then the wait for ``keep`` ends);
 one closer per end, decided under the lock: at the deadline the first of the caller, the timer,
@@ -222,9 +224,10 @@ def close_rest(run: ClosingRun, timers: list[timer.Timer], running: list[Future[
 
 def finish(run: ClosingRun) -> None:
     """Make the FlowResult once, after every owed hook started, and hand it over."""
-    mine = 1 if getattr(current, "hooking", None) is run else 0
+    mine = 1 if current.__dict__.get("hooking") is run else 0
     while True:
-        hooking.run_owed(run)
+        if run.owed:  # read without the lock: the check under it below catches a late claim
+            hooking.run_owed(run)
         with run.lock:
             if run.finished:
                 return

@@ -114,11 +114,20 @@ def _is_process_pool(executor: Executor) -> bool:
     return module is not None and isinstance(executor, module.ProcessPoolExecutor)
 
 
+# a ThreadPoolExecutor's capabilities by its size (a few sizes per process; read without a lock:
+# two threads making the same entry make equal tuples)
+_POOL_CAPS: dict[int, Capabilities] = {}
+
+
 def capabilities(executor: Executor) -> Capabilities:
     """The capabilities of ``executor`` (see the module docstring)."""
     kind = type(executor)
-    if kind is ThreadPoolExecutor:  # the common case, first
-        return Capabilities(executor._max_workers, False)  # type: ignore[attr-defined]
+    if kind is ThreadPoolExecutor:  # the common case, first (one tuple per pool size)
+        size = executor._max_workers  # type: ignore[attr-defined]
+        known = _POOL_CAPS.get(size)
+        if known is None:
+            known = _POOL_CAPS[size] = Capabilities(size, False)
+        return known
     declared = getattr(kind, "taskflow_capabilities", None)
     if declared is not None:  # DeclaresCapabilities (an isinstance check would be slower)
         caps: Capabilities = declared(executor)

@@ -4,7 +4,8 @@ A ``start`` called from a task that runs on a worker of the same pool (compared 
 ``executors.same_executor``) cannot wait for that pool: on a saturated (e.g. one-worker) pool the
 nodes would never run. Such a run is *inline*: its caller drains the run's ready queue itself,
 between waits on the run's inbox (``closing.wait``), so the nested flow needs no other worker. Nodes
-that become ready while the caller waits post a wake-up to the inbox.
+that become ready while the caller waits post a wake-up to the inbox; the roots need none (``begin``
+queues them on the caller's thread, which drains before it first waits).
 """
 
 from __future__ import annotations

@@ -105,6 +105,13 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
+Fields most runs never change are class-level defaults (a run writes its own on change). Those
+only a mode or a plan writes are made by ``__init__`` for such runs alone: ``unstarted``,
+``live``, ``loop_futs`` (LOOPS), ``remote_futs`` (REMOTE), ``node_timers`` (``plan.any_timeout``),
+``guards`` (``plan.any_policy``); ``chosen`` and ``fans`` by the first switch or fan-out that
+writes one (``dict.setdefault``, atomic). The others read an empty class-level default that
+raises on a write (``_Unused``), so a field written where it was not made is a loud bug.
+
 State table
 ===========
 Each node's ``code`` moves along ``states.LEGAL_MOVES`` (``states.py`` has the table and what
@@ -190,6 +197,7 @@ from taskflow.engine.states import (
     WAITING,
     IllegalMoveError,
 )
+from taskflow.engine.unused import Unused, UnusedSet
 from taskflow.errors import (
     FlowDefinitionError,
     NodeCancelledError,
@@ -271,6 +279,10 @@ def _wake() -> None:
     """Posted to an inline run's inbox: nodes became ready."""
 
 
+def _no_loops(k: int) -> None:  # pragma: no cover - a watchdog is armed only for pooled runs
+    """An unpooled economy's ``start``: it never starts loops of its own."""
+
+
 class Run:
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
@@ -298,6 +310,17 @@ class Run:
     watch: attempts.Watch | None = None
     outer: tuple[Any, Any] | None = None
     _log: Any = None
+    # fields only some modes or plans write: ``__init__`` makes them for those runs; the
+    # others read these empty defaults (a write into one raises)
+    unstarted: set[int] = UnusedSet()  # LOOPS
+    live: set[int] = UnusedSet()  # LOOPS
+    loop_futs: dict[int, Future[Any]] = Unused()  # LOOPS
+    remote_futs: dict[int, Future[Any]] = Unused()  # REMOTE
+    node_timers: dict[int, timer.Timer] = Unused()  # plan.any_timeout
+    guards: dict[int, guards.Guard] = Unused()  # plan.any_policy
+    # made by the first switch or fan-out that writes them (``dict.setdefault``: atomic)
+    chosen: dict[int, frozenset[int]] = Unused()
+    fans: dict[int, Any] = Unused()
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -324,27 +347,29 @@ class Run:
         self.claimed = bytearray(n)
         self.hook_errors: dict[int, HookError] = {}
         self.owed: list[int] = []  # a list: empty for nearly every run (a deque is 0.7 KiB)
-        self.chosen: dict[int, frozenset[int]] = {}
-        self.fans: dict[int, Any] = {}
-        self.node_timers: dict[int, timer.Timer] = {}
+        if plan.any_timeout:
+            self.node_timers = {}
+        if plan.any_policy:
+            self.guards = {}
         self.mode = REMOTE if caps.remote else INLINE if inline else LOOPS
         self.ref = weakref.ref(self)
         pooled = self.mode is LOOPS
+        if pooled:
+            self.unstarted = set()
+            self.live = set()
+            self.loop_futs = {}
+        elif caps.remote:
+            self.remote_futs = {}
         # the economy calls back through a weak reference: no cycle between it and the run
         self.economy = Economy(plan.est, self.ready, self.code, pooled, caps.parallelism,
                                executors.backlog(executor) if pooled else None, self.lock,
-                               partial(_start_loops, self.ref))
-        self.unstarted: set[int] = set()
-        self.live: set[int] = set()
-        self.loop_futs: dict[int, Future[Any]] = {}
-        self.remote_futs: dict[int, Future[Any]] = {}
+                               partial(_start_loops, self.ref) if pooled else _no_loops)
         self.threads: dict[int, dict[str, Any]] = {}  # who drained it (inflight.py)
-        self.guards: dict[int, guards.Guard] = {}
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
         self.cv = _copy_context()
-        self.debug = _debug_enabled()
+        self.debug = logs.logging_nodes() and _debug_enabled()  # off by default: one call
         self.quiet = not self.debug  # and no node observers (set again by begin)
         # when the caller called (its budget counts from then, building the run included)
         self.t0 = clock.now() if t0 is None else t0
@@ -401,13 +426,13 @@ class Run:
         if self.closed:
             return True
         cur = current
-        if getattr(cur, "run", None) is self:
+        if cur.__dict__.get("run") is self:
             return self.results[cur.idx].state is not _DEFAULT
         return False
 
     def caller_name(self) -> str:
         cur = current
-        return self.names[cur.idx] if getattr(cur, "run", None) is self else "?"
+        return self.names[cur.idx] if cur.__dict__.get("run") is self else "?"
 
     def value_of(self, name: str) -> Any:
         return closing.value_of(self.results, self.plan.index, self.flow_id, name)
@@ -487,7 +512,8 @@ class Run:
                 eco.enqueue(i)
             if plan.any_deadline:  # after the roots are queued: an entry may fire at once
                 sections.arm(self, deadlines.node_timeout)
-            k = eco.reserve()
+            # an inline run's caller drains the roots itself next (closing.wait): no wake-up
+            k = eco.reserve() if self.mode is not INLINE else 0
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
         self.dispatch(k)
@@ -683,15 +709,15 @@ class Run:
         chosen = self.plan.nodes[i].choose_sons(value)
         if chosen is not None:
             pruned = self.plan.pruned  # sons left out by start(..., targets=...) do not run
-            self.chosen[i] = frozenset(plan_pos(self.plan, c) for c in chosen
-                                       if id(c) not in pruned)
+            self.__dict__.setdefault("chosen", {})[i] = frozenset(
+                plan_pos(self.plan, c) for c in chosen if id(c) not in pruned)
 
     def start_fanout(self, i: int, token: int, node: Any, tname: str) -> int:
         """Start node ``i``'s fan-out (``taskflow.kinds.fanout``) and give the loop its next node."""
         self.begin_attempt(i, self.results[i], tname, node)
         fan = node.open_fan_out(self, i)
         with self.lock:
-            self.fans[i] = fan
+            self.__dict__.setdefault("fans", {})[i] = fan
         fan.start()
         if token == NO_LOOP:
             return -1
@@ -925,7 +951,7 @@ class Run:
         if self.plan.any_async and aio.cancel_from_loop(self, reason):
             return  # asked by an async task: its owner closes the run, off the loop thread
         keep = -1
-        if getattr(current, "run", None) is self:
+        if current.__dict__.get("run") is self:
             keep = current.idx
         if self.observers and not self.closed:
             events.event(self.observers, -1, "cancelled", {

@@ -266,7 +266,7 @@ class FlowStream:
         run = self._run
         if not run.finished:
             run.cancel("the stream was closed")
-        if getattr(current, "run", None) is run:
+        if current.__dict__.get("run") is run:
             self._finalizer.detach()
             return
         with self._lock:

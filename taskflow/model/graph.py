@@ -16,6 +16,7 @@ from __future__ import annotations
 import graphlib
 from collections import deque
 from collections.abc import Iterable
+from operator import is_ as _is
 from typing import Any
 
 from taskflow.errors import (
@@ -233,7 +234,7 @@ def cached_plan(nodes: object) -> Plan | None:
         return None
     cached = first.__dict__.get("_plan_cache")
     if cached is not None and not cached.stale and len(cached.tops) == len(nodes) and all(
-        a is b for a, b in zip(cached.tops, nodes, strict=True)
+        map(_is, cached.tops, nodes)  # identity, never a node's __eq__ (map: no generator)
     ):
         plan: Plan = cached
         return plan
