@@ -78,11 +78,25 @@ once (from its task's end, or from ``begin``/``_begin`` when it never started); 
 called at most once per attempt (the watch takes it out under its lock) and is idempotent
 anyway.
 
+Async batch functions
+=====================
+A ``Batch`` whose function is ``async def`` has its calls awaited here (``start_batch_call``,
+which ``batching`` reaches as ``batching.start_on_loop``): the thread that holds the duty to
+run a call (a joiner, the engine timer at the window's end, a fan-out's item loop) reads its
+keys (``Batch.begin``) and hands ``fn(keys)`` to the loop of a run with a seat in it (as for
+an async node of that run: ``run_async``'s loop, the application's, or taskflow's loop
+thread), then goes on: no worker is held while the call awaits, whether its seats are sync or
+async nodes. The task's end goes to a coordinator thread, which answers the seats
+(``Batch.resolve``: the parties, a user mapping's lookups) as a worker answers a plain call.
+The call registers its ``stop`` with the batch (``Batch.running``): when the last seat leaves
+(every run waiting for it gave up: its budget, a node's timeout or deadline), the task is
+cancelled for real, and its end counts as cancelled, not failed. An async ``key=`` is still
+refused by ``Batch`` (keys are read synchronously, on the joiner's thread); an async node
+with a plain ``Batch`` is answered by it like a plain node (its task is not called).
+
 What is refused (``check_plan``, before anything runs): an async node on an executor that runs
 tasks in other processes, or of a kind that schedules its own work (a fan-out); and, but under
-``run_async``, a loop given to ``set_event_loop`` that was closed since. ``Batch`` refuses an
-``async def`` batch function itself (the batch's call runs on the executor); an async node
-with a plain ``Batch`` is answered by it like a plain node (its task is not called).
+``run_async``, a loop given to ``set_event_loop`` that was closed since.
 """
 
 from __future__ import annotations
@@ -94,7 +108,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, guards, looplag, remote, retrying, timer
+from taskflow.engine import attempts, batching, guards, looplag, remote, retrying, timer
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
@@ -113,8 +127,8 @@ if TYPE_CHECKING:
     from taskflow.engine.economy import Economy
 
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
-           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_detached",
-           "start_node"]
+           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_batch_call",
+           "start_detached", "start_node"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
@@ -661,3 +675,94 @@ def _cancel_as(run: AsyncRun, i: int, reason: str | None) -> None:
         run.cancel(reason)
     finally:
         cur["run"], cur["idx"] = prev
+
+
+# -- async batch functions -----------------------------------------------------------------------
+
+
+def start_batch_call(run: Any, batch: Any, call: Any) -> None:
+    """Closed ``call`` of ``batch``, whose function is async, starts on ``run``'s event loop
+    (the thread holding the duty to run it, outside every lock; see "Async batch functions"):
+    ``fn(keys)`` becomes an asyncio task there and this thread goes on."""
+    try:
+        loop = event_loop(run)
+    except BaseException as exc:  # noqa: BLE001 - a closed loop fails the call's seats
+        batch.fail(call, exc)
+        return
+    keys = batch.begin(call)
+    if keys is None:
+        return  # nobody waits for it any more
+    bc = _BatchCall(batch, call, loop, run.cv)
+    if not batch.running(call, bc.stop):  # every seat left meanwhile: never started
+        batch.resolve(call, None, None, cancelled=True)
+        return
+    try:
+        loop.call_soon_threadsafe(bc.begin, keys)
+    except RuntimeError as exc:  # the loop was closed meanwhile
+        batch.resolve(call, None, exc)
+
+
+class _BatchCall:
+    """One call of an async batch function on its loop: its task, and whether taskflow
+    cancelled it (``stop``: every seat left)."""
+
+    __slots__ = ("batch", "call", "cv", "loop", "stopped", "task")
+
+    def __init__(self, batch: Any, call: Any, loop: asyncio.AbstractEventLoop,
+                 cv: Any) -> None:
+        self.batch = batch
+        self.call = call
+        self.loop = loop
+        self.cv = cv
+        self.stopped = False
+        self.task: asyncio.Task[Any] | None = None
+
+    def stop(self) -> None:
+        """Every seat left (``Batch.leave``, any thread): cancel the task on the loop, or keep
+        it from starting."""
+        self.stopped = True
+        with contextlib.suppress(RuntimeError):  # the loop was closed: nothing runs there
+            self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        task = self.task
+        if task is not None:
+            task.cancel()
+
+    def begin(self, keys: Any) -> None:
+        """The loop thread: make ``fn(keys)`` an asyncio task (in a copy of the contextvars of
+        the run that started it), unless every seat left meanwhile."""
+        if self.stopped:
+            self._answer(None, None, True)
+            return
+        try:
+            task = self.cv.copy().run(self.loop.create_task, self.batch.fn(keys))
+        except BaseException as exc:  # noqa: BLE001 - fn(keys) made no coroutine: it failed
+            self._answer(None, exc, False)
+            return
+        self.task = task
+        task.add_done_callback(self.task_ended)
+
+    def task_ended(self, task: asyncio.Task[Any]) -> None:
+        """The loop thread: the task ended; its outcome answers the seats still waiting."""
+        import asyncio
+
+        self.task = None
+        if task.cancelled():
+            if self.stopped:
+                self._answer(None, None, True)
+            else:
+                self._answer(None, asyncio.CancelledError(
+                    f"batch {self.batch.name!r}: the call's asyncio task was cancelled outside "
+                    "taskflow (the event loop shutting down?)"), False)
+            return
+        error = task.exception()
+        self._answer(task.result() if error is None else None, error, False)
+
+    def _answer(self, value: Any, error: BaseException | None, cancelled: bool) -> None:
+        """Hand the outcome to a coordinator thread: answering runs parties and a user
+        mapping's lookups, never on the loop thread."""
+        remote.coordinator.put(self.cv, self.batch.resolve, (self.call, value, error, cancelled))
+
+
+batching.start_on_loop = start_batch_call

@@ -30,6 +30,13 @@ owner submits ``_run_submitted`` to the run's executor (an inline run's caller, 
 of the pool, runs the call there); a refused or dropped submission fails the call's seats. If
 no run with a seat is open, the call fails unseen (nobody waits for it).
 
+A batch whose function is ``async def`` (``Batch.is_async``) never runs its call on a worker:
+whoever holds the duty to run it (the joiner, the timer, a fan-out's item loop) starts it on
+the event loop of a run with a seat in it that is still open (``start_on_loop``:
+``aio.start_batch_call``) and goes on; the joiner parks like any other seat, and the answer
+reaches every seat through its party. Once every seat has left (their runs gave up) the
+task is cancelled (``Batch.leave``).
+
 Answers reach each run in one delivery (``_Party``, on the thread that resolved the call,
 outside every lock but the run's): each node still waiting gets its outcome in its Guard
 (``outcome``) and the call's label in its result (``WorkResult.batch``), and moves PARKED ->
@@ -72,6 +79,11 @@ __all__ = ["WAIT_BATCH", "BatchedRun", "ItemHost", "Seated", "gate", "joinable",
 WAIT_BATCH = 4
 
 _DEFAULT = ResultState.DEFAULT
+
+start_on_loop: Callable[[Any, Any, Any], None] | None = None
+"""``start_on_loop(run, batch, call)``: closed ``call`` of an async batch function starts on
+``run``'s event loop (``aio.start_batch_call``, set when ``aio`` loads: batching cannot import
+the module whose gates import it)."""
 
 
 class Seated(Protocol):
@@ -229,7 +241,8 @@ def gate(run: BatchedRun, i: int, g: Seated, pol: Any, now: float,
         None if batch.across_runs else run.flow_id,
         [(k, _deadline(run, j), j) for k, j in entries], _Party(run))
     own = seats[0]
-    mine = own.call if any(own.call is c for c in closed) else None
+    mine = (own.call if not batch.is_async and any(own.call is c for c in closed)
+            else None)  # an async batch's call runs on a loop: the joiner parks
     parked = _hand_over(run, i, g, batch, seats, mine is None)
     for call in closed:
         if call is not mine:
@@ -355,8 +368,9 @@ def _window_passed(batch: Any, call: Any) -> None:
 
 def _hand_off(batch: Any, call: Any) -> None:
     """``call`` is closed and ours to run, but not on this thread: post it to the owner of a
-    run that has a seat in it and is still open (under its lock, so the owner runs it); with
-    none, it fails unseen."""
+    run that has a seat in it and is still open (under its lock, so the owner runs it), or,
+    for an async batch function, start it on that run's event loop; with none, it fails
+    unseen."""
     seen: set[int] = set()
     for seat in list(call.seats):  # closed: no seat is added any more
         party = seat.party  # None once the seat left
@@ -367,9 +381,14 @@ def _hand_off(batch: Any, call: Any) -> None:
             continue
         seen.add(id(run))
         with run.lock:
-            if not run.closed:
+            if run.closed:
+                continue
+            if not batch.is_async:
                 run.post(_serve, run, batch, call)
                 return
+        assert start_on_loop is not None  # aio is loaded with the engine
+        start_on_loop(run, batch, call)
+        return
     batch.fail(call, RejectedExecutionError(f"batch {batch.name!r}: every run of the call "
                                             "ended before it could run"))
 
@@ -440,9 +459,10 @@ def seat_items(host: ItemHost, batch: Any, entries: list[tuple[Hashable, Any]]
     seats, closed, opened = batch.join(
         None if batch.across_runs else run.flow_id,
         [(k, deadline, tag) for k, tag in entries], _ItemParty(host))
-    mine = closed[0] if closed else None
-    for call in closed[1:]:
-        _hand_off(batch, call)
+    mine = closed[0] if closed and not batch.is_async else None
+    for call in closed:
+        if call is not mine:
+            _hand_off(batch, call)
     for call in opened:
         timer.schedule(clock.now() + batch.window, _window_passed, batch, call)
     return seats, mine

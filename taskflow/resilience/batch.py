@@ -21,6 +21,12 @@ to answer, or when it could not be run), each move once, under the batch's lock:
   every seat still waiting is answered: its value, ``BatchKeyError`` for a key the answer
   lacks, ``BatchResultError`` when ``fn`` returned something that is not a mapping, and
   ``BatchCallError`` (the cause chained) when ``fn`` raised.
+* An ``async def`` fn (``is_async``) is never called by ``execute``: the engine awaits it on an
+  event loop (``taskflow.engine.aio``) in three steps: ``begin`` (CLOSED -> RUNNING, the keys),
+  ``running`` (how to cancel the task: ``leave`` calls it once no seat waits any more, so a
+  call nobody wants is cancelled for real) and ``resolve`` (the task's outcome, answered as
+  ``execute`` answers ``fn``'s; a call cancelled because every seat left counts in
+  ``cancelled``, not in ``failed``).
 
 Each seat is answered or leaves exactly once (``leave``: its run ended; it never sees a value,
 and a key no seat waits for any more is not sent). Answers reach each seat's ``party`` — one
@@ -35,7 +41,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from threading import Lock
 from typing import Any
 
@@ -87,6 +93,7 @@ class BatchMetrics(BaseModel):
     largest: int  # the most keys one call was given
     waiting: int  # seats not answered yet (their call is open, closed or running)
     failed: int  # calls whose fn raised or answered with no mapping, or that could not run
+    cancelled: int = 0  # calls of an async fn cancelled: every seat left while it ran (total)
     left: int  # seats that left before their answer: their run ended (total)
     dropped: int  # calls never made: every seat had left (total)
 
@@ -128,9 +135,10 @@ class Seat:
 
 
 class BatchCall:
-    """One call of a batch: its seats and its keys (with how many waiting seats hold each)."""
+    """One call of a batch: its seats and its keys (with how many waiting seats hold each),
+    how many seats wait, and how to cancel it while an async fn runs (``stop``)."""
 
-    __slots__ = ("keys", "label", "opened_at", "scope", "seats", "state")
+    __slots__ = ("keys", "label", "opened_at", "scope", "seats", "state", "stop", "waiting")
 
     def __init__(self, label: str, scope: Hashable, opened_at: float) -> None:
         self.label = label
@@ -140,6 +148,8 @@ class BatchCall:
         self.state = OPEN
         self.seats: list[Seat] = []
         self.keys: dict[Hashable, int] = {}  # key -> waiting seats holding it
+        self.waiting = 0  # seats not answered and not left
+        self.stop: Callable[[], Any] | None = None  # cancels the running task (async fn)
 
     def __repr__(self) -> str:
         return f"<BatchCall {self.label} {self.state} keys={len(self.keys)}>"
@@ -152,7 +162,11 @@ class Batch:
         name: Names the batch in errors, reports and metrics.
         fn: Called as ``fn(keys)`` with a [`BatchKeys`][taskflow.resilience.batch.BatchKeys]
             (a list; ``keys.timeout`` is the call's time limit); returns a mapping with a value
-            for each key. It runs on a worker of the flow's executor.
+            for each key. A plain function runs on a worker of the flow's executor; an
+            ``async def`` one (or an object with ``async def __call__``, or a partial of
+            either) is awaited on the event loop async nodes run on, holding no worker, and is
+            cancelled (``CancelledError`` inside it) once every node waiting for the call has
+            given up.
         max_size: The most keys in one call (>= 1); more seats make more calls.
         window: Seconds a call waits for more seats after the first (>= 0). 0: a call holds
             the nodes of one run that were ready together, and goes at once.
@@ -167,7 +181,8 @@ class Batch:
         FlowDefinitionError: An option is invalid (the message names the batch).
     """
 
-    def __init__(self, name: str, fn: Callable[[BatchKeys], Mapping[Any, Any]], *,
+    def __init__(self, name: str,
+                 fn: Callable[[BatchKeys], Mapping[Any, Any] | Awaitable[Mapping[Any, Any]]], *,
                  max_size: int = 100, window: float = 0.0, across_runs: bool = False,
                  key: Callable[[Any, Any], Hashable] | None = None,
                  clock: Callable[[], float] | None = None) -> None:
@@ -175,6 +190,9 @@ class Batch:
         owner = f"batch {name!r}"
         _check_fn(owner, fn)
         self.fn = fn
+        self.is_async = is_async(fn)  # awaited on an event loop, never called by ``execute``
+        if self.is_async:
+            import asyncio  # noqa: F401 - loaded with the batch, not inside its first call's run
         self.max_size = check_int(owner, "max_size", max_size, minimum=1)
         self.window = check_seconds(owner, "window", window, allow_zero=True)
         if not isinstance(across_runs, bool):
@@ -206,6 +224,7 @@ class Batch:
         self._failed = 0
         self._left = 0
         self._dropped = 0
+        self._cancelled = 0
 
     def _after_fork(self) -> None:
         self._start_fresh()  # the parent's calls will never be answered here
@@ -253,6 +272,7 @@ class Batch:
                 seats.append(seat)
                 call.seats.append(seat)
                 call.keys[key] = call.keys.get(key, 0) + 1
+                call.waiting += 1
                 self._waiting += 1
                 if len(call.keys) >= self.max_size:
                     self._close_locked(call)
@@ -280,7 +300,10 @@ class Batch:
 
     def leave(self, seat: Seat) -> bool:
         """The seat's run no longer wants an answer (it ended). True when it left before
-        being answered; its key is not sent unless another waiting seat holds it."""
+        being answered; its key is not sent unless another waiting seat holds it. The last
+        seat to leave a running call of an async fn cancels it (its ``stop``, outside the
+        lock)."""
+        stop = None
         with self._lock:
             if seat.state != _WAITING:
                 return False
@@ -290,13 +313,18 @@ class Batch:
             call = seat.call
             assert call is not None
             seat.call = seat.party = None
+            call.waiting -= 1
             if call.state is OPEN or call.state is CLOSED:
                 n = call.keys[seat.key] - 1
                 if n:
                     call.keys[seat.key] = n
                 else:
                     del call.keys[seat.key]
-            return True
+            elif call.state is RUNNING and not call.waiting:
+                stop, call.stop = call.stop, None
+        if stop is not None:
+            stop()
+        return True
 
     def execute(self, call: BatchCall, own: Seat | None = None
                 ) -> tuple[Any, BaseException | None] | None:
@@ -310,6 +338,9 @@ class Batch:
         keys = self._start(call)
         if keys is None:
             return None
+        if self.is_async:  # the engine awaits it (``begin``); calling it here awaits nothing
+            return self._resolve(call, None, TypeError(
+                f"batch {self.name!r}: an async batch function cannot run on a worker"), own)
         try:
             answer = self.fn(keys)
             error: BaseException | None = None
@@ -325,6 +356,27 @@ class Batch:
                 return
             call.state = RUNNING  # a call that failed to run still counts as one that failed
         self._resolve(call, None, error, None)
+
+    def begin(self, call: BatchCall) -> BatchKeys | None:
+        """Closed ``call`` of an async fn starts (the engine awaits ``fn(keys)``): the keys
+        still wanted, or None when the call is not to be made (nobody waits, or it ran)."""
+        return self._start(call)
+
+    def running(self, call: BatchCall, stop: Callable[[], Any]) -> bool:
+        """``stop()`` cancels ``call``'s task from now on (``leave`` calls it once no seat
+        waits). False, and ``stop`` is not kept, when no seat waits already."""
+        with self._lock:
+            if call.state is not RUNNING or not call.waiting:
+                return False
+            call.stop = stop
+            return True
+
+    def resolve(self, call: BatchCall, answer: Any, error: BaseException | None,
+                cancelled: bool = False) -> None:
+        """The task of running ``call`` ended: ``answer`` (``fn``'s) or ``error`` answers every
+        seat still waiting, as ``execute`` does; ``cancelled``: taskflow cancelled it (every
+        seat had left), counted in ``cancelled``."""
+        self._resolve(call, answer, error, None, cancelled)
 
     def _start(self, call: BatchCall) -> BatchKeys | None:
         """CLOSED -> RUNNING with the keys still wanted, or -> DONE when none is."""
@@ -349,17 +401,22 @@ class Batch:
         return keys
 
     def _resolve(self, call: BatchCall, answer: Any, error: BaseException | None,
-                 own: Seat | None) -> tuple[Any, BaseException | None] | None:
+                 own: Seat | None, cancelled: bool = False
+                 ) -> tuple[Any, BaseException | None] | None:
         """RUNNING -> DONE: answer every seat still waiting, each party once (outside the lock)."""
         mapping = error is None and isinstance(answer, Mapping)
         mine: tuple[Any, BaseException | None] | None = None
         parties: dict[int, tuple[Callable[[list[Answer]], Any], list[Answer]]] = {}
         with self._lock:
             call.state = DONE
-            if not mapping:
+            call.stop = None
+            if cancelled:
+                self._cancelled += 1
+            elif not mapping:
                 self._failed += 1
             waiting = [s for s in call.seats if s.state == _WAITING]
             call.seats = []
+            call.waiting = 0
             for s in waiting:
                 s.state = _ANSWERED
             self._waiting -= len(waiting)
@@ -402,7 +459,7 @@ class Batch:
                 name=self.name, max_size=self.max_size, window=self.window,
                 across_runs=self.across_runs, calls=self._calls, keys=self._keys,
                 largest=self._largest, waiting=self._waiting, failed=self._failed,
-                left=self._left, dropped=self._dropped,
+                left=self._left, dropped=self._dropped, cancelled=self._cancelled,
             )
 
     def prometheus_samples(self) -> list[Sample]:
@@ -420,6 +477,9 @@ class Batch:
             Sample("batch_left_total", "counter",
                    "Nodes that left a batch call before its answer (their run ended).", lab,
                    m.left),
+            Sample("batch_cancelled_total", "counter",
+                   "Calls of an async batch function cancelled: every node waiting had left.",
+                   lab, m.cancelled),
             Sample("batch_max_size", "gauge", "The most keys a batch call may hold.", lab,
                    m.max_size),
         ]
@@ -441,14 +501,9 @@ class Batch:
 
 
 def _check_fn(owner: str, fn: object) -> None:
-    """``fn`` must be callable with one positional argument (the keys)."""
+    """``fn`` must be callable with one positional argument (the keys); async or not."""
     if not callable(fn):
         raise FlowDefinitionError(f"{owner}: fn must be callable as fn(keys), got {fn!r}")
-    if is_async(fn):
-        raise FlowDefinitionError(
-            f"{owner}: fn {fn!r} is async (a coroutine function, or an object with async def "
-            "__call__): a Batch does not take an async batch function yet; it calls fn(keys) "
-            "on an executor thread and does not await it: pass a plain function")
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

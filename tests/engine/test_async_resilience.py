@@ -34,7 +34,7 @@ from taskflow import (
 )
 from taskflow.cache import LruCache
 from taskflow.engine import aio
-from taskflow.errors import BulkheadFullError, CircuitOpenError, FlowDefinitionError
+from taskflow.errors import BulkheadFullError, CircuitOpenError
 
 KINDS = ["sync", "async"]
 LOOP = aio.LOOP_THREAD
@@ -512,12 +512,25 @@ def test_a_batch_answers_async_nodes_with_one_call(kind: str, pool: ThreadPoolEx
     assert calls.n == 0  # a batched node's own task is never called
 
 
-def test_a_batch_with_an_async_def_function_is_refused() -> None:
-    async def get_many(keys: Any) -> dict[Any, Any]:
-        return {}
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_async_def_batch_function_answers_async_nodes_with_one_call(
+        kind: str, pool: ThreadPoolExecutor) -> None:
+    keys_seen: list[list[Any]] = []
 
-    with pytest.raises(FlowDefinitionError, match="coroutine function"):
-        Batch("async-batch", get_many)  # type: ignore[arg-type]
+    async def get_many(keys: Any) -> dict[Any, Any]:
+        keys_seen.append(sorted(keys))
+        await asyncio.sleep(0)
+        return {k: f"v-{k}" for k in keys}
+
+    batch = Batch(f"async-batch-{kind}", get_many)
+    root = FunctionNode(echo, "root", name="root")
+    nodes = [FunctionNode(task(kind, echo, Calls()), k, name=f"n{k}", batch=batch)
+             for k in range(3)]
+    root >> nodes
+    result = TaskScheduling.start(root, executor=pool, timeout=LONG)
+    assert result.ok, result.summary
+    assert [result.result_of(f"n{k}").result for k in range(3)] == ["v-0", "v-1", "v-2"]
+    assert keys_seen == [[0, 1, 2]]
 
 
 # -- hedge ----------------------------------------------------------------------------------------

@@ -73,11 +73,11 @@ def test_a_function_that_cannot_take_the_keys_is_refused() -> None:
     with pytest.raises(FlowDefinitionError, match="batch 'prices': fn must be callable"):
         Batch("prices", {"a": 1})  # type: ignore[arg-type]
 
-    async def coro(keys: Any) -> dict[Any, Any]:
+    async def coro() -> dict[Any, Any]:
         return {}
 
-    with pytest.raises(FlowDefinitionError, match="coroutine function"):
-        Batch("prices", coro)  # type: ignore[arg-type]
+    with pytest.raises(FlowDefinitionError, match=r"batch 'prices': fn .* cannot be called as fn\(keys\)"):
+        Batch("prices", coro)  # an async one is checked the same way
     with pytest.raises(FlowDefinitionError, match="batch name must be a non-empty string"):
         Batch("", lambda keys: {})
 

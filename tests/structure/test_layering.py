@@ -269,6 +269,7 @@ LAZY_IN_A_RUN_OUTSIDE_TASKFLOW = {
     ("taskflow.engine.aio", "serve"): {"asyncio"},
     ("taskflow.engine.aio", "check_plan"): {"asyncio"},
     ("taskflow.engine.aio", "set_event_loop"): {"asyncio"},
+    ("taskflow.engine.aio", "task_ended"): {"asyncio"},  # an async batch call's end
     # process pools: multiprocessing has pickle; loky and dask ship and load cloudpickle
     ("taskflow.engine.executors", "pickler"): {"pickle", "cloudpickle"},
     ("taskflow.engine.remote", "_round_trip"): {"pickle", "cloudpickle"},
