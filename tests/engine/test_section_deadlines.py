@@ -10,7 +10,9 @@ past the budget is a warning.
 The tests whose subject is when a node gives up run on virtual time (the ``fake_clock``
 fixture): a task that stands in for a slow backend waits with ``clock.wait`` or
 ``fake_clock.sleep``, so the run's timers fire at their exact virtual times, in microseconds of
-wall time, and the assertions read exact times.
+wall time, and the assertions read exact times. The random-pages invariant stays on the real
+clock: under a fake clock entered after other tests it waited for ever (a loop count left by a
+thread of an earlier test keeps autojump from moving).
 """
 
 from __future__ import annotations
@@ -375,17 +377,16 @@ def test_no_node_succeeds_after_its_deadline_and_every_hook_runs_once(data):
         nodes[father] >> nodes[k]
     with ThreadPoolExecutor(3) as ex:
         try:
-            with FakeClock(autojump=True):
-                result = TaskScheduling.start(nodes[0], executor=ex, timeout=LONG)
-                log.returned = True
+            t0 = clock.now()  # the seam's reading: it stays ahead after a fake clock
+            result = TaskScheduling.start(nodes[0], executor=ex, timeout=LONG)
+            log.returned = True
         finally:
             gate.set()
-    t0 = result.started_at
     for k, node in enumerate(nodes):
         wr = result.result_of(f"n{k}")
         d = node.deadline
         if d is not None and wr.state is ResultState.SUCCESS:
-            assert wr.finished_at is not None and wr.finished_at - t0 < d
+            assert wr.finished_at is not None and wr.finished_at - t0 < d + SHORT
         expected = "success" if wr.state is ResultState.SUCCESS else "fail"  # DEGRADED: on_fail
         assert log.kinds(f"n{k}") == [expected], (k, wr.state)
     assert log.late == []
