@@ -1,6 +1,13 @@
 """``ctx.on_cancel``: a callback runs exactly once when the run gives up on its attempt — by
 each way a run abandons attempts — on a coordinator thread holding no lock, never on the timer
-thread, and never for an attempt that ended by itself."""
+thread, and never for an attempt that ended by itself.
+
+The tests where a timer abandons the attempt (the run's budget, a node's timeout, a hedge's
+delay, an item timeout, a back-off) run on virtual time (the ``fake_clock`` fixture): a blocked
+task waits with ``clock.wait``, the timer fires at its exact virtual time, and "no other
+callback runs" is checked once every thread of taskflow's is quiet
+(``FakeClock.wait_until_blocked``) rather than after a real pause. The deadline-boundary race
+stays on the real clock: its subject is a real thread finishing around a real deadline."""
 
 from __future__ import annotations
 
@@ -22,8 +29,10 @@ from taskflow import (
     ResultState,
     TaskContext,
     TaskScheduling,
+    clock,
 )
 from taskflow.errors import InvalidArgumentError
+from taskflow.testing import FakeClock
 
 
 class Calls:
@@ -96,7 +105,7 @@ def release(gate: Callable[[], threading.Event]) -> threading.Event:
 def blocked(calls: Calls, release: threading.Event, tag: str) -> Callable[[TaskContext, Any], Any]:
     def task(ctx: TaskContext, param: Any) -> str:
         ctx.on_cancel(calls.callback(ctx, tag))
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return tag
 
     return task
@@ -108,14 +117,21 @@ def pause(seconds: float) -> None:
 
 
 def quiet_settle(calls: Calls) -> None:
-    """Give a stray callback (one that must not run) a moment to show."""
-    pause(SHORT * 2)
+    """Give a stray callback (one that must not run) time to show: under a fake clock, until no
+    taskflow work is queued or running (a callback is handed to a coordinator thread, counted
+    until it returns); on the real clock, a moment."""
+    fake = clock.installed()
+    if isinstance(fake, FakeClock):
+        assert fake.wait_until_blocked(PROMPT)
+    else:
+        pause(SHORT * 2)
 
 
-def test_the_runs_deadline_runs_the_callback_once_on_a_coordinator(calls, pool, release):
+def test_the_runs_deadline_runs_the_callback_once_on_a_coordinator(calls, pool, release, fake_clock):
     node = FunctionNode(blocked(calls, release, "slow"), name="slow")
     result = TaskScheduling.start(node, executor=pool, timeout=SHORT * 2)
     assert result.status is FlowStatus.TIMED_OUT
+    assert result.elapsed == pytest.approx(SHORT * 2)
     calls.wait_for(1)
     release.set()
     quiet_settle(calls)
@@ -124,10 +140,11 @@ def test_the_runs_deadline_runs_the_callback_once_on_a_coordinator(calls, pool, 
     assert result.context["closed_slow"] is True
 
 
-def test_a_nodes_own_timeout_runs_the_callback_once(calls, pool, release):
+def test_a_nodes_own_timeout_runs_the_callback_once(calls, pool, release, fake_clock):
     node = FunctionNode(blocked(calls, release, "own"), name="own", timeout=SHORT * 2)
     result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     assert result["own"].work_result.state is ResultState.TIMEOUT
+    assert result["own"].work_result.duration == pytest.approx(SHORT * 2)
     calls.wait_for(1)
     release.set()
     quiet_settle(calls)
@@ -137,29 +154,31 @@ def test_a_nodes_own_timeout_runs_the_callback_once(calls, pool, release):
     assert note is not None and (note.registered, note.ran, note.raised) == (1, 1, 0)
 
 
-def test_a_submitted_run_closed_by_the_timer_hands_the_callback_to_a_coordinator(calls, pool,
-                                                                                 release):
+def test_a_submitted_run_closed_by_the_timer_hands_the_callback_to_a_coordinator(
+        calls, pool, release, fake_clock):
     node = FunctionNode(blocked(calls, release, "submitted"), name="submitted")
     result = TaskScheduling.submit(node, executor=pool, timeout=SHORT * 2).result(PROMPT + LONG)
     assert result.status is FlowStatus.TIMED_OUT
+    assert result.elapsed == pytest.approx(SHORT * 2)
     calls.wait_for(1)
     release.set()
     assert calls.tags() == ["submitted"]
     calls.check_threads()
 
 
-def test_the_attempt_that_lost_a_hedge_race_is_told_and_the_winner_is_not(calls, pool, release):
+def test_the_attempt_that_lost_a_hedge_race_is_told_and_the_winner_is_not(calls, pool, release, fake_clock):
     def replica(ctx: TaskContext, param: Any) -> str:
         n = ctx.incr("attempts")
         ctx.on_cancel(calls.callback(ctx, f"attempt{n}"))
         if n == 1:
-            release.wait(LONG)  # the slow first attempt: a duplicate starts and wins
+            clock.wait(release, LONG)  # the slow first attempt: a duplicate starts and wins
             return "slow"
         return "fast"
 
     node = FunctionNode(replica, name="price", hedge=Hedge(after=SHORT), idempotent=True)
     result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     assert result.outputs == {"price": "fast"}
+    assert result.elapsed == pytest.approx(SHORT)  # the duplicate started at the hedge's delay
     calls.wait_for(1)
     release.set()
     quiet_settle(calls)
@@ -173,7 +192,7 @@ def test_ctx_cancel_abandons_the_others_but_not_the_node_that_cancelled(calls, p
     def slow(ctx: TaskContext, param: Any) -> str:
         ctx.on_cancel(calls.callback(ctx, "slow"))
         started.set()
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return "slow"
 
     def stopper(ctx: TaskContext, param: Any) -> str:
@@ -199,7 +218,7 @@ def test_a_join_that_no_longer_needs_a_father_abandons_its_attempt(calls, pool, 
     def slow_task(ctx: TaskContext, param: Any) -> str:
         ctx.on_cancel(calls.callback(ctx, "slow"))
         started.set()
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return "slow"
 
     fast = FunctionNode(lambda c, p: started.wait(LONG) and "fast", name="fast")
@@ -229,15 +248,16 @@ class _Items(FanOutNode[Any]):
     def work(self, ctx: TaskContext, item: Any) -> Any:
         ctx.on_cancel(self.calls.callback(ctx, f"item{item}"))
         if item == 2:
-            self.release.wait(LONG)
+            clock.wait(self.release, LONG)
         return item
 
 
-def test_a_fan_out_item_past_its_item_timeout_is_abandoned_alone(calls, pool, release):
+def test_a_fan_out_item_past_its_item_timeout_is_abandoned_alone(calls, pool, release, fake_clock):
     fan = _Items(calls, release, max_concurrency=2, item_timeout=SHORT * 2, policy="best_effort")
     result = TaskScheduling.start(fan, executor=pool, timeout=LONG)
     fan_in = result["items"].work_result.result
     assert sorted(fan_in.succeeded) == [0, 1, 3] and list(fan_in.failed) == [2]
+    assert result.elapsed == pytest.approx(SHORT * 2)  # item 2 was given up at its timeout
     calls.wait_for(1)
     release.set()
     quiet_settle(calls)
@@ -266,31 +286,32 @@ def test_an_attempt_that_ends_by_itself_never_runs_its_callback(calls, pool):
     assert report.on_cancel.ran == 0
 
 
-def test_a_retry_starts_with_no_callbacks(calls, pool, release):
+def test_a_retry_starts_with_no_callbacks(calls, pool, release, fake_clock):
     def flaky(ctx: TaskContext, param: Any) -> str:
         n = ctx.incr("attempts")
         ctx.on_cancel(calls.callback(ctx, f"attempt{n}"))
         if n == 1:
             raise ConnectionError("reset")
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return "late"
 
     node = FunctionNode(flaky, name="flaky", retries=1)
     result = TaskScheduling.start(node, executor=pool, timeout=SHORT * 3)
     assert result.status is FlowStatus.TIMED_OUT
+    assert result.elapsed == pytest.approx(SHORT * 3)
     calls.wait_for(1)
     release.set()
     quiet_settle(calls)
     assert calls.tags() == ["attempt2"]
 
 
-def test_registered_after_the_attempt_was_abandoned_it_runs_at_once_on_that_thread(pool,
-                                                                                   release):
+def test_registered_after_the_attempt_was_abandoned_it_runs_at_once_on_that_thread(
+        pool, release, fake_clock):
     ran_on: list[str] = []
     done = threading.Event()
 
     def late(ctx: TaskContext, param: Any) -> None:
-        release.wait(LONG)
+        clock.wait(release, LONG)
         ctx.on_cancel(lambda: ran_on.append(threading.current_thread().name))
         ran_on.append("after register")
         done.set()
@@ -303,7 +324,7 @@ def test_registered_after_the_attempt_was_abandoned_it_runs_at_once_on_that_thre
     assert ran_on[0].startswith("oncancel") and ran_on[1] == "after register"
 
 
-def test_a_callback_that_raises_is_logged_and_counted_never_raised(pool, release):
+def test_a_callback_that_raises_is_logged_and_counted_never_raised(pool, release, fake_clock):
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(m.record["message"]), level="ERROR",
                       format="{message}")
@@ -316,7 +337,7 @@ def test_a_callback_that_raises_is_logged_and_counted_never_raised(pool, release
             raise OSError("socket already closed")
 
         ctx.on_cancel(boom)
-        release.wait(LONG)
+        clock.wait(release, LONG)
 
     try:
         result = TaskScheduling.start(FunctionNode(task, name="task"), executor=pool,
@@ -402,14 +423,14 @@ def test_at_the_deadline_boundary_a_callback_runs_exactly_when_the_node_lost_its
     assert notes is not None and notes.registered == 1
 
 
-def test_an_attempt_running_a_nested_flow_on_its_own_thread_is_still_told(calls, pool, release):
+def test_an_attempt_running_a_nested_flow_on_its_own_thread_is_still_told(calls, pool, release, fake_clock):
     # a task that starts a flow on its own pool drains it on its own thread (an inline run):
     # while it does, the outer run's deadline passes, and the outer attempt is still running
     inner_started = threading.Event()
 
     def inner_task(ctx: TaskContext, param: Any) -> str:
         inner_started.set()
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return "inner"
 
     def outer_task(ctx: TaskContext, param: Any) -> Any:
@@ -430,8 +451,8 @@ def test_an_attempt_running_a_nested_flow_on_its_own_thread_is_still_told(calls,
     calls.check_threads()
 
 
-def test_an_attempt_that_failed_into_a_back_off_is_not_told_when_its_thread_moved_on(calls,
-                                                                                     release):
+def test_an_attempt_that_failed_into_a_back_off_is_not_told_when_its_thread_moved_on(
+        calls, release, fake_clock):
     # one worker: flaky's first attempt registers a callback and fails; while it waits out its
     # back-off, the same thread runs `other`, and the run's deadline passes with both unfinished.
     # Only `other` was abandoned mid-attempt: flaky's attempt had ended by itself
@@ -448,7 +469,7 @@ def test_an_attempt_that_failed_into_a_back_off_is_not_told_when_its_thread_move
         threads["other"] = threading.current_thread().name
         assert failed.wait(LONG)
         ctx.on_cancel(calls.callback(ctx, "other"))
-        release.wait(LONG)
+        clock.wait(release, LONG)
         return "late"
 
     # its back-off fits the budget; its second attempt would wait for the busy worker
@@ -457,6 +478,7 @@ def test_an_attempt_that_failed_into_a_back_off_is_not_told_when_its_thread_move
     with ThreadPoolExecutor(1, thread_name_prefix="one") as one:
         result = TaskScheduling.start([a, b], executor=one, timeout=SHORT * 4)
         assert result.status is FlowStatus.TIMED_OUT
+        assert result.elapsed == pytest.approx(SHORT * 4)
         calls.wait_for(1)
         release.set()
     quiet_settle(calls)

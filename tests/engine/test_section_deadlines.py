@@ -6,12 +6,18 @@ node's own timeout and its deadline decides (and its error says which); ``ctx.ti
 retries' back-offs respect the deadline; hooks run exactly once; reports and the HTML page show
 the section and its deadline; bad sections are refused before anything runs, and a deadline
 past the budget is a warning.
+
+The tests whose subject is when a node gives up run on virtual time (the ``fake_clock``
+fixture): a task that stands in for a slow backend waits with ``clock.wait`` or
+``fake_clock.sleep``, so the run's timers fire at their exact virtual times, in microseconds of
+wall time, and the assertions read exact times. The random-pages invariant stays on the real
+clock: under a fake clock entered after other tests it waited for ever (a loop count left by a
+thread of an earlier test keeps autojump from moving).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +39,9 @@ from taskflow import (
     Section,
     TaskScheduling,
     ThreadPool,
+    clock,
 )
+from taskflow.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,7 +63,7 @@ class Hooked(SchedulingNode[Any, Any]):
 
     def task(self, ctx: Any, param: Any) -> str:
         if self.gate is not None:
-            self.gate.wait(LONG)
+            clock.wait(self.gate, LONG)  # in virtual time under a fake clock
         return self.name
 
     def on_success(self, support: Any) -> None:
@@ -69,12 +77,13 @@ class Hooked(SchedulingNode[Any, Any]):
             self.ended.set()
 
 
-def test_a_running_node_past_its_deadline_times_out_and_the_rest_of_the_run_goes_on(pool):
+def test_a_running_node_past_its_deadline_times_out_and_the_rest_of_the_run_goes_on(
+        pool, fake_clock):
     log, gate, gave_up = HookLog(), threading.Event(), threading.Event()
     recs = Hooked("recs", log, gate=gate, ended=gave_up, deadline=SHORT)
 
     def price(ctx: Any, p: Any) -> str:
-        assert gave_up.wait(LONG)  # runs on after the section gave up
+        assert clock.wait(gave_up, LONG)  # runs on after the section gave up
         return "79.0"
 
     try:
@@ -87,11 +96,14 @@ def test_a_running_node_past_its_deadline_times_out_and_the_rest_of_the_run_goes
     assert isinstance(wr.exception, NodeTimeoutError)
     assert wr.exception.deadline and wr.exception.timeout == SHORT
     assert "from the run's start" in str(wr.exception)
+    assert wr.finished_at - result.started_at == pytest.approx(SHORT)  # at its deadline exactly
     assert result.result_of("price").result == "79.0"
+    assert result.elapsed == pytest.approx(SHORT)  # price went on at once
     assert log.calls == [("recs", "fail")]
 
 
-def test_a_node_still_waiting_for_its_fathers_ends_at_its_deadline_without_running(pool):
+def test_a_node_still_waiting_for_its_fathers_ends_at_its_deadline_without_running(
+        pool, fake_clock):
     log, gate, gave_up = HookLog(), threading.Event(), threading.Event()
     slow_father = Hooked("reviews_data", log, gate=gate)
     qa = Hooked("qa", log, ended=gave_up, deadline=SHORT)
@@ -101,6 +113,7 @@ def test_a_node_still_waiting_for_its_fathers_ends_at_its_deadline_without_runni
     result = TaskScheduling.start(slow_father, executor=pool, timeout=LONG)
     wr = result.result_of("qa")
     assert wr.state is ResultState.TIMEOUT and wr.attempts == 0 and wr.started_at is None
+    assert wr.finished_at - result.started_at == pytest.approx(SHORT)
     assert result.result_of("reviews_data").state is ResultState.SUCCESS  # it went on
     assert result.result_of("qa_widget").state is ResultState.TIMEOUT  # failed fast after qa
     assert log.count("qa", "fail") == 1 and log.count("reviews_data", "success") == 1
@@ -108,7 +121,7 @@ def test_a_node_still_waiting_for_its_fathers_ends_at_its_deadline_without_runni
 
 
 @pytest.mark.parametrize("waiting", [False, True], ids=["running", "waiting"])
-def test_a_fallback_stands_in_at_the_deadline(pool, waiting):
+def test_a_fallback_stands_in_at_the_deadline(pool, fake_clock, waiting):
     log, gate, ended = HookLog(), threading.Event(), threading.Event()
     if waiting:  # its father holds it back past its deadline
         father = Hooked("father", log, gate=gate)
@@ -126,14 +139,15 @@ def test_a_fallback_stands_in_at_the_deadline(pool, waiting):
     wr = result.result_of("qa")
     assert wr.state is ResultState.DEGRADED and wr.result == "cached"
     assert isinstance(wr.exception, NodeTimeoutError) and wr.exception.deadline
+    assert wr.finished_at - result.started_at == pytest.approx(SHORT)
     assert log.count("qa", "success") + log.count("qa", "fail") == 1
 
 
-def test_the_deadline_counts_from_the_runs_start_not_the_nodes(pool):
-    gate, started = threading.Event(), threading.Event()
+def test_the_deadline_counts_from_the_runs_start_not_the_nodes(pool, fake_clock):
+    started = threading.Event()
 
     def father(ctx: Any, p: Any) -> str:
-        gate.wait(LONG)
+        fake_clock.sleep(SHORT)
         return "f"
 
     def son(ctx: Any, p: Any) -> float | None:
@@ -143,22 +157,22 @@ def test_the_deadline_counts_from_the_runs_start_not_the_nodes(pool):
     f = FunctionNode(father, name="father")
     s = FunctionNode(son, name="son", deadline=MEDIUM, timeout=LONG)
     f >> s
-    threading.Timer(SHORT, gate.set).start()
     result = TaskScheduling.start(f, executor=pool, timeout=LONG)
     wr = result.result_of("son")
     assert wr.state is ResultState.SUCCESS
     t0 = result.started_at
+    assert wr.started_at - t0 == pytest.approx(SHORT)
     # what it may still take is what is left of the deadline from the run's start, not its
     # own (longer) timeout from its own start
-    assert wr.result is not None and wr.result <= MEDIUM - (wr.started_at - t0) + 1e-3
+    assert wr.result == pytest.approx(MEDIUM - SHORT)
 
 
 @pytest.mark.parametrize("timeout, deadline, which", [
     (SHORT, LONG, "timeout"), (LONG, SHORT, "deadline")])
-def test_the_nearer_of_the_nodes_timeout_and_its_deadline_decides(pool, timeout, deadline,
-                                                                   which):
+def test_the_nearer_of_the_nodes_timeout_and_its_deadline_decides(pool, fake_clock, timeout,
+                                                                   deadline, which):
     gate = threading.Event()
-    node = FunctionNode(lambda c, p: gate.wait(LONG), name="n", timeout=timeout,
+    node = FunctionNode(lambda c, p: clock.wait(gate, LONG), name="n", timeout=timeout,
                         deadline=deadline)
     try:
         with warnings.catch_warnings():
@@ -170,25 +184,28 @@ def test_the_nearer_of_the_nodes_timeout_and_its_deadline_decides(pool, timeout,
     assert isinstance(err, NodeTimeoutError)
     assert err.deadline is (which == "deadline")
     assert err.timeout == SHORT
+    assert result.elapsed == pytest.approx(SHORT)
 
 
-def test_a_retry_whose_back_off_would_pass_the_deadline_is_not_made(pool):
+def test_a_retry_whose_back_off_would_pass_the_deadline_is_not_made(pool, fake_clock):
     calls: list[float] = []
 
     def flaky(ctx: Any, p: Any) -> None:
-        calls.append(time.monotonic())
+        calls.append(fake_clock.now())
         raise RuntimeError("backend down")
 
     node = FunctionNode(flaky, name="flaky", retries=3, retry_backoff=MEDIUM, deadline=SHORT * 2)
     result = TaskScheduling.start(node, executor=pool, timeout=LONG)
     wr = result.result_of("flaky")
     assert wr.state is ResultState.EXCEPTION and len(calls) == 1  # no retry past the deadline
+    assert result.elapsed == 0  # it ended at once: no back-off was waited for
 
 
-def test_a_section_gives_its_deadline_to_each_of_its_nodes_and_an_earlier_own_one_wins(pool):
+def test_a_section_gives_its_deadline_to_each_of_its_nodes_and_an_earlier_own_one_wins(
+        pool, fake_clock):
     gate = threading.Event()
-    recs = FunctionNode(lambda c, p: gate.wait(LONG), name="recs")
-    qa = FunctionNode(lambda c, p: gate.wait(LONG), name="qa", deadline=SHORT)
+    recs = FunctionNode(lambda c, p: clock.wait(gate, LONG), name="recs")
+    qa = FunctionNode(lambda c, p: clock.wait(gate, LONG), name="qa", deadline=SHORT)
     price = FunctionNode(lambda c, p: "79.0", name="price")
     below = Section("below-the-fold", [recs, qa], deadline=MEDIUM)
     assert below.nodes == (recs, qa) and recs.section is below and price.section is None
@@ -204,6 +221,7 @@ def test_a_section_gives_its_deadline_to_each_of_its_nodes_and_an_earlier_own_on
         assert isinstance(err, NodeTimeoutError)
         assert err.section == "below-the-fold" and err.timeout == limit
         assert "section 'below-the-fold'" in str(err)
+        assert result.result_of(name).finished_at - result.started_at == pytest.approx(limit)
     assert result.result_of("price").state is ResultState.SUCCESS
     report = {n.name: n for n in result.report().nodes}
     assert (report["recs"].section, report["recs"].deadline) == ("below-the-fold", MEDIUM)
@@ -224,19 +242,20 @@ def test_nodes_that_end_in_time_are_untouched_and_their_timer_entries_are_droppe
 def test_deadline_nodes_complete_on_a_one_worker_pool():
     pool = ThreadPool(core_size=1, max_size=1, name="one")
     try:
-        gate = threading.Event()
-        a = FunctionNode(lambda c, p: gate.wait(LONG) and "a", name="a")
-        b = FunctionNode(lambda c, p: "b", name="b", deadline=SHORT)
-        a >> b
-        threading.Timer(MEDIUM, gate.set).start()
-        result = TaskScheduling.start(a, executor=pool, timeout=LONG)
-        assert result.result_of("a").result == "a"
-        assert result.result_of("b").state is ResultState.TIMEOUT
-        # the next flow on the one worker starts at once: nothing was left holding it
-        assert TaskScheduling.start(FunctionNode(lambda c, p: 1, name="next"), executor=pool,
-                                    timeout=LONG).ok
+        with FakeClock(autojump=True) as fake:
+            a = FunctionNode(lambda c, p: fake.sleep(MEDIUM) or "a", name="a")
+            b = FunctionNode(lambda c, p: "b", name="b", deadline=SHORT)
+            a >> b
+            result = TaskScheduling.start(a, executor=pool, timeout=LONG)
+            assert result.result_of("a").result == "a"
+            assert result.result_of("b").state is ResultState.TIMEOUT
+            assert result.result_of("b").finished_at - result.started_at == pytest.approx(SHORT)
+            assert result.elapsed == pytest.approx(MEDIUM)
+            # the next flow on the one worker starts at once: nothing was left holding it
+            following = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="next"),
+                                             executor=pool, timeout=LONG)
+            assert following.ok and following.elapsed == 0
     finally:
-        gate.set()
         pool.shutdown()
 
 
@@ -298,10 +317,10 @@ def test_a_section_naming_nodes_of_another_graph_is_refused_before_anything_runs
     assert TaskScheduling.start(page_a, executor=pool, timeout=LONG).ok
 
 
-def test_joining_a_section_makes_a_compiled_plan_stale(pool):
+def test_joining_a_section_makes_a_compiled_plan_stale(pool, fake_clock):
     gates = [threading.Event()]
     gates[0].set()
-    n = FunctionNode(lambda c, p: gates[0].wait(LONG), name="n")
+    n = FunctionNode(lambda c, p: clock.wait(gates[0], LONG), name="n")
     assert TaskScheduling.start(n, executor=pool, timeout=LONG).ok  # its plan is compiled
     gates[0] = threading.Event()
     Section("late", [n], deadline=SHORT)
@@ -310,6 +329,7 @@ def test_joining_a_section_makes_a_compiled_plan_stale(pool):
     finally:
         gates[0].set()
     assert result.result_of("n").state is ResultState.TIMEOUT
+    assert result.elapsed == pytest.approx(SHORT)
 
 
 def test_a_deadline_past_the_budget_is_a_warning_not_an_error(pool):

@@ -14,6 +14,13 @@ Semantics pinned here (taskflow/kinds/fanout.py's module docstring):
   ``best_effort`` (the quorum is a fraction of the distinct items of the whole source).
 
 The tests at the end pin defects found while writing this suite (all fixed).
+
+The tests about when items and fan-outs are given up (item timeouts, the node's timeout, the run's
+budget) run on virtual time (the ``fake_clock`` fixture) and assert the exact virtual time the
+run ended; a stuck item waits with ``clock.wait``, the plain wait outside a fake clock. The tests
+whose source itself waits (the 100-file exercise, a slow listing page) stay on the real clock: a
+source waits holding the fan-out's pull lock, and the item loops blocked on that lock are work
+the fake clock sees as running, so autojump would never move.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from taskflow import (
     TaskContext,
     TaskScheduling,
     UpstreamFailedError,
+    clock,
 )
 from taskflow.kinds.fanout import FanInResult, FanOutNode, FanOutPolicyError, ItemTimeoutError
 
@@ -421,7 +429,7 @@ def test_any_id_sequence_runs_each_distinct_id_once_and_counts_the_rest(ids, bad
 # --- item timeouts -----------------------------------------------------------------------------------
 
 
-def test_item_timeout_fails_stuck_items_and_new_loops_keep_max_concurrency(make_executor, gate):
+def test_item_timeout_fails_stuck_items_and_new_loops_keep_max_concurrency(make_executor, gate, fake_clock):
     hung = gate()
     item_timeout = 4 * SHORT
     # items 0 and 1 hang forever: with max_concurrency=2 nothing else could run unless each stuck
@@ -433,7 +441,7 @@ def test_item_timeout_fails_stuck_items_and_new_loops_keep_max_concurrency(make_
 
     def work(i):
         if i in (0, 1):
-            hung.wait()
+            clock.wait(hung, None)
             return "late"
         with lock:
             running[0] += 1
@@ -459,11 +467,12 @@ def test_item_timeout_fails_stuck_items_and_new_loops_keep_max_concurrency(make_
         assert f"{item_timeout:g}s" in str(exc)
     assert peak[0] == 2
     assert wr.state is EXCEPTION and isinstance(wr.exception, FanOutPolicyError)
+    assert result.elapsed == pytest.approx(item_timeout)  # both stuck items, at their timeout
 
 
-def test_one_stuck_item_with_max_concurrency_one_does_not_stop_the_others(make_executor, gate):
+def test_one_stuck_item_with_max_concurrency_one_does_not_stop_the_others(make_executor, gate, fake_clock):
     hung = gate()
-    fan = Fan(numbered(20), lambda i: hung.wait() if i == 0 else i, max_concurrency=1,
+    fan = Fan(numbered(20), lambda i: clock.wait(hung, None) if i == 0 else i, max_concurrency=1,
               item_timeout=4 * SHORT, policy="best_effort")
     result = start(fan, make_executor(3))
 
@@ -471,15 +480,16 @@ def test_one_stuck_item_with_max_concurrency_one_does_not_stop_the_others(make_e
     assert result["fan"].work_result.state is SUCCESS
     assert fi.succeeded == {i: i for i in range(1, 20)}
     assert list(fi.failed) == [0] and not fi.complete
+    assert result.elapsed == pytest.approx(4 * SHORT)
 
 
-def test_a_late_result_after_the_fan_in_changes_nothing(make_executor, gate):
+def test_a_late_result_after_the_fan_in_changes_nothing(make_executor, gate, fake_clock):
     # a stale result after the fan-in -> unchanged
     release, returned = gate(), gate()
 
     def work(i):
         if i == 0:
-            release.wait()
+            clock.wait(release, None)
             returned.set()
             return "late success"
         return i
@@ -487,6 +497,7 @@ def test_a_late_result_after_the_fan_in_changes_nothing(make_executor, gate):
     ex = make_executor(3)
     fan = Fan(numbered(5), work, max_concurrency=2, item_timeout=4 * SHORT, policy="best_effort")
     result = start(fan, ex)
+    assert result.elapsed == pytest.approx(4 * SHORT)
     wr = result["fan"].work_result
     before = (wr.state, dict(fan_in(result).succeeded), dict(fan_in(result).failed))
 
@@ -571,17 +582,16 @@ def test_best_effort_succeeds_even_when_every_item_fails(make_executor):
 @pytest.mark.parametrize(("policy", "state"), [
     ("all", TIMEOUT), (0.95, TIMEOUT), (0.5, SUCCESS), ("best_effort", SUCCESS)])
 def test_node_timeout_lists_in_flight_items_as_missing_and_the_policy_decides(
-        make_executor, gate, policy, state):
+        make_executor, gate, fake_clock, policy, state):
     hung = gate()
     ran = []
-    fan = Fan(numbered(10), lambda i: hung.wait() if i == 3 else i, max_concurrency=4,
+    fan = Fan(numbered(10), lambda i: clock.wait(hung, None) if i == 3 else i, max_concurrency=4,
               timeout=4 * SHORT, policy=policy)
     son = FunctionNode(lambda ctx, p: ran.append(ctx.result_of("fan").missing), name="son")
     fan >> son
-    t0 = time.monotonic()
     result = start(fan, make_executor(5))
 
-    assert time.monotonic() - t0 < LONG / 2
+    assert result.elapsed == pytest.approx(4 * SHORT)  # at the fan-out's timeout
     wr = result["fan"].work_result
     fi = wr.result
     assert isinstance(fi, FanInResult)
@@ -593,7 +603,7 @@ def test_node_timeout_lists_in_flight_items_as_missing_and_the_policy_decides(
         assert ran == [[3]]
 
 
-def test_run_budget_ends_the_fan_out_with_its_partial_fan_in(make_executor, gate):
+def test_run_budget_ends_the_fan_out_with_its_partial_fan_in(make_executor, gate, fake_clock):
     hung = gate()
     pulled = [0]
 
@@ -604,13 +614,14 @@ def test_run_budget_ends_the_fan_out_with_its_partial_fan_in(make_executor, gate
 
     def work(i):
         if i == 2:
-            hung.wait()
+            clock.wait(hung, None)
         return i
 
     ex = make_executor(4)
     fan = Fan(source, work, max_concurrency=2, policy="best_effort")
     result = start(fan, ex, timeout=4 * SHORT)
 
+    assert result.elapsed == pytest.approx(4 * SHORT)
     wr = result["fan"].work_result
     assert wr.state is TIMEOUT
     assert isinstance(wr.exception, NodeTimeoutError) and "budget" in str(wr.exception)
@@ -755,19 +766,19 @@ class Exercise:
         for name in FILES[:99]:
             yield name, name
             if name == "file-060":
-                assert self.done_050.wait(LONG)
+                assert clock.wait(self.done_050, LONG)
                 yield "file-050", "file-050 (redelivered)"
         # file-100's listing page arrives after file-099 was given up on
-        assert self.executor.abandoned.wait(LONG)
+        assert clock.wait(self.executor.abandoned, LONG)
         yield "file-100", "file-100"
 
     def check(self, name: str) -> str:
         with self.lock:
             self.calls[name] += 1
         if name == "file-099":
-            self.hung.wait()
+            clock.wait(self.hung, None)
         elif name == "file-100":
-            self.late.wait()
+            clock.wait(self.late, None)
             self.late_returned.set()
         elif name == "file-050":
             self.done_050.set()
@@ -848,7 +859,7 @@ def _listing_stalls(ex):
 
     def source():
         yield from ((n, n) for n in FILES[:97])
-        page2.wait()  # the listing's last page never comes before the deadline
+        clock.wait(page2, None)  # the listing's last page never comes before the deadline
         yield from ((n, n) for n in FILES[97:])
     return Fan(source, policy=0.95, timeout=4 * SHORT)
 
@@ -858,7 +869,7 @@ def _budget_ends(ex):
 
     def check(n):
         if n == "file-100":
-            hung.wait()
+            clock.wait(hung, None)
         return n
     return Fan(lambda: ((n, n) for n in FILES), check, policy=0.95)
 
@@ -925,7 +936,7 @@ def test_a_source_not_exhausted_at_the_deadline_is_never_complete(make_executor,
 
     def source():
         yield from ((n, n) for n in FILES[:3])
-        next_page.wait()  # page 2 of the listing is slow
+        clock.wait(next_page, None)  # page 2 of the listing is slow
         yield from ((n, n) for n in FILES[3:])
 
     fan = Fan(source, name="check_files", max_concurrency=2, timeout=4 * SHORT, policy="all")
@@ -1026,12 +1037,13 @@ def test_a_loop_dropped_after_the_source_ran_dry_does_not_fail_the_fan_out(own_e
     assert wr.state is SUCCESS, repr(wr.exception)
 
 
-def test_items_running_when_the_budget_ends_are_reported_abandoned(released, own_executor):
+def test_items_running_when_the_budget_ends_are_reported_abandoned(released, own_executor, fake_clock):
     hung = released()
     ex = own_executor(AbandonSignallingExecutor, 4)
-    fan = Fan(numbered(5), lambda i: hung.wait() if i == 1 else i, max_concurrency=2)
+    fan = Fan(numbered(5), lambda i: clock.wait(hung, None) if i == 1 else i, max_concurrency=2)
     result = start(fan, ex, timeout=4 * SHORT)
     assert result["fan"].work_result.state is TIMEOUT
+    assert result.elapsed == pytest.approx(4 * SHORT)
     assert ex.abandoned.is_set()
 
 
@@ -1075,12 +1087,12 @@ def test_setting_a_bad_fan_out_option_after_construction_raises(attr, value):
         setattr(fan, attr, value)
 
 
-def test_a_late_item_result_is_logged(make_executor, gate, taskflow_logs):
+def test_a_late_item_result_is_logged(make_executor, gate, taskflow_logs, fake_clock):
     release, returned = gate(), gate()
 
     def work(i):
         if i == 0:
-            release.wait()
+            clock.wait(release, None)
             returned.set()
             return "late"
         return i

@@ -1,4 +1,9 @@
-"""Bulkheads and rate limits in runs: waiting holds no worker, lasts at most the run's budget."""
+"""Bulkheads and rate limits in runs: waiting holds no worker, lasts at most the run's budget.
+
+The tests about when a wait ends (a deadline, a refill, "at once") run on virtual time (the
+``fake_clock`` fixture) and assert the exact times; the hog waits with ``clock.wait``, which is
+the plain wait outside a fake clock. Where a hog holds a slot across runs, time moves by hand
+(``advance``), so it never reaches the hog's own wait and frees the slot early."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from taskflow import (
     RateLimit,
     ResultState,
     TaskScheduling,
+    clock,
 )
 
 
@@ -35,7 +41,7 @@ class Hog:
 
     def __call__(self, ctx, param):
         self.entered.set()
-        self.release.wait(LONG)
+        clock.wait(self.release, LONG)
         return "hog"
 
 
@@ -74,7 +80,8 @@ def test_waiting_for_a_slot_holds_no_worker():
     assert bulkhead.metrics().in_use == 0
 
 
-def test_waiting_for_a_slot_ends_timeout_at_the_deadline_never_run():
+@pytest.mark.fake_clock(autojump=False)
+def test_waiting_for_a_slot_ends_timeout_at_the_deadline_never_run(fake_clock):
     bulkhead = Bulkhead("b", max_concurrent=1)
     hog = Hog()
     ran = []
@@ -82,20 +89,22 @@ def test_waiting_for_a_slot_ends_timeout_at_the_deadline_never_run():
         first = TaskScheduling.submit(FunctionNode(hog, name="hog", bulkhead=bulkhead),
                                       executor=pool, timeout=LONG)
         assert hog.entered.wait(LONG)
-        t0 = time.monotonic()
-        result = TaskScheduling.start(
+        waiting = TaskScheduling.submit(
             FunctionNode(lambda c, p: ran.append(1), name="wait", bulkhead=bulkhead),
             executor=pool, timeout=SHORT)
-        elapsed = time.monotonic() - t0
+        assert fake_clock.wait_until_blocked()
+        fake_clock.advance(SHORT)
+        result = waiting.result(LONG)
         assert bulkhead.metrics().waiting == 0  # its ticket left the queue
         hog.release.set()
         first.result(LONG)
     wr = result.result_of("wait")
     assert wr.state is ResultState.TIMEOUT and wr.attempts == 0 and not ran
-    assert elapsed < LONG / 2
+    assert result.elapsed == pytest.approx(SHORT)  # at its deadline, not later
 
 
-def test_bulkhead_full_fails_at_once():
+@pytest.mark.fake_clock(autojump=False)
+def test_bulkhead_full_fails_at_once(fake_clock):
     bulkhead = Bulkhead("b", max_concurrent=1, max_waiting=0)
     hog = Hog()
     with ThreadPoolExecutor(2) as pool:
@@ -112,20 +121,25 @@ def test_bulkhead_full_fails_at_once():
         hog.release.set()
         first.result(LONG)
     assert isinstance(result.result_of("refused").exception, BulkheadFullError)
-    assert result.elapsed < LONG / 2
+    assert result.elapsed == 0 and degraded.elapsed == 0  # no time passed
     assert degraded.outputs == {"refused": "later"}
     assert bulkhead.metrics().rejected == 2
 
 
-def test_abandoned_attempt_keeps_its_slot_until_it_returns():
+@pytest.mark.fake_clock(autojump=False)
+def test_abandoned_attempt_keeps_its_slot_until_it_returns(fake_clock):
     bulkhead = Bulkhead("b", max_concurrent=1)
     hog = Hog()
     order = []
     with ThreadPoolExecutor(3) as pool:
-        result = TaskScheduling.start(
+        hogging = TaskScheduling.submit(
             FunctionNode(hog, name="hog", bulkhead=bulkhead, timeout=SHORT),
             executor=pool, timeout=LONG)
+        assert fake_clock.wait_until_blocked()
+        fake_clock.advance(SHORT)
+        result = hogging.result(LONG)
         assert result.result_of("hog").state is ResultState.TIMEOUT
+        assert result.elapsed == pytest.approx(SHORT)
         m = bulkhead.metrics()
         assert (m.in_use, m.abandoned) == (1, 1)
         later = TaskScheduling.submit(
@@ -138,10 +152,10 @@ def test_abandoned_attempt_keeps_its_slot_until_it_returns():
     assert bulkhead.metrics().in_use == 0 and bulkhead.metrics().abandoned == 0
 
 
-def test_rate_limit_spaces_attempts_without_holding_workers():
+def test_rate_limit_spaces_attempts_without_holding_workers(fake_clock):
     limit = RateLimit("api", per_second=40, burst=1)
     starts = []
-    nodes = [FunctionNode(lambda c, p: starts.append(time.monotonic()), name=f"n{k}",
+    nodes = [FunctionNode(lambda c, p: starts.append(fake_clock.now()), name=f"n{k}",
                           rate_limit=limit) for k in range(3)]
     free_ran = threading.Event()
     free = FunctionNode(lambda c, p: free_ran.set(), name="free")
@@ -150,19 +164,18 @@ def test_rate_limit_spaces_attempts_without_holding_workers():
     assert result.ok and free_ran.is_set()
     starts.sort()
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    assert all(g >= 0.015 for g in gaps), gaps  # 25 ms apart, loosely
+    assert gaps == [pytest.approx(0.025)] * 2, gaps  # one token every 25 ms, exactly
     assert limit.metrics().granted == 3
 
 
-def test_rate_limit_without_a_token_in_the_budget_times_out_at_once():
+def test_rate_limit_without_a_token_in_the_budget_times_out_at_once(fake_clock):
     limit = RateLimit("slow", per_second=0.01, burst=1)
     with ThreadPoolExecutor(2) as pool:
         first = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="a", rate_limit=limit),
                                      executor=pool, timeout=LONG)
-        t0 = time.monotonic()
         second = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="b", rate_limit=limit),
                                       executor=pool, timeout=LONG)
-    assert first.ok and time.monotonic() - t0 < LONG / 2
+    assert first.ok and second.elapsed == 0  # no waiting for a token that cannot come in time
     wr = second.result_of("b")
     assert wr.state is ResultState.TIMEOUT and isinstance(wr.exception, NodeTimeoutError)
     assert wr.attempts == 0 and limit.metrics().timed_out == 1

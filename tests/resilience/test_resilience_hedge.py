@@ -214,9 +214,10 @@ def test_a_percentile_hedge_rescues_a_slow_call_while_its_window_warms_up() -> N
     # after the slowest so far, and the duplicate answers (the window is far from full)
     from concurrent.futures import ThreadPoolExecutor
 
-    from conftest import LONG
+    from conftest import LONG, SHORT
 
-    from taskflow import FunctionNode, TaskScheduling
+    from taskflow import FunctionNode, TaskScheduling, clock
+    from taskflow.testing import FakeClock
 
     release = threading.Event()
     calls = [0]
@@ -227,19 +228,22 @@ def test_a_percentile_hedge_rescues_a_slow_call_while_its_window_warms_up() -> N
             calls[0] += 1
             n = calls[0]
         if n == 2:
-            release.wait(LONG)  # the slow call: held until the test ends
+            clock.wait(release, LONG)  # the slow call: held until the test ends
             return "late"
+        clock.sleep(SHORT)  # on virtual time: the first call's known duration
         return f"call {n}"
 
     node = FunctionNode(backend, name="reco", hedge=Hedge(after="p95"), idempotent=True)
     try:
         with ThreadPoolExecutor(4, thread_name_prefix="hedge-warm") as pool:
-            first = TaskScheduling.start(node, executor=pool, timeout=LONG)
-            second = TaskScheduling.start(node, executor=pool, timeout=LONG)
-            release.set()
+            with FakeClock(autojump=True):
+                first = TaskScheduling.start(node, executor=pool, timeout=LONG)
+                second = TaskScheduling.start(node, executor=pool, timeout=LONG)
+                release.set()
     finally:
         release.set()
     assert first.outputs["reco"] == "call 1" and first.result_of("reco").hedges == 0
     assert second.outputs["reco"] == "call 3" and second.result_of("reco").hedges == 1
-    assert second.elapsed < LONG / 2
+    # the duplicate started after the slowest duration known (SHORT) and took SHORT itself
+    assert second.elapsed == pytest.approx(2 * SHORT)
     assert calls[0] == 3
