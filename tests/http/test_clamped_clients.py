@@ -93,7 +93,9 @@ def test_the_backend_receives_the_deadline_headers(backend, one_worker, get):
     assert DEADLINE_HEADERS <= set(headers)
     assert headers["grpc-timeout"][-1] in "mun"
     assert 0 < int(headers["x-envoy-expected-rq-timeout-ms"]) <= BUDGET * 1000 + 1
-    assert sent * 1000 < int(headers["x-request-deadline"]) <= (sent + BUDGET) * 1000 + 1
+    # the header is the wall clock when the request went out plus the time left then, read one
+    # after the other: a thread switch between the two readings on a busy machine shifts it
+    assert sent * 1000 < int(headers["x-request-deadline"]) <= (sent + BUDGET + SHORT) * 1000
     # what the backend would make of them with taskflow on its side too
     seen = budget_from_headers(headers, None)
     assert seen is not None and 0 <= seen <= BUDGET
