@@ -1,10 +1,11 @@
 """A page of many backend calls as async nodes, against sync nodes and hand-written asyncio.
 
-    python benchmarks/async_nodes.py                 # the three sections (about 3 minutes)
+    python benchmarks/async_nodes.py                 # the three sections (about 4 minutes)
     python benchmarks/async_nodes.py --smoke         # seconds: what CI runs
     python benchmarks/async_nodes.py --sections page --calls 200 --workers 16
     python benchmarks/async_nodes.py --sections capacity --systems async gather
-    python benchmarks/async_nodes.py --hold async 200 --seconds 20   # one rate, for py-spy
+    python benchmarks/async_nodes.py --hold async 300 --seconds 10   # one rate, to profile:
+    py-spy record --gil --nonblocking --threads --format raw -d 8 -o prof.txt -p PID
 
 Three sections, measured in one process:
 
@@ -20,7 +21,10 @@ latency counted from its arrival, so a system that cannot keep up falls behind a
 grows). The rate rises by 1.5x from 8 pages/s until a step fails, then is bisected (in log)
 between the last rate that passed and the first that failed; a step passes when no page failed
 and the p99 is within the page budget (0.5 s; taskflow's runs get it as ``timeout=``, the
-hand-written pages as the wait on their future). The capacity is the highest rate that passed.
+hand-written pages as the wait on their future). The capacity is the highest rate that passed. A step is
+finite (``--duration``, 4 s of arrivals): a rate a little above what a system sustains builds a
+backlog that adds ``(rate / sustained - 1) x duration`` to the last pages' latency, so a step
+can pass up to about ``budget / duration`` (12 %) above the sustained rate, every system alike.
 Each step runs on a fresh pool (abandoned sync calls of a failed step do not slow the next).
 The systems:
 
@@ -432,7 +436,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--cap-calls", type=int, default=50, help="capacity: calls per page")
     ap.add_argument("--budget", type=float, default=BUDGET, help="capacity: seconds per page")
-    ap.add_argument("--duration", type=float, default=2.0,
+    ap.add_argument("--duration", type=float, default=4.0,
                     help="capacity: seconds of arrivals per step")
     ap.add_argument("--min-pages", type=int, default=48, help="capacity: pages per step at least")
     ap.add_argument("--first-rate", type=float, default=FIRST_RATE,
