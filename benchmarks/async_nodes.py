@@ -51,7 +51,8 @@ once all are waiting, ``tracemalloc``'s growth since before the start over ``n``
 heap per call, and the growth of the process's resident memory (``VmRSS``) over ``n`` is what
 the pages touched cost, thread stacks included: a thread reserves its stack (``ulimit -s``,
 8 MiB here) as virtual memory, and only the pages it touches are committed, which RSS counts.
-Hand-written ``asyncio`` tasks parked on the same event are measured as the baseline.
+Hand-written ``asyncio`` tasks parked on the same event are measured as the baseline; the
+nodes' figures include the run's own record of each node (one run of ``n`` nodes).
 """
 
 from __future__ import annotations
