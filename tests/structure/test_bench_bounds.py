@@ -197,10 +197,54 @@ def test_the_shared_cache_benchmark_runs_the_four_workers_its_docstring_states()
 
 
 @pytest.mark.timeout(120)
-def test_the_async_nodes_benchmark_runs_both_pages_in_smoke_mode(
+def test_the_async_nodes_benchmark_runs_every_section_in_smoke_mode(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # both pages complete (a sync and an async page of the same calls); no figure is asserted
+    # every section completes: the sync and async page, one open-loop step of each of the four
+    # systems with both ratios, and the three memory measurements; no figure is asserted
     out = _benchmark("async_nodes").main(["--smoke"])
-    assert set(out) == {"async", "sync"} and all(s > 0 for s in out.values())
-    assert "sync / async" in capsys.readouterr().out
+    assert set(out) == {"page", "capacity", "memory"}
+    assert set(out["page"]) == {"async", "sync"} and all(s > 0 for s in out["page"].values())
+    rows = out["capacity"]["rows"]
+    assert set(rows) == {"sync-16", "sync-64", "async", "gather"}
+    assert all(row["steps"] and row["steps"][0]["flows"] > 0 for row in rows.values())
+    assert set(out["memory"]) == {"async", "gather", "sync"}
+    printed = capsys.readouterr().out
+    for line in ("sync / async", "async / sync-16", "async / gather", "memory:", "KiB heap"):
+        assert line in printed, printed
+
+
+def test_the_async_nodes_capacity_is_the_highest_rate_that_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rising rates and the bisection, on a fake step that passes up to 100 pages/s."""
+    bench = _benchmark("async_nodes")
+    tried: list[float] = []
+
+    def fake_step(system: object, rate: float, duration: float, min_pages: int) -> dict:
+        tried.append(rate)
+        return {"rate": rate, "passed": rate <= 100.0, "failed": 0, "flows": 1,
+                "p50_ms": 1.0, "p99_ms": 1.0, "cpu_ms_per_flow": 1.0}
+
+    class Idle:
+        name = "fake"
+
+        def open(self) -> None: ...
+
+        def close(self) -> None: ...
+
+        def run(self) -> bool:
+            return True
+
+    monkeypatch.setattr(bench, "step", fake_step)
+    row = bench.capacity(Idle(), 1.0, 1, lambda line: None, first=8.0, refine=3)
+    assert tried[:6] == pytest.approx([8.0, 12.0, 18.0, 27.0, 40.5, 60.75])
+    assert tried[6] == pytest.approx(91.125) and tried[7] == pytest.approx(136.6875)
+    assert len(tried) == 8 + 3
+    assert 91.125 <= row["capacity"] <= 100.0 < row["first_failed"] <= 136.6875
+    assert row["at_capacity"]["rate"] == row["capacity"]
+    # a system failing at the first rate is tried lower until one passes
+    tried.clear()
+    low = bench.capacity(Idle(), 1.0, 1, lambda line: None, first=400.0, refine=0)
+    assert tried == pytest.approx([400.0, 400 / 1.5, 400 / 1.5**2, 400 / 1.5**3, 400 / 1.5**4])
+    assert low["capacity"] == pytest.approx(400 / 1.5**4)
