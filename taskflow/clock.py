@@ -14,8 +14,9 @@ Two kinds of time:
   adaptive bulkhead's latency samples, ``ctx.remaining()``/``ctx.timeout()``, report and stats
   timings and stamps, the deadline headers. It is read through ``now()`` (monotonic seconds),
   ``wall()``/``wall_ns()`` (Unix time, for stamps and headers other machines read), ``sleep(s)``,
-  the timed waits ``wait``, ``wait_for``, ``get`` and ``result``, and ``call_later`` (a timer for
-  the parts below the engine, which may not use its timer thread). Outside a fake clock these
+  the timed waits ``wait``, ``wait_for``, ``get`` and ``result``, ``call_later`` (a timer for
+  the parts below the engine, which may not use its timer thread) and ``acquire`` (an untimed
+  lock acquire whose holder may wait in the clock: a fake counts the waiter as blocked). Outside a fake clock these
   are ``time.monotonic``, ``time.time``, ``time.time_ns`` and ``time.sleep`` themselves (no extra
   call per reading) and the waits are the plain stdlib waits.
 - **Mechanical time** is what keeps the machinery going; it has no meaning for a run's outcome
@@ -50,6 +51,7 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "SemanticClock",
+    "acquire",
     "busy",
     "call_later",
     "cpu_time",
@@ -136,6 +138,8 @@ class SemanticClock(Protocol):
 
     def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable: ...
 
+    def acquire(self, lock: _Lock) -> None: ...
+
 
 # -- semantic time: what a fake clock replaces ---------------------------------------------------
 
@@ -179,6 +183,15 @@ def call_later(delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable
     handle.daemon = True
     handle.start()
     return handle
+
+
+def acquire(lock: _Lock) -> None:
+    """``lock.acquire()``, without a timeout, where the holder may wait in the clock (a source
+    sleeping in ``sleep`` while holding it): under a fake clock the waiting thread counts as
+    blocked, not as work that can progress, so autojump still moves time for the holder. A
+    caller on a hot path tries ``lock.acquire(False)`` first and comes here only when it is
+    held."""
+    lock.acquire()
 
 
 # -- mechanical time: always real, fake clock or not --------------------------------------------
@@ -229,7 +242,7 @@ def real_acquire(lock: _Lock, timeout: float) -> bool:
 # -- installing a fake ---------------------------------------------------------------------------
 
 _SEMANTIC = ("now", "wall", "wall_ns", "sleep", "wait", "wait_for", "get", "result",
-             "call_later")
+             "call_later", "acquire")
 _REAL: dict[str, Any] = {name: globals()[name] for name in _SEMANTIC}
 _installed: SemanticClock | None = None
 _listeners: list[Callable[[SemanticClock | None], None]] = []

@@ -386,3 +386,29 @@ def test_time_stands_still_while_the_start_caller_runs_the_hooks_at_the_deadline
                                       executor=pool, timeout=1.0)
         assert seen and all(t == 1.0 for t in seen), seen
         assert result.elapsed == 1.0
+
+
+# -- what autojump must not be stalled by ----------------------------------------------------
+
+
+def test_a_fan_out_source_that_waits_in_the_clock_does_not_stall_autojump(pool: Any) -> None:
+    # the source sleeps in virtual time between items while the other item loops wait for
+    # their turn to pull: they wait for the source, so time must still move
+    from taskflow import FanOutNode
+
+    with FakeClock(autojump=True) as fake:
+
+        class Paged(FanOutNode):
+            def items(self, ctx: Any, param: Any) -> Iterator[tuple[int, int]]:
+                for page in range(4):
+                    fake.sleep(1.0)  # a page of the source takes a second to come
+                    yield page, page
+
+            def work(self, ctx: Any, item: int) -> int:
+                return item * 10
+
+        result = TaskScheduling.start(Paged(name="paged", max_concurrency=4), executor=pool,
+                                      timeout=30.0)
+        fan_in = result.outputs["paged"]
+        assert fan_in.complete and fan_in.succeeded == {0: 0, 1: 10, 2: 20, 3: 30}
+        assert fake.now() == pytest.approx(4.0)
