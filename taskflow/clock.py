@@ -329,7 +329,9 @@ def uninstall(fake: SemanticClock, ahead: float = 0.0) -> None:
 # While ``counting`` (set by an installed fake clock), the worker loops count themselves
 # (``engine/loops.py``): a loop is *queued* from its submission until it starts, then its thread is
 # *active* until its outermost loop returns, except while the thread blocks in the fake clock (a
-# ``sleep`` or a timed wait: ``idle``). ``busy()`` is queued + active: 0 means no taskflow work can
+# ``sleep``, a timed wait, an untimed wait or ``acquire`` in the clock: ``idle``). Each thread
+# keeps its own part (``_Count``), stamped with the ``reset_counts`` it was counted under, so a
+# loop left running from an earlier clock neither stalls this one nor hides its work. ``busy()`` is queued + active: 0 means no taskflow work can
 # progress until time moves. ``changes`` counts every change, so a watcher can tell "0 for a
 # while" from "0 now". Outside a fake clock nothing is counted: one read of ``counting`` per loop.
 
@@ -339,10 +341,35 @@ counting = False
 changes = 0
 """How many times the counts changed (what a watcher compares)."""
 
-_count_lock = threading.Lock()  # guards _queued, _active and changes
+_count_lock = threading.Lock()  # guards _queued, _active, changes and every thread's _Count
 _queued = 0
 _active = 0
-_depth = threading.local()  # per thread: how many loops it runs, one inside another
+_generation = 0  # bumped by each reset_counts: a thread's count of an earlier one is not ours
+
+
+class _Count:
+    """One thread's part in the counts: how many loops it runs (one inside another), how many
+    clock waits it is blocked in, and under which ``reset_counts`` it was counted (a loop that
+    began under an earlier fake clock, still running when this one was entered, belongs to an
+    ended run: it neither adds to this clock's counts nor takes from them when it ends)."""
+
+    __slots__ = ("blocked", "depth", "generation")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.blocked = 0
+        self.generation = -1
+
+
+_local = threading.local()
+
+
+def _count() -> _Count:
+    try:
+        return _local.count  # type: ignore[no-any-return]
+    except AttributeError:
+        count = _local.count = _Count()
+        return count
 
 
 def work_queued(k: int = 1) -> None:
@@ -362,12 +389,17 @@ def work_dropped() -> None:
 
 
 def _enter() -> None:
-    """Under ``_count_lock``: one more loop on this thread (the thread is active from the first)."""
+    """Under ``_count_lock``: one more loop on this thread (the thread is active from the first
+    it runs under these counts)."""
     global _active
-    depth = getattr(_depth, "n", 0)
-    _depth.n = depth + 1
-    if depth == 0:
+    count = _count()
+    if count.generation != _generation:  # first loop under these counts: the thread joins them
+        count.generation = _generation
+        count.blocked = 0  # it is running, not waiting in a clock
         _active += 1
+    elif count.depth == 0:
+        _active += 1
+    count.depth += 1
 
 
 def work_started(runs_here: bool = True) -> None:
@@ -394,10 +426,11 @@ def work_ended() -> None:
     """The loop this thread started with ``work_started()`` returned."""
     global _active, changes
     with _count_lock:
-        depth = getattr(_depth, "n", 0) - 1
-        _depth.n = max(0, depth)
-        if depth == 0:
-            _active = max(0, _active - 1)
+        count = _count()
+        if count.depth > 0:
+            count.depth -= 1
+            if count.depth == 0 and count.generation == _generation and not count.blocked:
+                _active -= 1
         changes += 1
 
 
@@ -405,10 +438,20 @@ def idle(blocked: bool) -> None:
     """This thread blocks in the fake clock (``True``) or is back from it (``False``): a loop
     thread that sleeps or waits in virtual time cannot progress until time moves."""
     global _active, changes
-    if not getattr(_depth, "n", 0):
+    count = getattr(_local, "count", None)
+    if count is None or not count.depth:
         return  # not a loop's thread: it was never counted
     with _count_lock:
-        _active = max(0, _active - 1) if blocked else _active + 1
+        if count.generation != _generation:
+            return  # counted under an earlier clock: not part of these counts
+        if blocked:
+            count.blocked += 1
+            if count.blocked == 1:
+                _active -= 1
+        elif count.blocked:
+            count.blocked -= 1
+            if count.blocked == 0:
+                _active += 1
         changes += 1
 
 
@@ -418,9 +461,11 @@ def busy() -> int:
 
 
 def reset_counts(on: bool) -> None:
-    """Start (``on``) or stop counting, from zero (a fake clock's install and uninstall)."""
-    global counting, _queued, _active, changes
+    """Start (``on``) or stop counting, from zero (a fake clock's install and uninstall). A
+    thread still in a loop it began before is left out of the new counts until its next loop."""
+    global counting, _queued, _active, changes, _generation
     with _count_lock:
         counting = on
         _queued = _active = 0
+        _generation += 1
         changes += 1

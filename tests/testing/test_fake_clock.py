@@ -412,3 +412,63 @@ def test_a_fan_out_source_that_waits_in_the_clock_does_not_stall_autojump(pool: 
         fan_in = result.outputs["paged"]
         assert fan_in.complete and fan_in.succeeded == {0: 0, 1: 10, 2: 20, 3: 30}
         assert fake.now() == pytest.approx(4.0)
+
+
+def _leave_a_loop_running(old: ThreadPoolExecutor, in_the_clock: bool) -> threading.Event:
+    """A worker loop of a run that ended under an earlier fake clock, its task still running on
+    ``old``'s thread (waiting in that clock, or on a plain Event) until the event is set."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(ctx: Any, p: Any) -> None:
+        started.set()
+        if in_the_clock:
+            clock.wait(release, None)
+        else:
+            release.wait(10)
+
+    with FakeClock() as first:
+        future = TaskScheduling.submit(FunctionNode(held, name="held"), executor=old,
+                                       timeout=1.0)
+        assert started.wait(10)
+        first.advance(1.0)
+        assert future.result(10)["held"].work_result.state is ResultState.TIMEOUT
+    return release
+
+
+@pytest.mark.parametrize("in_the_clock", [True, False])
+def test_a_loop_left_running_by_an_earlier_clock_does_not_stall_autojump(
+        in_the_clock: bool) -> None:
+    with ThreadPoolExecutor(1) as old:
+        release = _leave_a_loop_running(old, in_the_clock)
+        with FakeClock(autojump=True) as fake, ThreadPoolExecutor(4) as pool:
+            release.set()
+            old.submit(lambda: None).result(10)  # the old loop has returned
+            hung = FunctionNode(lambda c, p: fake.sleep(1e6), name="backend")
+            result = TaskScheduling.start(hung, executor=pool, timeout=30.0)
+            assert result["backend"].work_result.state is ResultState.TIMEOUT
+            assert fake.now() == pytest.approx(30.0)
+
+
+def test_a_loop_left_running_by_an_earlier_clock_ending_does_not_hide_a_running_task() -> None:
+    # the old loop's end must not take back the count of a task running under this clock:
+    # autojump would then move time (to the task's timeout) while it works
+    with ThreadPoolExecutor(1) as old:
+        release = _leave_a_loop_running(old, in_the_clock=False)
+        with FakeClock(autojump=True) as fake, ThreadPoolExecutor(4) as pool:
+            running, go = threading.Event(), threading.Event()
+
+            def works(ctx: Any, p: Any) -> str:
+                running.set()
+                go.wait(10)
+                return "done"
+
+            future = TaskScheduling.submit(FunctionNode(works, name="works", timeout=0.5),
+                                           executor=pool, timeout=5.0)
+            assert running.wait(10)
+            release.set()
+            old.submit(lambda: None).result(10)  # the old loop has returned
+            assert clock.busy() >= 1  # the running task still counts
+            go.set()
+            result = future.result(10)
+            assert result["works"].work_result.state is ResultState.SUCCESS
+            assert fake.now() == 0.0
