@@ -387,7 +387,7 @@ class FanOut:
         return result, [f for f in running if not f.done()]
 
     def item_deadline(self, item_id: Hashable) -> float:
-        """The ``time.monotonic()`` deadline of an item in flight (``inf`` without
+        """The deadline (``clock.now()``) of an item in flight (``inf`` without
         ``item_timeout``), ``-inf`` once it is not in flight (timed out, or the fan-in ended).
         Single dict reads, without ``lock``: the attempts' watch asks under its own lock."""
         if self.done or item_id not in self.inflight:

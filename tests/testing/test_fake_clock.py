@@ -472,3 +472,16 @@ def test_a_loop_left_running_by_an_earlier_clock_ending_does_not_hide_a_running_
             result = future.result(10)
             assert result["works"].work_result.state is ResultState.SUCCESS
             assert fake.now() == 0.0
+
+
+def test_after_a_clock_that_ran_ahead_stamps_are_on_taskflows_clock_not_time_monotonic(
+        pool: Any) -> None:
+    with FakeClock() as fake:
+        fake.advance(10.0)
+    assert clock.offset >= 10.0  # what the process's monotonic readings moved ahead, for good
+    before = clock.now()
+    result = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="one"), executor=pool,
+                                  timeout=5.0)
+    wr = result.result_of("one")
+    assert before <= result.started_at <= wr.started_at <= wr.finished_at <= clock.now()
+    assert result.started_at - time.monotonic() > 9.0  # time.monotonic() is behind them
