@@ -14,8 +14,9 @@ Two kinds of time:
   adaptive bulkhead's latency samples, ``ctx.remaining()``/``ctx.timeout()``, report and stats
   timings and stamps, the deadline headers. It is read through ``now()`` (monotonic seconds),
   ``wall()``/``wall_ns()`` (Unix time, for stamps and headers other machines read), ``sleep(s)``,
-  the timed waits ``wait``, ``wait_for``, ``get`` and ``result``, and ``call_later`` (a timer for
-  the parts below the engine, which may not use its timer thread). Outside a fake clock these
+  the timed waits ``wait``, ``wait_for``, ``get`` and ``result``, ``call_later`` (a timer for
+  the parts below the engine, which may not use its timer thread) and ``acquire`` (an untimed
+  lock acquire whose holder may wait in the clock: a fake counts the waiter as blocked). Outside a fake clock these
   are ``time.monotonic``, ``time.time``, ``time.time_ns`` and ``time.sleep`` themselves (no extra
   call per reading) and the waits are the plain stdlib waits.
 - **Mechanical time** is what keeps the machinery going; it has no meaning for a run's outcome
@@ -50,6 +51,7 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "SemanticClock",
+    "acquire",
     "busy",
     "call_later",
     "cpu_time",
@@ -136,6 +138,8 @@ class SemanticClock(Protocol):
 
     def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable: ...
 
+    def acquire(self, lock: _Lock) -> None: ...
+
 
 # -- semantic time: what a fake clock replaces ---------------------------------------------------
 
@@ -179,6 +183,15 @@ def call_later(delay: float, fn: Callable[..., Any], *args: Any) -> _Cancellable
     handle.daemon = True
     handle.start()
     return handle
+
+
+def acquire(lock: _Lock) -> None:
+    """``lock.acquire()``, without a timeout, where the holder may wait in the clock (a source
+    sleeping in ``sleep`` while holding it): under a fake clock the waiting thread counts as
+    blocked, not as work that can progress, so autojump still moves time for the holder. A
+    caller on a hot path tries ``lock.acquire(False)`` first and comes here only when it is
+    held."""
+    lock.acquire()
 
 
 # -- mechanical time: always real, fake clock or not --------------------------------------------
@@ -229,7 +242,7 @@ def real_acquire(lock: _Lock, timeout: float) -> bool:
 # -- installing a fake ---------------------------------------------------------------------------
 
 _SEMANTIC = ("now", "wall", "wall_ns", "sleep", "wait", "wait_for", "get", "result",
-             "call_later")
+             "call_later", "acquire")
 _REAL: dict[str, Any] = {name: globals()[name] for name in _SEMANTIC}
 _installed: SemanticClock | None = None
 _listeners: list[Callable[[SemanticClock | None], None]] = []
@@ -316,7 +329,9 @@ def uninstall(fake: SemanticClock, ahead: float = 0.0) -> None:
 # While ``counting`` (set by an installed fake clock), the worker loops count themselves
 # (``engine/loops.py``): a loop is *queued* from its submission until it starts, then its thread is
 # *active* until its outermost loop returns, except while the thread blocks in the fake clock (a
-# ``sleep`` or a timed wait: ``idle``). ``busy()`` is queued + active: 0 means no taskflow work can
+# ``sleep``, a timed wait, an untimed wait or ``acquire`` in the clock: ``idle``). Each thread
+# keeps its own part (``_Count``), stamped with the ``reset_counts`` it was counted under, so a
+# loop left running from an earlier clock neither stalls this one nor hides its work. ``busy()`` is queued + active: 0 means no taskflow work can
 # progress until time moves. ``changes`` counts every change, so a watcher can tell "0 for a
 # while" from "0 now". Outside a fake clock nothing is counted: one read of ``counting`` per loop.
 
@@ -326,10 +341,35 @@ counting = False
 changes = 0
 """How many times the counts changed (what a watcher compares)."""
 
-_count_lock = threading.Lock()  # guards _queued, _active and changes
+_count_lock = threading.Lock()  # guards _queued, _active, changes and every thread's _Count
 _queued = 0
 _active = 0
-_depth = threading.local()  # per thread: how many loops it runs, one inside another
+_generation = 0  # bumped by each reset_counts: a thread's count of an earlier one is not ours
+
+
+class _Count:
+    """One thread's part in the counts: how many loops it runs (one inside another), how many
+    clock waits it is blocked in, and under which ``reset_counts`` it was counted (a loop that
+    began under an earlier fake clock, still running when this one was entered, belongs to an
+    ended run: it neither adds to this clock's counts nor takes from them when it ends)."""
+
+    __slots__ = ("blocked", "depth", "generation")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.blocked = 0
+        self.generation = -1
+
+
+_local = threading.local()
+
+
+def _count() -> _Count:
+    try:
+        return _local.count  # type: ignore[no-any-return]
+    except AttributeError:
+        count = _local.count = _Count()
+        return count
 
 
 def work_queued(k: int = 1) -> None:
@@ -349,12 +389,17 @@ def work_dropped() -> None:
 
 
 def _enter() -> None:
-    """Under ``_count_lock``: one more loop on this thread (the thread is active from the first)."""
+    """Under ``_count_lock``: one more loop on this thread (the thread is active from the first
+    it runs under these counts)."""
     global _active
-    depth = getattr(_depth, "n", 0)
-    _depth.n = depth + 1
-    if depth == 0:
+    count = _count()
+    if count.generation != _generation:  # first loop under these counts: the thread joins them
+        count.generation = _generation
+        count.blocked = 0  # it is running, not waiting in a clock
         _active += 1
+    elif count.depth == 0:
+        _active += 1
+    count.depth += 1
 
 
 def work_started(runs_here: bool = True) -> None:
@@ -381,10 +426,11 @@ def work_ended() -> None:
     """The loop this thread started with ``work_started()`` returned."""
     global _active, changes
     with _count_lock:
-        depth = getattr(_depth, "n", 0) - 1
-        _depth.n = max(0, depth)
-        if depth == 0:
-            _active = max(0, _active - 1)
+        count = _count()
+        if count.depth > 0:
+            count.depth -= 1
+            if count.depth == 0 and count.generation == _generation and not count.blocked:
+                _active -= 1
         changes += 1
 
 
@@ -392,10 +438,20 @@ def idle(blocked: bool) -> None:
     """This thread blocks in the fake clock (``True``) or is back from it (``False``): a loop
     thread that sleeps or waits in virtual time cannot progress until time moves."""
     global _active, changes
-    if not getattr(_depth, "n", 0):
+    count = getattr(_local, "count", None)
+    if count is None or not count.depth:
         return  # not a loop's thread: it was never counted
     with _count_lock:
-        _active = max(0, _active - 1) if blocked else _active + 1
+        if count.generation != _generation:
+            return  # counted under an earlier clock: not part of these counts
+        if blocked:
+            count.blocked += 1
+            if count.blocked == 1:
+                _active -= 1
+        elif count.blocked:
+            count.blocked -= 1
+            if count.blocked == 0:
+                _active += 1
         changes += 1
 
 
@@ -405,9 +461,11 @@ def busy() -> int:
 
 
 def reset_counts(on: bool) -> None:
-    """Start (``on``) or stop counting, from zero (a fake clock's install and uninstall)."""
-    global counting, _queued, _active, changes
+    """Start (``on``) or stop counting, from zero (a fake clock's install and uninstall). A
+    thread still in a loop it began before is left out of the new counts until its next loop."""
+    global counting, _queued, _active, changes, _generation
     with _count_lock:
         counting = on
         _queued = _active = 0
+        _generation += 1
         changes += 1

@@ -116,7 +116,8 @@ class PoolMetrics(BaseModel):
     timestamp: float
     """``time.time()`` of the snapshot."""
     monotonic: float
-    """``time.monotonic()`` of the snapshot."""
+    """Monotonic seconds of the snapshot (``taskflow.clock.real_now()``: ``time.monotonic()``
+    unless a ``FakeClock`` that ran ahead was used in this process, then ``clock.offset`` ahead)."""
 
     def __str__(self) -> str:
         state = "Terminated" if self.is_terminated else "Shutting down" if self.is_shutdown else "Running"

@@ -165,7 +165,7 @@ def watch_of(run: WatchedRun) -> Watch:
 
 
 def deadline_of(run: WatchedRun, i: int, item: Any) -> float:
-    """The ``time.monotonic()`` deadline of an attempt of node ``i`` (of its fan-out ``item``,
+    """The deadline (``clock.now()``) of an attempt of node ``i`` (of its fan-out ``item``,
     or None): the run's, its node's own timeout from its first start, its deadline from the
     run's start, the item's timeout;
     ``-inf`` once the run has given up on it."""

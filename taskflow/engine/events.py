@@ -91,7 +91,7 @@ class ObservedRun(Protocol):
     """What an observer may read of a run (``taskflow.engine.run.Run`` satisfies it).
 
     ``results[i]`` is node ``i``'s WorkResult: ``queued_at``, ``started_at``, ``finished_at``
-    (``time.monotonic()``), ``attempts``, ``state`` and ``exception`` once it is terminal.
+    (taskflow's monotonic clock, ``clock.now()``), ``attempts``, ``state`` and ``exception`` once it is terminal.
     """
 
     flow_id: str

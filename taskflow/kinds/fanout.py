@@ -33,7 +33,9 @@ flight exits, and an answer starts one again. The items of a fan-out that ends l
 seats (``seal``, ``abort``).
 
 Locks: ``_FanOut.lock`` guards the counters and maps; ``pull_lock`` only serialises ``next()`` on
-the user's iterator (a generator cannot run in two threads at once). Lock order: the run's lock
+the user's iterator (a generator cannot run in two threads at once); a loop that finds it held
+waits through ``clock.acquire`` (under a fake clock a source that sleeps in the clock while the
+others wait for it leaves them blocked, not busy, so time still moves). Lock order: the run's lock
 may be held when taking ``_FanOut.lock`` (to snapshot at the budget), never the reverse.
 """
 
@@ -385,7 +387,7 @@ class FanOut:
         return result, [f for f in running if not f.done()]
 
     def item_deadline(self, item_id: Hashable) -> float:
-        """The ``time.monotonic()`` deadline of an item in flight (``inf`` without
+        """The deadline (``clock.now()``) of an item in flight (``inf`` without
         ``item_timeout``), ``-inf`` once it is not in flight (timed out, or the fan-in ended).
         Single dict reads, without ``lock``: the attempts' watch asks under its own lock."""
         if self.done or item_id not in self.inflight:
@@ -461,7 +463,10 @@ class FanOut:
         while True:
             if self.done or self.run.closed:
                 return None
-            with self.pull_lock:
+            pull_lock = self.pull_lock
+            if not pull_lock.acquire(False):  # its holder may be in the source, in clock.sleep
+                clock.acquire(pull_lock)
+            try:
                 if self.exhausted:
                     return None
                 try:
@@ -475,6 +480,8 @@ class FanOut:
                     self.exhausted = True
                     self.error = exc
                     return None
+            finally:
+                pull_lock.release()
             with self.lock:
                 try:
                     if (item_id in self.succeeded or item_id in self.failed

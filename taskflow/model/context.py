@@ -53,7 +53,7 @@ class AttemptView(Protocol):
     """One attempt of a node, as its run sees it (``ContextView.asking``)."""
 
     def deadline(self) -> float:
-        """Its ``time.monotonic()`` deadline: the nearer of its node's and the run's (``inf``:
+        """Its deadline on taskflow's monotonic clock (``clock.now()``): the nearer of its node's and the run's (``inf``:
         none; ``-inf``: the run gave up on it)."""
 
     def on_cancel(self, fn: Callable[[], object]) -> None:

@@ -98,8 +98,8 @@ class WorkResult(Generic[V]):
             its text, and ``error_type``).
         exception: the same object as ``error`` (its first name, kept as an alias).
         attempts: how many times ``task`` was started.
-        queued_at / started_at / finished_at: ``time.monotonic()`` stamps (None if not reached);
-            ``started_at`` is the first attempt's start.
+        queued_at / started_at / finished_at: stamps of taskflow's monotonic clock (None if not
+            reached; see ``FlowResult.started_at``); ``started_at`` is the first attempt's start.
         thread: name of the thread that ran the last attempt.
         hedges: duplicate attempts started for it (``hedge``).
         shared: its outcome came from another run's call or the cache (``share_key``).
@@ -382,7 +382,11 @@ class FlowResult(Mapping[str, Any]):
         flow_name: the flow's name (``start(..., name=...)``; by default its first node's
             name), used by logs, traces and statistics.
         elapsed: seconds from start to return.
-        started_at: ``time.monotonic()`` when the run started.
+        started_at: when the run started, on taskflow's monotonic clock (``taskflow.clock.now()``):
+            ``time.monotonic()`` in a process that never entered a ``FakeClock``; after one whose
+            virtual time ran ahead, ``time.monotonic() + taskflow.clock.offset`` (time never goes
+            back). Compare it with ``taskflow.clock.now()`` or with other stamps of taskflow,
+            never with ``time.monotonic()``.
         timeout: the budget it had (None: none).
     """
 

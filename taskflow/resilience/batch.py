@@ -104,7 +104,8 @@ class BatchKeys(list[Any]):
     Attributes:
         timeout: seconds left until the earliest deadline among the call's seats when the call
             started (its time limit: bound the backend request by it); None: no limit.
-        deadline: that deadline, as a ``time.monotonic()`` stamp (None: no limit).
+        deadline: that deadline, a stamp of taskflow's monotonic clock (``taskflow.clock.now()``;
+            None: no limit).
         label: the call's name in reports, ``"<batch>#<n>"``.
     """
 

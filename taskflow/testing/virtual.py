@@ -476,6 +476,14 @@ class FakeClock:
         finally:
             self._done_waiting(key)
 
+    def acquire(self, lock: Any) -> None:
+        """``lock.acquire()``: blocked in the clock while another thread holds it (the holder
+        may be in ``sleep``; it counts for itself)."""
+        if lock.acquire(False):
+            return
+        with self._blocked():
+            lock.acquire()
+
     def get(self, queue: Any, timeout: float | None) -> Any:
         """``queue.get(timeout=timeout)`` with ``timeout`` in virtual seconds."""
         if timeout is None:

@@ -78,9 +78,7 @@ def test_ctx_cancel_ends_the_run_cancelled(make_executor):
 
 def test_a_degraded_father_counts_as_a_success_for_joins_and_outputs(make_executor):
     # no node kind produces DEGRADED yet (resilience policies will): drive the run by hand
-    import time
-
-    from taskflow import TaskContext
+    from taskflow import TaskContext, clock
     from taskflow.engine import executors, run, settling, states
     from taskflow.model.graph import compile_plan
 
@@ -95,7 +93,7 @@ def test_a_degraded_father_counts_as_a_success_for_joins_and_outputs(make_execut
         wr.result, wr.state = "fallback", ResultState.DEGRADED
         r.move(0, states.TERMINAL)
         hooks: list[int] = []
-        settling.settle_sons(r, 0, hooks, time.monotonic())
+        settling.settle_sons(r, 0, hooks, clock.now())
     assert r.code[1] == states.QUEUED and not hooks, "ALL fired on the degraded father"
     assert r.value_of("a") == "fallback"
     from taskflow.model.result import FlowResult

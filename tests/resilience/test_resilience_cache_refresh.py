@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import LONG, MEDIUM
 
-from taskflow import FunctionNode, ResultState, SchedulingNode, TaskContext, TaskScheduling
+from taskflow import FunctionNode, ResultState, SchedulingNode, TaskContext, TaskScheduling, clock
 from taskflow.cache import LruCache
 from taskflow.http.clamp import for_call
 from taskflow.resilience import detached
@@ -152,7 +152,7 @@ def test_a_refresh_has_the_node_s_timeout_from_its_start_for_its_calls(
 
 
 def test_a_hung_refresh_is_cut_at_its_timeout_on_cancel_runs_and_the_key_refreshes_again(
-        pool: ThreadPoolExecutor, taskflow_logs: list[dict[str, Any]]) -> None:
+        pool: ThreadPoolExecutor, fake_clock: Any, taskflow_logs: list[dict[str, Any]]) -> None:
     started, cancelled, release = threading.Event(), threading.Event(), threading.Event()
     after_cancel: list[bool] = []
 
@@ -161,7 +161,7 @@ def test_a_hung_refresh_is_cut_at_its_timeout_on_cancel_runs_and_the_key_refresh
             return "new"
         ctx.on_cancel(cancelled.set)
         started.set()
-        release.wait(LONG)  # hangs until its timeout gives up on it
+        clock.wait(release, None)  # hangs (blocked in virtual time) until the test releases it
         after_cancel.append(ctx.cancelled)
         return "late"
 
@@ -171,6 +171,7 @@ def test_a_hung_refresh_is_cut_at_its_timeout_on_cancel_runs_and_the_key_refresh
         scene.serve_stale()
         assert started.wait(LONG)
         assert cancelled.wait(LONG)  # its timeout passed: on_cancel ran
+        assert fake_clock.now() == pytest.approx(MEDIUM)  # the refresh's own timeout, virtual
         assert scene.cache.ended(0) is False
         m = scene.cache.metrics()
         assert (m.refreshes, m.errors) == (1, 1)

@@ -386,3 +386,102 @@ def test_time_stands_still_while_the_start_caller_runs_the_hooks_at_the_deadline
                                       executor=pool, timeout=1.0)
         assert seen and all(t == 1.0 for t in seen), seen
         assert result.elapsed == 1.0
+
+
+# -- what autojump must not be stalled by ----------------------------------------------------
+
+
+def test_a_fan_out_source_that_waits_in_the_clock_does_not_stall_autojump(pool: Any) -> None:
+    # the source sleeps in virtual time between items while the other item loops wait for
+    # their turn to pull: they wait for the source, so time must still move
+    from taskflow import FanOutNode
+
+    with FakeClock(autojump=True) as fake:
+
+        class Paged(FanOutNode):
+            def items(self, ctx: Any, param: Any) -> Iterator[tuple[int, int]]:
+                for page in range(4):
+                    fake.sleep(1.0)  # a page of the source takes a second to come
+                    yield page, page
+
+            def work(self, ctx: Any, item: int) -> int:
+                return item * 10
+
+        result = TaskScheduling.start(Paged(name="paged", max_concurrency=4), executor=pool,
+                                      timeout=30.0)
+        fan_in = result.outputs["paged"]
+        assert fan_in.complete and fan_in.succeeded == {0: 0, 1: 10, 2: 20, 3: 30}
+        assert fake.now() == pytest.approx(4.0)
+
+
+def _leave_a_loop_running(old: ThreadPoolExecutor, in_the_clock: bool) -> threading.Event:
+    """A worker loop of a run that ended under an earlier fake clock, its task still running on
+    ``old``'s thread (waiting in that clock, or on a plain Event) until the event is set."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(ctx: Any, p: Any) -> None:
+        started.set()
+        if in_the_clock:
+            clock.wait(release, None)
+        else:
+            release.wait(10)
+
+    with FakeClock() as first:
+        future = TaskScheduling.submit(FunctionNode(held, name="held"), executor=old,
+                                       timeout=1.0)
+        assert started.wait(10)
+        first.advance(1.0)
+        assert future.result(10)["held"].work_result.state is ResultState.TIMEOUT
+    return release
+
+
+@pytest.mark.parametrize("in_the_clock", [True, False])
+def test_a_loop_left_running_by_an_earlier_clock_does_not_stall_autojump(
+        in_the_clock: bool) -> None:
+    with ThreadPoolExecutor(1) as old:
+        release = _leave_a_loop_running(old, in_the_clock)
+        with FakeClock(autojump=True) as fake, ThreadPoolExecutor(4) as pool:
+            release.set()
+            old.submit(lambda: None).result(10)  # the old loop has returned
+            hung = FunctionNode(lambda c, p: fake.sleep(1e6), name="backend")
+            result = TaskScheduling.start(hung, executor=pool, timeout=30.0)
+            assert result["backend"].work_result.state is ResultState.TIMEOUT
+            assert fake.now() == pytest.approx(30.0)
+
+
+def test_a_loop_left_running_by_an_earlier_clock_ending_does_not_hide_a_running_task() -> None:
+    # the old loop's end must not take back the count of a task running under this clock:
+    # autojump would then move time (to the task's timeout) while it works
+    with ThreadPoolExecutor(1) as old:
+        release = _leave_a_loop_running(old, in_the_clock=False)
+        with FakeClock(autojump=True) as fake, ThreadPoolExecutor(4) as pool:
+            running, go = threading.Event(), threading.Event()
+
+            def works(ctx: Any, p: Any) -> str:
+                running.set()
+                go.wait(10)
+                return "done"
+
+            future = TaskScheduling.submit(FunctionNode(works, name="works", timeout=0.5),
+                                           executor=pool, timeout=5.0)
+            assert running.wait(10)
+            release.set()
+            old.submit(lambda: None).result(10)  # the old loop has returned
+            assert clock.busy() >= 1  # the running task still counts
+            go.set()
+            result = future.result(10)
+            assert result["works"].work_result.state is ResultState.SUCCESS
+            assert fake.now() == 0.0
+
+
+def test_after_a_clock_that_ran_ahead_stamps_are_on_taskflows_clock_not_time_monotonic(
+        pool: Any) -> None:
+    with FakeClock() as fake:
+        fake.advance(10.0)
+    assert clock.offset >= 10.0  # what the process's monotonic readings moved ahead, for good
+    before = clock.now()
+    result = TaskScheduling.start(FunctionNode(lambda c, p: 1, name="one"), executor=pool,
+                                  timeout=5.0)
+    wr = result.result_of("one")
+    assert before <= result.started_at <= wr.started_at <= wr.finished_at <= clock.now()
+    assert result.started_at - time.monotonic() > 9.0  # time.monotonic() is behind them
