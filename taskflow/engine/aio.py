@@ -13,19 +13,22 @@ One attempt
 the node (a worker loop, an inline drain, or the owner for a retry): it stamps the attempt
 (``begin_attempt``: the ``on_begin`` hook runs there, never on the loop), makes the coroutine,
 has the run track the attempt (``attempts.track``: an ``Attempt`` with a dict of its own for
-``current``, so every way the run abandons it reaches it) and hands it to the loop with
-``call_soon_threadsafe``. The thread goes on at once with its next node: the attempt holds no
-worker while it awaits.
+``current``, so every way the run abandons it reaches it) and hands it to the loop through the
+loop's ``loophub.Hub`` (``Hub.call``: the attempts handed over before the loop thread gets to
+them are begun by one drain, for one ``call_soon_threadsafe``). The thread goes on at once with
+its next node: the attempt holds no worker while it awaits. The attempt's thread is the loop's
+(``WorkResult.thread``: the thread's name, written again by the loop as it begins the task).
 
-On the loop, the coroutine runs inside an asyncio task driven by a ``_Steps`` wrapper, which
+On the loop, the coroutine runs inside an asyncio task driving a ``_Steps`` wrapper, which
 writes the attempt's ``current`` fields (``run``, ``idx``, ``item``) on the loop thread around
 each step, so ``ctx.result_of``, ``ctx.remaining``, ``ctx.timeout``, ``ctx.on_cancel`` and the
 clamped clients answer for this attempt, as they do on a worker. ``ctx.cancel`` from a step is
-handed to the owner (``cancel_from_loop``): closing a run runs hooks, and hooks never run on the
-loop thread.
+handed to the owner (``cancel_from_loop``, after the outcomes handed over before it): closing a
+run runs hooks, and hooks never run on the loop thread.
 
-When the task ends, its done-callback (the loop thread) marks the attempt ended and ``post``-s
-the outcome to the run's owner (``_outcome``), which records it like a worker would: a failed
+When the task ends, its done-callback (the loop thread) marks the attempt ended and hands the
+outcome to the run's owner (``_outcome``) with the run's other outcomes of the loop's iteration
+(``Hub.post``: one ``run.post`` for them all), which records it like a worker would: a failed
 attempt is retried at once or after its back-off (the node waits in BACKOFF on the engine timer,
 holding no thread and no task: ``retrying.requeue`` queues it again), otherwise
 ``Run.complete`` records it, runs the hook and settles the sons.
@@ -71,8 +74,8 @@ coordinator thread (``Detached.attempt_ended``) and its deadline cancelling the 
 (``Detached.hold`` gives it the attempt's ``stop``).
 
 Invariants: the loop thread calls no hook, no observer, no ``executor.submit``, no gate and no
-give-back (it only hands outcomes over: ``run.post``, ``remote.coordinator.put``), and takes no
-run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at
+give-back (it only hands outcomes over: ``run.post``, ``Hub.post``,
+``remote.coordinator.put``), and takes no run's lock but through the task's own ``ctx`` calls; an attempt's outcome is handed over at
 most once, and only when the run did not abandon it; an abandoned attempt of a node with resilience options hands over its give-back exactly
 once (from its task's end, or from ``begin``/``_begin`` when it never started); ``stop`` is
 called at most once per attempt (the watch takes it out under its lock) and is idempotent
@@ -104,11 +107,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, batching, guards, looplag, remote, retrying, timer
+from taskflow.engine import attempts, batching, guards, loophub, looplag, remote, retrying, timer
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
@@ -350,7 +353,7 @@ class Attempt:
     """One attempt of an async node: its ``current`` fields (``tls``), its asyncio task and
     whether the run abandoned it."""
 
-    __slots__ = ("end", "guarded", "hedge", "i", "loop", "run", "stopped", "task", "tls")
+    __slots__ = ("end", "guarded", "hedge", "hub", "i", "loop", "run", "stopped", "task", "tls")
 
     def __init__(self, run: AsyncRun, i: int, guarded: bool = False,
                  hedge: tuple[Any, guards.Attempt] | None = None) -> None:
@@ -364,6 +367,7 @@ class Attempt:
         self.stopped = False
         self.task: asyncio.Task[Any] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.hub: loophub.Hub | None = None  # the loop's (``_begin``)
 
     def stop(self) -> None:
         """The run abandoned the attempt (any thread, maybe under the run's lock): cancel its
@@ -386,9 +390,14 @@ class Attempt:
             if self.guarded:  # what its gates gave it goes back (never on the loop thread)
                 self.abandoned_end(None)
             return
+        if self.end is None:  # the thread it runs on, as the in-flight view shows it
+            wr = self.run.results[self.i]
+            name = self.hub.name  # type: ignore[union-attr]
+            if wr.thread != name:
+                wr.thread = name
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
         task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
-                                      _Steps(self, coro).run())
+                                      _Steps(self, coro))
         self.task = task
         task.add_done_callback(self.ended)
 
@@ -405,15 +414,16 @@ class Attempt:
             error = task.exception()
             value = task.result() if error is None else None
         if not self.stopped:
-            self.deliver(value, error)
+            self.deliver(value, error, True)
         elif self.guarded:  # the run gave up on it: its state says so already
             self.abandoned_end(None if task.cancelled() else error is None)
 
-    def deliver(self, value: Any, error: BaseException | None) -> None:
-        """The attempt's outcome goes to the run's owner; with resilience options, to a
-        coordinator thread, which gives back what its gates gave it (``guards.attempt_done``)
-        even when the run has ended and its owner reads no more. It only hands over: the loop
-        thread may call it."""
+    def deliver(self, value: Any, error: BaseException | None, on_loop: bool = False) -> None:
+        """The attempt's outcome goes to the run's owner (``on_loop``, from the loop thread:
+        with the run's other outcomes of the loop's iteration, ``Hub.post``); with resilience
+        options, to a coordinator thread, which gives back what its gates gave it
+        (``guards.attempt_done``) even when the run has ended and its owner reads no more. It
+        only hands over: the loop thread may call it."""
         run = self.run
         if self.end is not None:
             remote.coordinator.put(run.cv, self.end, (value, error))
@@ -422,6 +432,8 @@ class Attempt:
                                                             error))
         elif self.guarded:
             remote.coordinator.put(run.cv, _outcome, (run, self.i, value, error, True))
+        elif on_loop:
+            self.hub.post(run, _outcome, (run, self.i, value, error))  # type: ignore[union-attr]
         else:
             run.post(_outcome, run, self.i, value, error)
 
@@ -490,34 +502,23 @@ def _hedge_outcome(run: AsyncRun, i: int, race: Any, a: guards.Attempt, value: A
         cur["run"], cur["idx"] = prev
 
 
-class _Steps:
-    """Drives one attempt's coroutine with the attempt's ``current`` fields written on the loop
-    thread around each step (and the thread's own put back after it), each step timed for
-    ``looplag`` (a step holding the loop past its threshold is reported)."""
+class _Steps(Coroutine[Any, Any, Any]):
+    """The coroutine an attempt's asyncio task drives: it steps the task's own coroutine with the
+    attempt's ``current`` fields written on the loop thread around each step (and the thread's
+    own put back after it), each step timed for ``looplag`` (a step holding the loop past its
+    threshold is reported), the attempt counted in flight on its loop from its first step to
+    its end."""
 
-    __slots__ = ("att", "coro", "watch")
+    __slots__ = ("att", "coro", "live", "watch")
 
     def __init__(self, att: Attempt, coro: Any) -> None:
         self.att = att
         self.coro = coro
         self.watch = looplag.loop_of(att.loop, current.__dict__)
-
-    async def run(self) -> Any:
-        watch = self.watch
-        looplag.began(watch)
-        try:
-            return await self
-        finally:
-            looplag.ended(watch)
+        self.live = False  # between its first step and its end (``looplag.began``)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return self
-
-    def __iter__(self) -> _Steps:
-        return self
-
-    def __next__(self) -> Any:
-        return self._step(self.coro.send, None)
+        return self.coro.__await__()  # type: ignore[no-any-return]  # never awaited
 
     def send(self, value: Any) -> Any:
         return self._step(self.coro.send, value)
@@ -527,17 +528,27 @@ class _Steps:
 
     def close(self) -> None:
         self.coro.close()
+        if self.live:
+            self.live = False
+            looplag.ended(self.watch)
 
     def _step(self, method: Callable[..., Any], *arg: Any) -> Any:
+        watch = self.watch
+        if not self.live:
+            self.live = True
+            looplag.began(watch)
         d = current.__dict__
         tls = self.att.tls
-        watch = self.watch
         prev = d.get("run"), d.get("idx"), d.get("item"), d.get("aio")
         d["run"], d["idx"], d["item"], d["aio"] = tls["run"], tls["idx"], None, tls
         t0 = watch.t0 = clock.real_now()  # t0 first: the watcher reads step, then t0
         watch.step = self.att
         try:
             return method(*arg)
+        except BaseException:  # its end (StopIteration: it returned)
+            self.live = False
+            looplag.ended(watch)
+            raise
         finally:
             watch.step = None
             d["run"], d["idx"], d["item"], d["aio"] = prev
@@ -562,9 +573,21 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
             return run.move_on(token)
         if gate == guards.DONE:
             return run.complete(i, token, *guards.take_outcome(run, i))
-    run.begin_attempt(i, wr, LOOP_THREAD, node)
+    run.begin_attempt(i, wr, _thread_name(run), node)
     _begin(Attempt(run, i, pol is not None), node)
     return run.move_on(token)
+
+
+def _thread_name(run: AsyncRun) -> str:
+    """The name of the thread running the loop ``run``'s async nodes run on, once an attempt
+    ran there (before: taskflow's loop thread's; the attempt's start on the loop writes the
+    real one, ``Attempt.begin``)."""
+    loop = run.aio_loop or _app_loop or loop_thread.loop
+    if loop is not None:
+        name = loophub.name_of(loop)
+        if name is not None:
+            return name
+    return LOOP_THREAD
 
 
 def _begin(att: Attempt, node: Any,
@@ -574,14 +597,16 @@ def _begin(att: Attempt, node: Any,
     ``attempts.track``); False: abandoned already, it never starts."""
     run = att.run
     try:
-        att.loop = event_loop(run)
+        loop = att.loop = event_loop(run)
+        hub = att.tls["hub"] = att.hub = loophub.hub_of(
+            loop, LOOP_THREAD if loop is loop_thread.loop else None)
         coro = node.task(run.ctx, node.param)
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure, as a task's would be
         att.deliver(None, exc)
         return
     if (attempts.track(run, att.i, att.tls, att.stop) if hold is None else hold(att)):
         try:
-            att.loop.call_soon_threadsafe(att.begin, coro)
+            hub.call(loop, att.begin, coro)  # with the other attempts the loop has not begun
         except RuntimeError as exc:  # the loop was closed meanwhile
             coro.close()
             att.tls["idx"] = None
@@ -599,7 +624,7 @@ def start_detached(work: Any) -> None:
     runs here, the task on the loop seeing the work's ``DetachedView`` as its run; its outcome
     goes to a coordinator thread (``Detached.attempt_ended``: a retry or the end), and the
     work's deadline cancels the task (``Detached.stop``, given by ``Detached.hold``)."""
-    view = work.attempt_begins(LOOP_THREAD)
+    view = work.attempt_begins(_thread_name(work.run))
     if view is None:
         return
     att = Attempt(work.run, work.i)
@@ -662,7 +687,8 @@ def cancel_from_loop(run: AsyncRun, reason: str | None) -> bool:
     tls = d.get("aio")
     if tls is None or d.get("run") is not run:
         return False
-    run.post(_cancel_as, run, int(d["idx"]), reason)
+    # after the outcomes of the run's attempts that ended before it (``Hub.post``)
+    tls["hub"].post(run, _cancel_as, (run, int(d["idx"]), reason))
     return True
 
 

@@ -792,7 +792,7 @@ class Run:
         degraded = None
         if error is not None and guarded:
             value, error, degraded = fallbacks.stand_in(self, i, error)
-        if error is None:
+        if error is None and not plan.asyncs[i]:  # an async node stays fast (Plan.est)
             learn_duration(plan.est, i, wr.started_at, now)
         ok = error is None and degraded is None
         has_hook = plan.has_success[i] if ok else plan.has_fail[i]

@@ -109,8 +109,10 @@ class Plan:
         self._read_kinds(nodes)
         # the one mutable field: each node's typical task time (seconds, an exponential moving
         # average; -1.0 until measured), written by runs without a lock (a float store is atomic)
-        # and read by the engine to decide whether a ready node deserves a worker loop of its own
-        self.est = [-1.0] * len(nodes)
+        # and read by the engine to decide whether a ready node deserves a worker loop of its own;
+        # an async node holds a worker only while it is handed to its event loop: fast, 0.0 (its
+        # duration is not learned), so the loop that pops one goes on with the next
+        self.est = [0.0 if a else -1.0 for a in self.asyncs]
         self._mark_plain()
         # each node's batch (``batch=``; a fan-out's answers its items, not itself), or None
         # when no node of the plan is batched

@@ -164,6 +164,35 @@ def test_set_event_loop_runs_async_nodes_on_the_applications_loop(
     assert result.result_of("where").result == LOOP
 
 
+class _CountingPool(ThreadPoolExecutor):
+    """A thread pool counting what is submitted to it."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, thread_name_prefix="counted")
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_page_of_async_nodes_is_handed_to_the_loop_by_one_worker_loop() -> None:
+    async def call(ctx: TaskContext, k: int) -> int:
+        await asyncio.sleep(0.01)
+        return k
+
+    nodes = [FunctionNode(call, k, name=f"call-{k}") for k in range(40)]
+    with _CountingPool(8) as counted:
+        assert TaskScheduling.start(nodes, executor=counted, timeout=LONG).ok  # measured once
+        counted.submitted = 0
+        result = TaskScheduling.start(nodes, executor=counted, timeout=LONG)
+        assert result.ok
+        # handing an attempt to the loop is fast whatever it awaits: one loop starts them all
+        # (a loop per node would be one per worker; the watchdog may add one on a busy machine)
+        assert counted.submitted < 8
+    assert sorted(result.result_of(f"call-{k}").result for k in range(40)) == list(range(40))
+
+
 # -- mixed graphs ------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import LONG, PROMPT
 from loguru import logger
 
+import taskflow
 import taskflow.observe as observe
 from taskflow import FlowStatus, FunctionNode, PoolMonitor, ResultState, TaskScheduling, run_async
 from taskflow.engine import aio, looplag
@@ -270,6 +271,58 @@ def test_a_running_async_attempt_is_listed_in_inflight_and_now_json(
     finally:
         gate.set_result(None)
     assert future.result(LONG).status is FlowStatus.COMPLETED
+
+
+def test_an_async_attempt_on_the_applications_loop_shows_that_loops_thread(
+        pool: ThreadPoolExecutor) -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="app-loop-observed")
+    thread.start()
+    gate: Future[None] = Future()
+    started = threading.Event()
+    flow = unique("apploop")
+
+    async def fetch(ctx: Any, _: Any) -> None:
+        started.set()
+        await asyncio.wrap_future(gate)
+
+    try:
+        taskflow.set_event_loop(loop)
+        future = TaskScheduling.submit(FunctionNode(fetch, name="fetch"), executor=pool,
+                                       timeout=LONG, name=flow)
+        try:
+            assert started.wait(PROMPT)
+            [run] = [r for r in observe.inflight() if r.flow == flow]
+            [node] = run.running()
+            assert node.name == "fetch" and node.thread == "app-loop-observed"
+        finally:
+            gate.set_result(None)
+        result = future.result(LONG)
+        assert result.result_of("fetch").thread == "app-loop-observed"
+    finally:
+        taskflow.set_event_loop(None)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(PROMPT)
+        loop.close()
+
+
+def test_an_async_attempt_under_run_async_shows_the_awaiting_thread(
+        pool: ThreadPoolExecutor) -> None:
+    async def fetch(ctx: Any, _: Any) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    seen: list[Any] = []
+
+    def awaiting() -> None:
+        seen.append(asyncio.run(run_async(FunctionNode(fetch, name="fetch"), executor=pool,
+                                          timeout=LONG)))
+
+    thread = threading.Thread(target=awaiting, name="awaiting-caller")
+    thread.start()
+    thread.join(LONG)
+    [result] = seen
+    assert result.result_of("fetch").thread == "awaiting-caller"
 
 
 def test_a_cancelled_async_attempt_is_not_listed_as_abandoned(pool: ThreadPoolExecutor) -> None:
