@@ -29,6 +29,9 @@ Fields (all under ``lock``)
   along when it was popped (PARKED since), until its batch gate takes them (``batching.gate``)
   or it ends first (``regather``: they are ready again).
 ``closed``: the run closed; no watchdog is armed any more.
+``dirty``: a ready node arrived, or a loop exited, was refused or abandoned, since ``reserve``
+  last counted (pooled): without it ``reserve`` answers 0 at once (the loops counted then
+  still cover what is ready: since, loops only took nodes).
 ``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
   ``next_node``).
 
@@ -128,6 +131,9 @@ class Economy:
     batch_of: Sequence[Any] | None = None
     joinable: Callable[[int], bool] | None = None
     closed = False
+    # something that can raise the loops the ready nodes are worth happened since ``reserve``
+    # last counted them (an arrival, a loop that left or was refused or abandoned)
+    dirty = False
     # made by the first abandoned loop (nearly every run has none)
     abandoned: AbstractSet[int] = frozenset()
 
@@ -140,6 +146,7 @@ class Economy:
             self.nslow += 1
             self.slowq[i] = 1
         self.ready.append(i)
+        self.dirty = True
 
     def clear_ready(self) -> None:
         """Empty ``ready``."""
@@ -168,6 +175,12 @@ class Economy:
         if not ready or free <= 0:
             return 0
         if self.pooled:
+            if not self.dirty:
+                # nothing arrived and no loop left since the last count: the loops there are
+                # and those on their way already cover the ready nodes (a fan's sources each
+                # completing with their siblings still ready: no rescan per node)
+                return 0
+            self.dirty = False
             k = self._pooled_loops(nxt, free)
             if k == 0:
                 return 0
@@ -324,6 +337,7 @@ class Economy:
     def loop_exits(self, token: int) -> None:
         """Loop ``token`` exits: uncount it."""
         self.loops -= 1
+        self.dirty = True
         self.loop_node.pop(token, None)
 
     def forget_abandoned(self, token: int) -> bool:
@@ -341,6 +355,7 @@ class Economy:
             if x == i:
                 self.abandoned = {*self.abandoned, token}
                 self.loops -= 1
+                self.dirty = True
                 del self.loop_node[token]
                 return token
         return None
@@ -349,6 +364,7 @@ class Economy:
         """A reserved loop was refused by the executor (uncounted); True if loops are left."""
         self.loops -= 1
         self.starting -= 1
+        self.dirty = True
         return self.loops > 0
 
     def dispatched(self, k: int) -> None:

@@ -114,6 +114,7 @@ def settle_sons(run: SettlingRun, i: int, hooks: list[int], now: float) -> None:
                 eco.nslow += 1
                 eco.slowq[s] = 1
             ready.append(s)
+            eco.dirty = True
             if n:
                 _cancel_unneeded(run, s, hooks, now)
         return

@@ -85,8 +85,25 @@ def test_a_few_fast_nodes_share_one_loop_and_the_calling_loop_takes_them(harness
     h = harness([FAST] * 6)
     h.arrive(0, 1, 2, 3, 4)
     assert h.eco.reserve(nxt=5) == 0  # the calling loop goes on with fast node 5: no new loop
+    assert h.armed  # ... and the watchdog looks after the ones it left ready
+    assert h.eco.reserve() == 0  # nothing arrived, no loop left: no recount
+    h.eco.loop_exits(0)  # the calling loop left after all: they are worth a loop again
     assert h.eco.reserve() == 1
     assert h.eco.reserve() == 0  # the loop on its way will take them
+
+
+def test_a_count_is_redone_only_after_an_arrival_or_a_loop_leaving(harness: Any) -> None:
+    h = harness([SLOW] * 6, max_loops=3)
+    h.arrive(0, 1, 2, 3)
+    assert h.eco.reserve() == 3  # the executor's bound
+    assert h.eco.reserve() == 0
+    h.arrive(4)
+    assert h.eco.reserve() == 0  # still no room
+    h.eco.refused()  # a reserved loop the executor refused: room for one
+    assert h.eco.reserve() == 1
+    h.eco.first_node(7)
+    h.eco.loop_exits(7)
+    assert h.eco.reserve() == 1  # a loop left: its place is taken again
 
 
 def test_many_fast_nodes_get_a_loop_per_fast_task_of_their_work(harness: Any) -> None:
