@@ -19,6 +19,7 @@ import taskflow
 from taskflow import Batch, FunctionNode, ResultState, SchedulingNode, TaskScheduling, TaskSupport
 from taskflow.errors import FlowDefinitionError
 from taskflow.pools.threadpool import RejectionPolicy, ThreadPool
+from taskflow.testing import FakeClock, ManualExecutor
 
 
 @pytest.fixture
@@ -214,3 +215,52 @@ def test_start_on_the_loop_of_an_async_batch_function_is_refused(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(PROMPT)
         loop.close()
+
+
+# -- ManualExecutor ------------------------------------------------------------------------------
+
+
+def _mixed_flow(sleep: float) -> tuple[FunctionNode, list[str]]:
+    order: list[str] = []
+
+    def sync(ctx: Any, name: str) -> str:
+        order.append(name)
+        return name
+
+    async def slow(ctx: Any, name: str) -> str:
+        await asyncio.sleep(sleep)
+        order.append(name)
+        return name
+
+    a = FunctionNode(sync, "a", name="a")
+    m1, m2 = FunctionNode(slow, "m1", name="m1"), FunctionNode(slow, "m2", name="m2")
+    z = FunctionNode(sync, "z", name="z")
+    b = FunctionNode(sync, "b", name="b")
+    a >> m1 >> z
+    a >> m2 >> z
+    z >> b
+    return a, order
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_run_until_idle_drives_a_mixed_flow_to_the_end(seed: int | None) -> None:
+    ex = ManualExecutor(seed=seed)
+    root, order = _mixed_flow(0.01)
+    future = TaskScheduling.submit(root, executor=ex, timeout=LONG)
+    ex.run_until_idle()
+    result = future.result(timeout=0)
+    assert result.ok, result.summary
+    assert order[0] == "a" and order[-2:] == ["z", "b"] and sorted(order[1:3]) == ["m1", "m2"]
+
+
+def test_run_until_idle_under_autojump_drives_a_mixed_flow_in_virtual_time() -> None:
+    ex = ManualExecutor(seed=1)
+    with FakeClock(autojump=True) as fake:
+        root, order = _mixed_flow(30.0)
+        t0 = fake.now()
+        future = TaskScheduling.submit(root, executor=ex, timeout=100.0)
+        ex.run_until_idle()
+        result = future.result(timeout=0)
+        assert result.ok, result.summary
+        assert fake.now() - t0 == pytest.approx(30.0)
+    assert order[-2:] == ["z", "b"]
