@@ -133,6 +133,8 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if plan.any_async:
         aio.check_plan(plan, caps.remote, type(executor).__name__, future is None or stream,
                        aio_loop)
+    elif plan.batches is not None and (future is None or stream):
+        aio.check_batches(plan)  # an async batch function's calls run on a loop too
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
@@ -280,7 +282,9 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     # its async nodes run on the awaiting loop
     run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
                    priority, aio_loop=asyncio.get_running_loop())
-    run.begin()
+    # a sync task never runs on this loop: an executor that may run a task in the submitting
+    # thread (an inline one, CALLER_RUNS when full) gets its first loops from a coordinator
+    run.begin(not executors.queues(executor, run.caps.remote))
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:

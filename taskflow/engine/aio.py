@@ -106,6 +106,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -129,9 +130,10 @@ if TYPE_CHECKING:
 
     from taskflow.engine.economy import Economy
 
-__all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop", "check_plan",
-           "event_loop", "loop_thread", "on_loop", "set_event_loop", "start_batch_call",
-           "start_detached", "start_node"]
+__all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop",
+           "check_batches", "check_plan", "event_loop", "loop_thread", "on_loop",
+           "returned_coroutine", "set_event_loop", "start_batch_call", "start_detached",
+           "start_node"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
@@ -318,18 +320,11 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool,
             f"node {plan.names[plan.asyncs.index(True)]!r} has an async def task, and the event "
             "loop given to taskflow.set_event_loop has been closed since: its async nodes "
             "could never run; give set_event_loop a running loop, or None for taskflow's own")
-    if blocking:
-        import asyncio  # loaded when the async node was built (model.node.load_asyncio)
-
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not None and running in (_app_loop, loop_thread.loop):
-            raise FlowDefinitionError(
-                "start/stream of a flow with async nodes was called on the event loop those "
-                "nodes run on: it would block them until the budget ends; await "
-                "taskflow.run_async(...) there instead")
+    if blocking and _on_their_loop():
+        raise FlowDefinitionError(
+            "start/stream of a flow with async nodes was called on the event loop those "
+            "nodes run on: it would block them until the budget ends; await "
+            "taskflow.run_async(...) there instead")
     for i, is_async in enumerate(plan.asyncs):
         if not is_async:
             continue
@@ -344,6 +339,55 @@ def check_plan(plan: Plan, remote: bool, executor_name: str, blocking: bool,
             raise FlowDefinitionError(
                 f"node {name!r}: a fan-out's task cannot be async def (its items run on the "
                 "executor)")
+
+
+def returned_coroutine(name: str, coro: Any) -> None:
+    """A sync task of node ``name`` returned coroutine ``coro`` (``lambda ctx, p: fetch(ctx,
+    p)`` with ``fetch`` async): nothing would ever await it. Close it (no "never awaited"
+    warning later) and fail the attempt.
+
+    Raises:
+        TypeError: always, naming the node and the coroutine's function.
+    """
+    fn = getattr(coro, "__name__", "fn")
+    coro.close()
+    raise TypeError(
+        f"node {name!r}: its task is a plain def that returned a coroutine of {fn}(), which "
+        f"taskflow does not await (the coroutine was closed); pass the async function itself, "
+        f"FunctionNode({fn}) or an async def task, so that it runs on an event loop")
+
+
+def _on_their_loop() -> bool:
+    """Whether this thread runs the loop a ``start``/``stream`` run's async work would use
+    (the application's, or taskflow's loop thread): blocking here, it would wait for itself."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:  # no loop runs in a process that never loaded asyncio
+        return False
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return running in (_app_loop, loop_thread.loop)
+
+
+def check_batches(plan: Plan) -> None:
+    """Before a blocking run (``start``, ``stream``) of a flow without async nodes whose
+    batches may have an async function: refuse it on the loop that function's calls would be
+    awaited on (the run would block them until its budget ends).
+
+    Raises:
+        FlowDefinitionError: naming the node and its batch.
+    """
+    batches = plan.batches
+    if batches is None:
+        return
+    for name, batch in zip(plan.names, batches, strict=True):
+        if batch is not None and batch.is_async and _on_their_loop():
+            raise FlowDefinitionError(
+                f"node {name!r} is answered by batch {batch.name!r}, whose batch function is "
+                "async def: start/stream was called on the event loop its calls run on, and "
+                "would block them until the budget ends; await taskflow.run_async(...) there "
+                "instead")
 
 
 # -- one attempt ---------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import clock
@@ -298,6 +299,8 @@ class Detached:
         cur.run, cur.idx, cur.hooking = view, self.i, None
         try:
             value = node.task(run.ctx, node.param)
+            if type(value) is CoroutineType:  # a sync task returned a coroutine
+                aio.returned_coroutine(run.names[self.i], value)
             error: BaseException | None = None
         except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
             value, error = None, exc

@@ -32,6 +32,7 @@ __all__ = [
     "check_executor",
     "mark_abandoned",
     "pickler",
+    "queues",
     "refusal",
     "runs_on",
     "same_executor",
@@ -101,6 +102,21 @@ def runs_on(executor: Executor) -> bool:
     queue = getattr(inner, "_work_queue", None)
     return (queue is not None and type(args) is tuple and len(args) > 1
             and args[1] is queue)
+
+
+def queues(executor: Executor, remote: bool) -> bool:
+    """Whether ``executor`` never runs a task in the thread that submits it (a stdlib
+    ``ThreadPoolExecutor``, a ``taskflow.ThreadPool`` whose rejection policy is not
+    ``CALLER_RUNS``, through wrappers; another process's executor, ``remote``). False for
+    any other executor: it may run the task before ``submit`` returns (an inline executor)."""
+    if remote or type(executor) is ThreadPoolExecutor:
+        return True
+    inner = unwrap(executor)
+    if type(inner) is ThreadPoolExecutor:
+        return True
+    rejection = getattr(inner, "rejection", None)
+    return (rejection is not None and type(inner).__module__ == "taskflow.pools.threadpool"
+            and rejection != "caller_runs")
 
 
 def _module_of(executor: Executor) -> str:

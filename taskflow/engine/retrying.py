@@ -32,8 +32,8 @@ from taskflow.engine.states import BACKOFF, QUEUED, RUNNING
 from taskflow.model.graph import Plan
 from taskflow.model.result import ResultState, WorkResult
 
-__all__ = ["BudgetedRun", "allow", "attempt_begins", "back_off", "requeue", "retry_delay",
-           "retrying"]
+__all__ = ["BudgetedRun", "allow", "attempt_begins", "back_off", "next_attempt", "requeue",
+           "retry_delay", "retrying"]
 
 _DEFAULT = ResultState.DEFAULT
 
@@ -115,6 +115,15 @@ def retrying(run: BudgetedRun, i: int, attempt: int, error: BaseException,
     events.event(run.observers, i, "retry", {"attempt": attempt, "delay": delay,
                                              "error": error})
     events.attempt_ended(run.node_observers, i, attempt, error, events.RETRY)
+
+
+def next_attempt(run: BudgetedRun, i: int, wr: WorkResult[Any], error: BaseException) -> float:
+    """``retry_delay`` for node ``i``'s failed attempt, the node observers told when another
+    attempt follows (``retrying``)."""
+    delay = retry_delay(run, i, wr, error)
+    if delay >= 0.0 and run.node_observers:
+        retrying(run, i, wr.attempts, error, delay)
+    return delay
 
 
 def back_off(run: BudgetedRun, i: int, wr: WorkResult[Any], token: int, delay: float) -> int:

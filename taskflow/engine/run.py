@@ -156,6 +156,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
 from queue import SimpleQueue
+from types import CoroutineType as _Coroutine
 from typing import TYPE_CHECKING, Any
 
 from taskflow import clock, logs
@@ -481,8 +482,10 @@ class Run:
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def begin(self) -> None:
-        """Queue the roots and dispatch; settle everything at once if the budget is spent."""
+    def begin(self, hand_off: bool = False) -> None:
+        """Queue the roots and dispatch; settle everything at once if the budget is spent.
+        ``hand_off``: a coordinator thread submits the first loops (this thread must not run
+        a task, and the executor may run one in the submitting thread: ``run_async``)."""
         inflight.join(self)
         if events.LISTENERS:  # added to those already given (a stream's channel)
             seen, per_node = events.observe(self)
@@ -516,6 +519,9 @@ class Run:
             k = eco.reserve() if self.mode is not INLINE else 0
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
+        if hand_off and k:
+            remote.coordinator.put(self.cv, self.dispatch, (k,))
+            return
         self.dispatch(k)
 
     def dispatch(self, k: int) -> None:
@@ -637,6 +643,8 @@ class Run:
             self.begin_attempt(i, wr, tname, node)
             try:
                 value = node.task(self.ctx, node.param)
+                if type(value) is _Coroutine:  # a sync task returned a coroutine: never awaited
+                    aio.returned_coroutine(self.names[i], value)
                 error: BaseException | None = None
                 if plan.routes[i]:
                     self.route(i, node, value)
@@ -646,9 +654,7 @@ class Run:
             if guarded and not guards.attempt_done(self, i, error is None):
                 return self.move_on(token)  # a duplicate attempt decides
             if error is not None:
-                delay = retrying.retry_delay(self, i, wr, error)
-                if delay >= 0.0 and self.node_observers:
-                    retrying.retrying(self, i, wr.attempts, error, delay)
+                delay = retrying.next_attempt(self, i, wr, error)
                 if delay == 0.0:
                     continue
                 if delay > 0.0:
@@ -672,6 +678,8 @@ class Run:
             wr.thread = tname
             try:
                 value = node.fn(ctx, node.param)
+                if type(value) is _Coroutine:
+                    aio.returned_coroutine(self.names[i], value)
             except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
                 delay = retrying.retry_delay(self, i, wr, exc)
                 if delay == 0.0:

@@ -33,7 +33,9 @@ from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from taskflow import clock
-from taskflow.engine.executors import Capabilities
+from taskflow.engine import inflight
+from taskflow.engine.executors import Capabilities, same_executor
+from taskflow.engine.states import RUNNING
 from taskflow.errors import TaskflowError
 
 __all__ = ["DEFAULT_MAX_STEPS", "ManualExecutor", "StepLimitError"]
@@ -42,6 +44,8 @@ T = TypeVar("T")
 
 # ``run_until_idle``'s default bound on the number of callables it runs
 DEFAULT_MAX_STEPS = 100_000
+# real seconds between two looks at async work in flight while nothing is queued
+_SLICE = 0.005
 
 
 class StepLimitError(TaskflowError, RuntimeError):
@@ -113,7 +117,8 @@ class ManualExecutor(Executor):
         self.seed = seed
         self.max_workers = max_workers
         self._rng = None if seed is None else random.Random(seed)
-        self._lock = threading.Lock()  # guards _queue and _shutdown
+        # guards _queue and _shutdown; notified when work is queued
+        self._lock = threading.Condition(threading.Lock())
         self._queue: deque[_Item] = deque()
         self._shutdown = False
         self.steps = 0  # callables run so far (written by the stepping thread only)
@@ -134,6 +139,7 @@ class ManualExecutor(Executor):
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._queue.append(item)
+            self._lock.notify_all()
         return future
 
     @property
@@ -176,8 +182,11 @@ class ManualExecutor(Executor):
 
     def run_until_idle(self, max_steps: int = DEFAULT_MAX_STEPS) -> int:
         """Run queued callables on this thread (work they submit included) until none is queued;
-        return how many ran. Under a ``FakeClock(autojump=True)``, when none is queued time jumps
-        to the next due timer (which may queue more) until nothing waits for a time to come.
+        return how many ran. While none is queued and a run on this executor has an async node
+        (or an async batch function's call) running on an event loop, it waits for that work
+        (real time; under a fake clock, until the loop is blocked) and goes on with what it
+        queues. Under a ``FakeClock(autojump=True)``, when none is queued time jumps to the next
+        due timer (which may queue more) until nothing waits for a time to come.
 
         Raises:
             StepLimitError: ``max_steps`` callables ran and work is still queued (the work left
@@ -189,7 +198,15 @@ class ManualExecutor(Executor):
         while ran < limit:
             if not self.step():
                 fake: Any = clock.installed()
-                if fake is None or not getattr(fake, "autojump", False) or not fake.jump():
+                if fake is None or not getattr(fake, "autojump", False):
+                    if not self._wait_for_async():
+                        return ran
+                    continue
+                if self._async_in_flight():  # its next step may be due before the next timer
+                    fake.wait_until_blocked()
+                    if self.pending:
+                        continue
+                if not fake.jump():
                     return ran
                 continue
             ran += 1
@@ -197,6 +214,27 @@ class ManualExecutor(Executor):
         if left:
             raise StepLimitError(limit, left)
         return ran
+
+    def _async_in_flight(self) -> bool:
+        """Whether a run on this executor with async work (async nodes, an async batch
+        function) has a node running: on an event loop, not in a ``step``, when nothing is
+        queued here; what it does next may queue work here."""
+        for run in inflight.runs():
+            plan = run.plan
+            if ((plan.any_async or plan.batches is not None) and RUNNING in run.code
+                    and same_executor(run.executor, self)):
+                return True
+        return False
+
+    def _wait_for_async(self) -> bool:
+        """Nothing is queued: wait (real time) while async work of a run on this executor is
+        in flight, until it queues work here (True) or no longer is (False)."""
+        while self._async_in_flight():
+            with self._lock:
+                if self._queue:
+                    return True
+                clock.real_wait(self._lock, _SLICE)
+        return self.pending > 0
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Refuse new work, as ``ThreadPoolExecutor.shutdown`` does.

@@ -267,7 +267,6 @@ LAZY_IN_A_RUN_OUTSIDE_TASKFLOW = {
     # (``model.node.load_asyncio``); a program that gives its loop has it loaded
     ("taskflow.engine.aio", "get"): {"asyncio"},
     ("taskflow.engine.aio", "serve"): {"asyncio"},
-    ("taskflow.engine.aio", "check_plan"): {"asyncio"},
     ("taskflow.engine.aio", "set_event_loop"): {"asyncio"},
     ("taskflow.engine.aio", "task_ended"): {"asyncio"},  # an async batch call's end
     # process pools: multiprocessing has pickle; loky and dask ship and load cloudpickle
