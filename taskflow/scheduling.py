@@ -270,7 +270,9 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     Arguments as ``TaskScheduling.start`` (``targets``, ``name``, ``overrides`` and
     ``priority`` included).
     The event loop is never blocked: nodes run on ``executor`` and the budget is kept by
-    taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``).
+    taskflow's timer thread. Cancelling the awaiting task cancels the run (``ctx.cancel``):
+    it is closed when the ``await`` raises, and the ``on_fail`` hooks it owes run on a
+    coordinator thread. No hook ever runs on the event loop's thread.
     """
     # loaded by the event loop awaiting this, long before: ``import taskflow`` skips asyncio,
     # and the run's clock starts after this line
@@ -283,8 +285,10 @@ async def run_async(nodes: Any, *, executor: Executor, timeout: float | None = N
     run = _prepare(nodes, executor, timeout, context, future, targets, name, t0, overrides,
                    priority, aio_loop=asyncio.get_running_loop())
     # a sync task never runs on this loop: an executor that may run a task in the submitting
-    # thread (an inline one, CALLER_RUNS when full) gets its first loops from a coordinator
-    run.begin(not executors.queues(executor, run.caps.remote))
+    # thread (an inline one, CALLER_RUNS when full) gets its first loops from a coordinator;
+    # so does a remote one, whose submitter runs each attempt's on_begin hook
+    remote = run.caps.remote
+    run.begin(remote or not executors.queues(executor, remote))
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:

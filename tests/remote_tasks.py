@@ -181,3 +181,10 @@ class Recorder(FunctionNode):
         support.context.setdefault("hooks", []).append(
             (self.name, hook, os.getpid(), threading.current_thread().name)
         )
+
+
+class BeginRecorder(Recorder):
+    """A ``Recorder`` that also records its ``on_begin``."""
+
+    def on_begin(self, support: TaskSupport) -> None:
+        self._record(support, "on_begin")

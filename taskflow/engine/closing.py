@@ -11,7 +11,11 @@ that finishes a node past it) or at ``ctx.cancel`` the run closes under its lock
 and SETTLED), the ready queue emptied, ``take_work_futures``; outside the lock the running
 attempts of those nodes are abandoned (``attempts.abandon``: their ``ctx.on_cancel`` callbacks
 go to a coordinator thread, also when the timer closes the run), and ``close_rest`` cancels
-and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult.
+and abandons that work, runs the owed hooks and ``finish`` makes the FlowResult. The timer
+does not run hooks: it closes the run's state and posts ``close_rest`` to the owner; so does a
+closer on the event loop thread that awaits a ``run_async`` run (the awaiting task cancelled,
+a budget spent as the run begins: ``_on_its_loop``), whose owner is a coordinator thread: hooks
+never run on that loop, and the run is closed (``ctx.cancelled``) when ``close`` returns.
 
 Invariants: ``finished`` is set exactly once, after every claimed hook started (``finish``
 runs the owed hooks and waits ``HOOK_GRACE`` for those running; it may skip ``run_owed`` on an
@@ -27,6 +31,7 @@ is computed once per node (``fallbacks.py``: the closer waits for one a worker c
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -71,6 +76,7 @@ class ClosingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
     mode: str
     debug: bool
     expired: bool
+    aio_loop: Any
     fans: dict[int, Any]
     loop_futs: dict[int, Future[Any]]
     remote_futs: dict[int, Future[Any]]
@@ -105,7 +111,9 @@ def expire_on_timer(run: ClosingRun) -> None:
 def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -1,
           on_timer: bool = False) -> None:
     """Close the run: every node not terminal ends ``state``, outcome hooks not started yet
-    are claimed (``owed``), queued work is cancelled and running work abandoned."""
+    are claimed (``owed``), queued work is cancelled and running work abandoned. The timer
+    (``on_timer``) and ``run_async``'s loop thread hand the rest (the hooks, ``finish``) to
+    the owner."""
     with run.lock:
         # one closer per way to end: the first at the deadline (the caller, the timer, a
         # stream's consumer, a worker past it) closes; a cancel may be followed by the
@@ -133,10 +141,16 @@ def close(run: ClosingRun, state: ResultState, reason: str | None, keep: int = -
         inflight.gave_up(run, victims)
     if run.watch is not None:  # the victims' running attempts are abandoned
         attempts.abandon(run, victims)
-    if on_timer:
+    if on_timer or (run.aio_loop is not None and _on_its_loop(run)):
         run.post(close_rest, run, timers, running + fan_futs, futs, victims, wait_keep, later)
     else:
         close_rest(run, timers, running + fan_futs, futs, victims, wait_keep, later)
+
+
+def _on_its_loop(run: ClosingRun) -> bool:
+    """Whether this thread runs the event loop that awaits ``run`` (``run_async``), where no
+    hook runs (asyncio is loaded: that loop exists)."""
+    return bool(sys.modules["asyncio"]._get_running_loop() is run.aio_loop)
 
 
 def _claim_terminal_hooks(run: ClosingRun) -> None:
