@@ -112,7 +112,17 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from taskflow import _fork, clock
-from taskflow.engine import attempts, batching, guards, loophub, looplag, remote, retrying, timer
+from taskflow.engine import (
+    aiorecord,
+    attempts,
+    batching,
+    guards,
+    loophub,
+    looplag,
+    remote,
+    retrying,
+    timer,
+)
 from taskflow.engine.states import BACKOFF, NO_LOOP, RUNNING
 from taskflow.errors import (
     FlowDefinitionError,
@@ -139,11 +149,15 @@ LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
 _EXIT_GRACE = 1.0
 
+# ``create_task(context=)`` (3.11): the task runs in the copy given, instead of a copy of the
+# copy entered to create it
+_TASK_CONTEXT = sys.version_info >= (3, 11)
+
 _DEFAULT = ResultState.DEFAULT
 _TIMEOUT = ResultState.TIMEOUT
 
 
-class AsyncRun(attempts.WatchedRun, guards.GuardedRun, retrying.BudgetedRun, Protocol):
+class AsyncRun(aiorecord.PlainRun, retrying.BudgetedRun, Protocol):
     """What running async nodes uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy
     check that). ``aio_loop``: the loop of ``run_async``'s caller (None: the process's)."""
 
@@ -440,8 +454,12 @@ class Attempt:
             if wr.thread != name:
                 wr.thread = name
         # the task copies the run's contextvars, as a worker runs a node in a copy of them
-        task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
-                                      _Steps(self, coro))
+        if _TASK_CONTEXT:
+            task = self.loop.create_task(  # type: ignore[union-attr]
+                _Steps(self, coro), context=self.run.cv.copy())
+        else:
+            task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
+                                          _Steps(self, coro))
         self.task = task
         task.add_done_callback(self.ended)
 
@@ -617,7 +635,13 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
             return run.move_on(token)
         if gate == guards.DONE:
             return run.complete(i, token, *guards.take_outcome(run, i))
-    run.begin_attempt(i, wr, _thread_name(run), node)
+    if run.plan.aplain[i] and run.quiet:  # begin_attempt's steps that apply to it
+        if wr.started_at is None:
+            wr.started_at = clock.now()
+        wr.attempts += 1
+        wr.thread = _thread_name(run)
+    else:
+        run.begin_attempt(i, wr, _thread_name(run), node)
     _begin(Attempt(run, i, pol is not None), node)
     return run.move_on(token)
 
@@ -682,11 +706,29 @@ def _outcome(run: AsyncRun, i: int, value: Any, error: BaseException | None,
     """The run's owner (a coordinator thread for a node with resilience options): the outcome
     of an attempt of async node ``i`` (in a copy of the run's contextvars, with ``current``
     naming the node, as a worker records it)."""
-    run.cv.copy().run(_record, run, i, value, error, guarded)
+    if guarded:
+        run.cv.copy().run(_record, run, i, value, error, True)
+    else:
+        run.cv.copy().run(_record_all, run, [(run, i, value, error)])
+
+
+def _outcomes(batch: list[tuple[Any, ...]]) -> None:
+    """The run's owner: the outcomes ``(run, i, value, error)`` of attempts of one run handed
+    over together (``loophub.batched``), in one copy of the run's contextvars."""
+    run = batch[0][0]
+    run.cv.copy().run(_record_all, run, batch)
+
+
+def _record_all(run: AsyncRun, batch: list[tuple[Any, ...]]) -> None:
+    """The plain successes of ``batch`` under one lock (``aiorecord.settle_plain``), the rest
+    one by one."""
+    for _, i, value, error in aiorecord.settle_plain(run, batch):
+        _record(run, i, value, error, False)
 
 
 def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None,
             guarded: bool) -> None:
+    """The general path of an outcome: route, gates, retry or back-off, ``Run.complete``."""
     cur = current.__dict__
     prev = cur.get("run"), cur.get("idx")
     cur["run"], cur["idx"] = run, i
@@ -836,3 +878,4 @@ class _BatchCall:
 
 
 batching.start_on_loop = start_batch_call
+loophub.batched[_outcome] = _outcomes

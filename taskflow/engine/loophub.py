@@ -10,7 +10,9 @@ schedules another (which may find nothing left: harmless).
 
 The loop thread hands outcomes to a run's owner with ``Hub.post``: they are kept per run until
 the end of the loop's iteration, then go over in one ``run.post`` (one wake-up of the owner
-for all the attempts of the run that ended in the same iteration), in the order they came.
+for all the attempts of the run that ended in the same iteration), in the order they came; a
+row of calls of a function registered in ``batched`` is made as one call of its batch function
+(``aio.py``'s outcomes: recorded under one lock of the run, ``aiorecord.py``).
 
 ``Hub.name`` is the loop thread's name (from the first drain on; None before), what an
 attempt on the loop shows as its thread.
@@ -108,10 +110,26 @@ class Hub:
                 run.post(_each, items)
 
 
+# fn -> a function taking the argument tuples of a row of calls of fn (registered by its module)
+batched: dict[Any, Any] = {}
+
+
 def _each(items: list[tuple[Any, tuple[Any, ...]]]) -> None:
-    """The run's owner: the outcomes one iteration of the loop handed over, in order."""
-    for fn, args in items:
-        fn(*args)
+    """The run's owner: the outcomes one iteration of the loop handed over, in order; a row of
+    calls of a function in ``batched`` goes to its batch function in one call."""
+    j, n = 0, len(items)
+    while j < n:
+        fn, args = items[j]
+        many = batched.get(fn)
+        if many is None:
+            fn(*args)
+            j += 1
+            continue
+        k = j + 1
+        while k < n and items[k][0] is fn:
+            k += 1
+        many([a for _, a in items[j:k]])
+        j = k
 
 
 class _Hubs:

@@ -59,6 +59,7 @@ class Plan:
         "any_deadline",
         "any_policy",
         "any_timeout",
+        "aplain",
         "asyncs",
         "backoff",
         "batches",
@@ -180,12 +181,14 @@ class Plan:
         """The engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
         with no own timeout, no routing, no fan-out and no resilience options; its task is
         ``fn(ctx, param)`` called directly and a success settles without any of those checks."""
-        self.plain = tuple(
-            sl and t is None and d is None and not r and not fo and p is None and not a
-            for sl, t, d, r, fo, p, a in zip(self.stateless, self.timeout, self.deadline,
-                                             self.routes, self.fanout, self.policy,
-                                             self.asyncs, strict=True)
-        )
+        simple = [
+            sl and t is None and d is None and not r and not fo and p is None
+            for sl, t, d, r, fo, p in zip(self.stateless, self.timeout, self.deadline,
+                                          self.routes, self.fanout, self.policy, strict=True)
+        ]
+        self.plain = tuple(s and not a for s, a in zip(simple, self.asyncs, strict=True))
+        # the same of async nodes: their plain successes are recorded in batches (aiorecord.py)
+        self.aplain = tuple(s and a for s, a in zip(simple, self.asyncs, strict=True))
 
 
 def _earliest(own: float | None, section: Any) -> float | None:

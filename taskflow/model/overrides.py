@@ -118,6 +118,7 @@ def override_plan(plan: Plan, overrides: object) -> Plan:
     # fan-out
     new.stateless = off(plan.stateless)
     new.plain = off(plan.plain)
+    new.aplain = off(plan.aplain)
     new.fanout = off(plan.fanout)
     _unbatch(plan, new, touched)
     return new
