@@ -552,11 +552,7 @@ def _hedge_outcome(run: AsyncRun, i: int, race: Any, a: guards.Attempt, value: A
     prev = cur.get("run"), cur.get("idx")
     cur["run"], cur["idx"] = run, i
     try:
-        if error is None and run.plan.routes[i]:
-            try:
-                run.route(i, run.node(i), value)
-            except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
-                value, error = None, exc
+        value, error = _routed(run, i, value, error)
         if error is None:
             latencies.record(run.plan.policy[i], clock.now() - a.started)
         guards.hedge_returned(run, i, race, a, value, error)
@@ -726,6 +722,17 @@ def _record_all(run: AsyncRun, batch: list[tuple[Any, ...]]) -> None:
         _record(run, i, value, error, False)
 
 
+def _routed(run: AsyncRun, i: int, value: Any,
+            error: BaseException | None) -> tuple[Any, BaseException | None]:
+    """A switch's successful attempt records which sons it chose; a bad choice fails it."""
+    if error is None and run.plan.routes[i]:
+        try:
+            run.route(i, run.node(i), value)
+        except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
+            return None, exc
+    return value, error
+
+
 def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None,
             guarded: bool) -> None:
     """The general path of an outcome: route, gates, retry or back-off, ``Run.complete``."""
@@ -733,11 +740,7 @@ def _record(run: AsyncRun, i: int, value: Any, error: BaseException | None,
     prev = cur.get("run"), cur.get("idx")
     cur["run"], cur["idx"] = run, i
     try:
-        if error is None and run.plan.routes[i]:
-            try:
-                run.route(i, run.node(i), value)
-            except BaseException as exc:  # noqa: BLE001 - a switch's bad choice fails it
-                value, error = None, exc
+        value, error = _routed(run, i, value, error)
         if guarded and not guards.attempt_done(run, i, error is None):
             return  # a duplicate attempt decides
         if error is not None:
