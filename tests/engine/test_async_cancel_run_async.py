@@ -148,7 +148,8 @@ async def _cancel_while_awaiting(flow: FunctionNode, pool: ThreadPoolExecutor, s
             await awaiting
     waited = loop.time() - t0
     for _ in range(int(PROMPT / 0.01)):  # the tasks' ends and the hooks, handed elsewhere
-        if len(seen.on_fail) == 4 and len(seen.inner) == 3 and _loop_is_empty():
+        if (len(seen.on_fail) == 4 and len(seen.inner) == 3 and len(seen.on_cancel) == 3
+                and _loop_is_empty()):
             break
         await asyncio.sleep(0.01)
     assert _loop_is_empty()
