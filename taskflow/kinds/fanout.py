@@ -296,11 +296,20 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                 raise FlowDefinitionError(
                     f"node {self.name!r}: {cls.__name__} does not implement {method}()"
                 )
-            if is_coroutine_function(getattr(cls, method)):
+            if _is_async(getattr(cls, method)):
                 raise FlowDefinitionError(
                     f"node {self.name!r}: {cls.__name__}.{method} cannot be async def: a "
                     f"fan-out calls it on the executor and never awaits it; {_NO_AWAIT}")
 
+
+def _is_async(fn: object) -> bool:
+    """Whether ``fn`` is written ``async def``: a coroutine function, or an async generator
+    function (``async def`` with ``yield``: its call makes an object nothing iterates)."""
+    flags = getattr(getattr(fn, "__code__", None), "co_flags", 0)
+    return is_coroutine_function(fn) or bool(flags & _CO_ASYNC_GENERATOR)
+
+
+_CO_ASYNC_GENERATOR = 0x200  # inspect.CO_ASYNC_GENERATOR
 
 # what a fan-out whose items would be coroutines can do instead
 _NO_AWAIT = ("write it as a plain def that makes the call itself (asyncio.run(...) for an async "

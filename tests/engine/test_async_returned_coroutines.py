@@ -78,17 +78,29 @@ def test_a_fan_out_whose_work_returns_a_coroutine_fails_its_items_naming_the_nod
     assert caught.lines == []
 
 
-def test_a_fan_out_whose_work_is_async_def_is_refused_at_start(pool: ThreadPoolExecutor
-                                                                 ) -> None:
-    class AsyncWork(FanOutNode[int]):
-        def items(self, ctx: Any, param: int) -> Iterator[tuple[int, int]]:
-            yield from ((i, i) for i in range(param))
+class AsyncWork(FanOutNode[int]):
+    def items(self, ctx: Any, param: int) -> Iterator[tuple[int, int]]:
+        yield from ((i, i) for i in range(param))
 
-        async def work(self, ctx: Any, item: int) -> int:  # type: ignore[override]
-            return item
+    async def work(self, ctx: Any, item: int) -> int:  # type: ignore[override]
+        return item
 
-    with pytest.raises(FlowDefinitionError, match=r"node 'fan': AsyncWork.work cannot be async"):
-        TaskScheduling.start(AsyncWork(3, name="fan"), executor=pool, timeout=LONG)
+
+class AsyncItems(FanOutNode[int]):
+    async def items(self, ctx: Any, param: int) -> Any:  # type: ignore[override]
+        for i in range(param):
+            yield i, i
+
+    def work(self, ctx: Any, item: int) -> int:
+        return item
+
+
+@pytest.mark.parametrize(("cls", "method"), [(AsyncWork, "work"), (AsyncItems, "items")])
+def test_a_fan_out_whose_work_or_items_is_async_def_is_refused_at_start(
+        pool: ThreadPoolExecutor, cls: type[FanOutNode[int]], method: str) -> None:
+    with pytest.raises(FlowDefinitionError,
+                       match=rf"node 'fan': {cls.__name__}.{method} cannot be async def"):
+        TaskScheduling.start(cls(3, name="fan"), executor=pool, timeout=LONG)
 
 
 # -- a Batch's function -------------------------------------------------------------------------
