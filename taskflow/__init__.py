@@ -55,7 +55,13 @@ from taskflow.model.deadlines import budget_from_headers
 from taskflow.model.joins import Join
 from taskflow.model.node import FunctionNode, NodeState, SchedulingNode, Section
 from taskflow.model.result import FlowResult, FlowStatus, ResultState, WorkResult
-from taskflow.scheduling import FlowStream, TaskScheduling, run_async, set_event_loop
+from taskflow.scheduling import (
+    FlowStream,
+    TaskScheduling,
+    run_async,
+    set_event_loop,
+    set_loop_block_threshold,
+)
 
 if TYPE_CHECKING:
     from taskflow import http as http
@@ -254,5 +260,6 @@ __all__ = [
     "run_async",
     "set_event_loop",
     "set_load_shedding",
+    "set_loop_block_threshold",
     "set_max_detached",
 ]

@@ -447,3 +447,18 @@ class BatchResultError(TaskflowError, TypeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (BatchResultError, (self.batch, self.got_type))
+
+
+def returned_coroutine(owner: str, coro: object, what: str, fix: str) -> TypeError:
+    """A plain def (``what`` of ``owner``: "its task" of "node 'x'") returned coroutine
+    ``coro``, which nothing would ever await: close it (no "never awaited" warning follows) and
+    return the ``TypeError`` to fail with, naming ``owner``, the coroutine's function and
+    ``fix`` (``{fn}`` in it: that function's name). Not an exception class of its own: the
+    mistake is the caller's type error, and ``except TypeError`` catches it."""
+    fn = getattr(coro, "__name__", "fn")
+    close = getattr(coro, "close", None)
+    if close is not None:
+        close()
+    return TypeError(
+        f"{owner}: {what} is a plain def that returned a coroutine of {fn}(), which taskflow "
+        f"does not await (the coroutine was closed); {fix.format(fn=fn)}")

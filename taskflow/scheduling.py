@@ -11,7 +11,7 @@ from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
 from taskflow import clock
-from taskflow.engine import aio, closing, executors, shedding, streaming
+from taskflow.engine import aio, closing, executors, looplag, shedding, streaming
 from taskflow.engine.run import Run
 from taskflow.engine.streaming import FlowStream
 from taskflow.errors import (
@@ -30,7 +30,7 @@ from taskflow.model.result import FlowResult
 if TYPE_CHECKING:
     from taskflow.engine.shedding import Priority
 
-__all__ = ["FlowStream", "TaskScheduling", "run_async", "set_event_loop"]
+__all__ = ["FlowStream", "TaskScheduling", "run_async", "set_event_loop", "set_loop_block_threshold"]
 
 _TIMEOUT_MAX = threading.TIMEOUT_MAX
 
@@ -306,3 +306,18 @@ def set_event_loop(loop: Any) -> None:
         InvalidArgumentValueError: ``loop`` is closed.
     """
     aio.set_event_loop(loop)
+
+
+def set_loop_block_threshold(seconds: float) -> None:
+    """Count a step of an async task (from one ``await`` to the next) that holds its event loop
+    ``seconds`` or more as blocking it (default 0.1): in the node's ``blocked_steps``
+    (``taskflow_loop_blocked_steps_total``) and in the one WARNING logged per node; a step still
+    running after ``max(seconds, 1.0)`` is reported while it blocks. Process-wide, for the
+    steps that end from now on (every loop: taskflow's, ``set_event_loop``'s, ``run_async``'s);
+    ``math.inf`` counts none.
+
+    Raises:
+        InvalidArgumentError: ``seconds`` is not a number (``argument == "seconds"``).
+        InvalidArgumentValueError: ``seconds`` is not > 0 (0, negative or NaN).
+    """
+    looplag.set_block_threshold(seconds)

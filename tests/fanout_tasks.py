@@ -66,3 +66,19 @@ class Numbers(FanOutNode[int]):
         if item == 2:
             raise ValueError("item 2 is corrupt")
         return item
+
+
+async def square(item: int) -> int:
+    """An async call, for ``CoroutineItems``."""
+    return item * item
+
+
+class CoroutineItems(FanOutNode[int]):
+    """Items ``0..param-1``; ``work`` is a plain def that returns the coroutine ``square(item)``
+    instead of awaiting it."""
+
+    def items(self, ctx: TaskContext, param: int) -> Iterator[tuple[int, int]]:
+        yield from ((i, i) for i in range(param))
+
+    def work(self, ctx: TaskContext, item: int) -> Any:
+        return square(item)

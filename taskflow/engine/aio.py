@@ -131,6 +131,7 @@ from taskflow.errors import (
     NodeCancelledError,
     NodeTimeoutError,
 )
+from taskflow.errors import returned_coroutine as returned
 from taskflow.model.context import current
 from taskflow.model.graph import Plan
 from taskflow.model.result import ResultState, WorkResult
@@ -363,12 +364,9 @@ def returned_coroutine(name: str, coro: Any) -> None:
     Raises:
         TypeError: always, naming the node and the coroutine's function.
     """
-    fn = getattr(coro, "__name__", "fn")
-    coro.close()
-    raise TypeError(
-        f"node {name!r}: its task is a plain def that returned a coroutine of {fn}(), which "
-        f"taskflow does not await (the coroutine was closed); pass the async function itself, "
-        f"FunctionNode({fn}) or an async def task, so that it runs on an event loop")
+    raise returned(f"node {name!r}", coro, "its task",
+                   "pass the async function itself, FunctionNode({fn}) or an async def task, "
+                   "so that it runs on an event loop")
 
 
 def _on_their_loop() -> bool:

@@ -8,7 +8,8 @@ holds its loop for the length of the call: every other async node on that loop w
 of an attempt (``aio._Steps._step``: one ``send``/``throw`` into the coroutine, from one
 ``await`` to the next) is timed with two mechanical clock readings (``clock.real_now``: real
 time even under a fake clock, since a blocked loop is a fact of the machine). A step that ran
-``threshold()`` seconds or more (0.1 s by default, ``set_block_threshold``) counts for its node
+``threshold()`` seconds or more (0.1 s by default, ``set_block_threshold``: the public
+``taskflow.set_loop_block_threshold``) counts for its node
 (``blocked_steps``), and the first one of each node (by flow name and node name, once per
 process: a page served a thousand times a second would otherwise log a thousand lines) is
 logged as a WARNING naming the node, the flow, the run and the lag measured.
@@ -127,11 +128,13 @@ def set_block_threshold(seconds: float) -> None:
         InvalidArgumentValueError: ``seconds`` is not > 0.
     """
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise InvalidArgumentError(f"seconds must be a number, got {seconds!r}",
-                                   argument="seconds")
+        raise InvalidArgumentError(
+            f"set_loop_block_threshold: seconds must be a number of seconds (an int or a "
+            f"float), got {type(seconds).__name__} {seconds!r}", argument="seconds")
     if not seconds > 0:
-        raise InvalidArgumentValueError(f"seconds must be > 0, got {seconds!r}",
-                                        argument="seconds")
+        raise InvalidArgumentValueError(
+            f"set_loop_block_threshold: seconds must be > 0 (math.inf counts no step), "
+            f"got {seconds!r}", argument="seconds")
     _reg.threshold = float(seconds)
 
 

@@ -30,13 +30,19 @@ from concurrent.futures import Future
 from contextvars import Context
 from functools import partial
 from queue import Empty, SimpleQueue
+from types import CoroutineType
 from typing import Any, Protocol
 
 from taskflow import _fork, clock
 from taskflow.engine import executors, guards, retrying, sections, timer
 from taskflow.engine.economy import Economy
 from taskflow.engine.states import BACKOFF, NO_LOOP, QUEUED, RUNNING
-from taskflow.errors import NodeCancelledError, RemoteTaskError, ResultNotAvailableError
+from taskflow.errors import (
+    NodeCancelledError,
+    RemoteTaskError,
+    ResultNotAvailableError,
+    returned_coroutine,
+)
 from taskflow.logs import logger
 from taskflow.model.context import TaskContext, attach_view
 from taskflow.model.result import ResultState, WorkResult
@@ -434,10 +440,18 @@ def _portable_value(name: str, value: Any, cloud: bool) -> Any:
     return value
 
 
+# a task (or a fan-out's work) that is a plain def returning a coroutine, in the worker
+_NO_LOOP_HERE = ("an executor in other processes does not run coroutines: make it a plain def "
+                 "that makes the call itself (asyncio.run(...) for an async client), or start "
+                 "the flow on a thread pool with the async function itself as the task")
+
+
 def _call(name: str, fn: Callable[[TaskContext, Any], Any], ctx: TaskContext, arg: Any,
-          cloud: bool) -> Any:
+          cloud: bool, what: str = "its task") -> Any:
     try:
         value = fn(ctx, arg)
+        if type(value) is CoroutineType:  # nothing awaits it here: closed, the node fails
+            raise returned_coroutine(f"node {name!r}", value, what, _NO_LOOP_HERE)
     except Exception as exc:
         portable = _portable(exc, cloud)
         if portable is exc:
@@ -466,4 +480,4 @@ def remote_work(blob: bytes, item: Any, entries: dict[str, Any], fathers: dict[s
     ctx = TaskContext(entries)
     view = RemoteRunView(flow_id, remaining, fathers, node.name, flow_name)
     attach_view(ctx, view)
-    return _call(node.name, node.work, ctx, item, cloud)
+    return _call(node.name, node.work, ctx, item, cloud, "its work()")

@@ -48,6 +48,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextvars import Context
 from functools import partial
+from types import CoroutineType
 from typing import Any, ClassVar, NoReturn, Protocol, TypeVar
 
 from taskflow import clock
@@ -56,7 +57,9 @@ from taskflow.errors import (
     FlowDefinitionError,
     NodeTimeoutError,
     TaskflowError,
+    returned_coroutine,
 )
+from taskflow.model.callables import is_coroutine_function
 from taskflow.model.context import TaskContext, current
 from taskflow.model.joins import Join
 from taskflow.model.node import NodeKind, SchedulingNode, check_node_timeout, refuse_options
@@ -293,6 +296,31 @@ class FanOutNode(SchedulingNode[T, FanInResult]):
                 raise FlowDefinitionError(
                     f"node {self.name!r}: {cls.__name__} does not implement {method}()"
                 )
+            if _is_async(getattr(cls, method)):
+                raise FlowDefinitionError(
+                    f"node {self.name!r}: {cls.__name__}.{method} cannot be async def: a "
+                    f"fan-out calls it on the executor and never awaits it; {_NO_AWAIT}")
+
+
+def _is_async(fn: object) -> bool:
+    """Whether ``fn`` is written ``async def``: a coroutine function, or an async generator
+    function (``async def`` with ``yield``: its call makes an object nothing iterates)."""
+    flags = getattr(getattr(fn, "__code__", None), "co_flags", 0)
+    return is_coroutine_function(fn) or bool(flags & _CO_ASYNC_GENERATOR)
+
+
+_CO_ASYNC_GENERATOR = 0x200  # inspect.CO_ASYNC_GENERATOR
+
+# what a fan-out whose items would be coroutines can do instead
+_NO_AWAIT = ("write it as a plain def that makes the call itself (asyncio.run(...) for an async "
+             "client), or make each item an async node of the flow")
+
+
+def work_returned_coroutine(name: str, coro: Any) -> TypeError:
+    """The error of an item whose ``work`` (a plain def) returned coroutine ``coro``, which
+    nothing would await; the coroutine is closed."""
+    return returned_coroutine(f"node {name!r}", coro, "its work()",
+                              "a fan-out's items run on the executor: " + _NO_AWAIT)
 
 
 class FanOut:
@@ -589,6 +617,8 @@ class FanOut:
                 cur.item = item_id  # ctx.operation_id tells the items apart
                 try:
                     value = cv.copy().run(node.work, ctx, item)
+                    if type(value) is CoroutineType:  # nothing would await it
+                        raise work_returned_coroutine(self.name, value)
                     ok = True
                 except BaseException as exc:  # noqa: BLE001 - an item's failure is recorded
                     value, ok = exc, False

@@ -43,6 +43,7 @@ import inspect
 import math
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from threading import Lock
+from types import CoroutineType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -54,6 +55,7 @@ from taskflow.errors import (
     BatchResultError,
     FlowDefinitionError,
     UnhashableKeyError,
+    returned_coroutine,
 )
 from taskflow.exposition import Sample
 from taskflow.resilience.callbacks import Callback, run_callbacks
@@ -345,6 +347,11 @@ class Batch:
         try:
             answer = self.fn(keys)
             error: BaseException | None = None
+            if type(answer) is CoroutineType:  # nothing would await it: closed, the call fails
+                raise returned_coroutine(
+                    f"batch {self.name!r}", answer, "its function",
+                    "pass the async function itself, Batch(name, {fn}), so that it is awaited "
+                    "on the event loop async nodes run on")
         except BaseException as exc:  # noqa: BLE001 - the call's failure is every seat's
             answer, error = None, exc
         return self._resolve(call, answer, error, own)

@@ -134,12 +134,57 @@ def test_awaiting_tasks_are_not_reported(pool: ThreadPoolExecutor, warnings: War
     assert warnings.lines == []
 
 
-def test_the_block_threshold_refuses_what_is_not_a_positive_number() -> None:
-    with pytest.raises(InvalidArgumentError, match="seconds"):
-        looplag.set_block_threshold("0.1")  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentValueError, match="> 0"):
-        looplag.set_block_threshold(0)
+@pytest.fixture
+def threshold() -> Iterator[None]:
+    """The default block threshold (0.1 s) is set back after the test."""
+    try:
+        yield
+    finally:
+        taskflow.set_loop_block_threshold(0.1)
+
+
+@pytest.mark.parametrize("bad", ["0.1", None, True, [0.1]])
+def test_the_block_threshold_refuses_what_is_not_a_number(bad: Any, threshold: None) -> None:
+    with pytest.raises(InvalidArgumentError, match="set_loop_block_threshold: seconds") as e:
+        taskflow.set_loop_block_threshold(bad)
+    assert e.value.argument == "seconds"
     assert looplag.threshold() == 0.1
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, float("nan"), -float("inf")])
+def test_the_block_threshold_refuses_what_is_not_above_zero(bad: float, threshold: None
+                                                            ) -> None:
+    with pytest.raises(InvalidArgumentValueError, match="seconds must be > 0") as e:
+        taskflow.set_loop_block_threshold(bad)
+    assert e.value.argument == "seconds"
+    assert looplag.threshold() == 0.1
+
+
+def _blocking_steps(pool: ThreadPoolExecutor, name: str, seconds: float) -> int:
+    """The blocked steps counted for a run of node ``name`` whose one step holds its loop
+    ``seconds``."""
+    async def blocker(ctx: Any, _: Any) -> None:
+        threading.Event().wait(seconds)  # a sync call inside async def: holds the loop
+        await asyncio.sleep(0)
+
+    result = TaskScheduling.start(FunctionNode(blocker, name=name), executor=pool, timeout=LONG)
+    assert result.status is FlowStatus.COMPLETED
+    return looplag.blocked_steps().get(name, 0)
+
+
+def test_the_block_threshold_set_from_the_public_api_decides_what_counts(
+        pool: ThreadPoolExecutor, warnings: Warnings, threshold: None) -> None:
+    taskflow.set_loop_block_threshold(LONG)  # a 0.15 s step no longer counts
+    assert looplag.threshold() == LONG
+    assert _blocking_steps(pool, unique("tolerated"), 0.15) == 0
+    taskflow.set_loop_block_threshold(0.02)  # a 0.05 s step does, and is reported
+    name = unique("lowered")
+    assert _blocking_steps(pool, name, 0.05) == 1
+    assert warnings.seen.wait(PROMPT)
+    [line] = warnings.lines
+    assert name in line
+    taskflow.set_loop_block_threshold(float("inf"))  # counts no step
+    assert _blocking_steps(pool, unique("never"), 0.15) == 0
 
 
 # -- sync tasks stay off the loop ----------------------------------------------------------------

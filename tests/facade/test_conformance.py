@@ -578,6 +578,18 @@ def test_unpicklable_result_fails_the_node_naming_the_field(remote):
     assert "'returns_lock'" in str(exc) and "result" in str(exc)
 
 
+def test_a_task_returning_a_coroutine_fails_its_node_naming_it(remote):
+    # the coroutine is closed in the worker: no pickling error of it, no "never awaited"
+    node = fn(rt.returns_coroutine, 7, "wrapped")
+
+    result, _ = run(remote, node)
+
+    exc = result["wrapped"].work_result.exception
+    assert isinstance(exc, TypeError), repr(exc)
+    assert "node 'wrapped'" in str(exc) and "coroutine of page()" in str(exc)
+    assert "pickle" not in str(exc)
+
+
 def test_a_lambda_travels_only_with_cloudpickle(remote):
     node = FunctionNode(lambda ctx, p: p * 2, 21, name="lam")
 

@@ -87,6 +87,7 @@ PUBLIC = [
     "run_async",
     "set_event_loop",
     "set_load_shedding",
+    "set_loop_block_threshold",
     "set_max_detached",
 ]
 
