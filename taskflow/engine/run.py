@@ -207,7 +207,7 @@ from taskflow.errors import (
 )
 from taskflow.logs import logger
 from taskflow.model.context import TaskContext, current
-from taskflow.model.graph import Plan
+from taskflow.model.graph import Plan, PlanView, copy_node
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
@@ -284,7 +284,7 @@ def _no_loops(k: int) -> None:  # pragma: no cover - a watchdog is armed only fo
     """An unpooled economy's ``start``: it never starts loops of its own."""
 
 
-class Run:
+class Run(PlanView):
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
 
@@ -308,6 +308,7 @@ class Run:
     tokens = 0
     ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
     flow_result: FlowResult | None = None
+    record: FinishedRun | None = None  # what its result and context keep (set by finish)
     watch: attempts.Watch | None = None
     outer: tuple[Any, Any] | None = None
     _log: Any = None
@@ -399,27 +400,12 @@ class Run:
         return n
 
     def _clone(self, i: int) -> Any:
-        defn = self.plan.nodes[i]
-        obj = object.__new__(type(defn))
-        d = obj.__dict__
-        d.update(defn.__dict__)
-        d["_run"] = self.ref
-        d["_wr"] = self.results[i]
-        d["_idx"] = i
-        d["_plans"] = ()
-        return obj
+        """Under lock: a new copy of node ``i``, held by the run (its record once finished)."""
+        record = self.record
+        return copy_node(self.plan.nodes[i],
+                         self.ref if record is None else weakref.ref(record),
+                         self.results[i], i)
 
-    def index_of(self, name: str) -> int:
-        return self.plan.index[name]
-
-    def fathers_of(self, i: int) -> tuple[int, ...]:
-        return self.plan.fathers[i]
-
-    def sons_of(self, i: int) -> tuple[int, ...]:
-        return self.plan.sons[i]
-
-    def is_sink(self, i: int) -> bool:
-        return self.plan.sinks[i]
     def describe(self) -> str:
         return f"flow {self.flow_id}"
 
