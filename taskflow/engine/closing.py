@@ -325,6 +325,8 @@ def _serve(run: ClosingRun) -> FlowResult:
     while True:
         if drains:
             inline.drain(run)  # the caller runs the ready nodes itself
+            if run.flow_result is not None:
+                break  # finished while it drained: the wake-up it posted is not waited for
         if infinite:
             item = clock.get(inbox, None)
         else:

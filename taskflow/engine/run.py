@@ -109,7 +109,8 @@ Fields most runs never change are class-level defaults (a run writes its own on 
 only a mode or a plan writes are made by ``__init__`` for such runs alone: ``unstarted``,
 ``live``, ``loop_futs`` (LOOPS), ``remote_futs`` (REMOTE), ``node_timers`` (``plan.any_timeout``),
 ``guards`` (``plan.any_policy``); ``chosen`` and ``fans`` by the first switch or fan-out that
-writes one (``dict.setdefault``, atomic). The others read an empty class-level default that
+writes one (``dict.setdefault``, atomic); ``hook_errors`` by the first hook that raises
+(under ``lock``). The others read an empty class-level default that
 raises on a write (``_Unused``), so a field written where it was not made is a loud bug.
 
 State table
@@ -323,6 +324,7 @@ class Run(PlanView):
     # made by the first switch or fan-out that writes them (``dict.setdefault``: atomic)
     chosen: dict[int, frozenset[int]] = Unused()
     fans: dict[int, Any] = Unused()
+    hook_errors: dict[int, HookError] = Unused()  # made by the first hook that raises (lock)
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -347,7 +349,6 @@ class Run(PlanView):
         self.ready: deque[int] = deque()
         self.pending = n
         self.claimed = bytearray(n)
-        self.hook_errors: dict[int, HookError] = {}
         self.owed: list[int] = []  # a list: empty for nearly every run (a deque is 0.7 KiB)
         if plan.any_timeout:
             self.node_timers = {}
