@@ -28,7 +28,8 @@ kept in a list.
 
 ``--old`` loads ``<tree>/taskflow`` beside this one (as ``benchmarks/ab_engines.py`` does) and
 adds it as a fourth system of every loaded round, so before and after share the machine's noise;
-the inline bookkeeping and the kept result are then measured for it too, in the same process.
+the inline bookkeeping (each figure for both engines in turn, three times, the median kept) and
+the kept result are then measured for it too, in the same process.
 """
 
 from __future__ import annotations
@@ -179,16 +180,31 @@ def call_seconds(repeat: int) -> float:
     return (time.perf_counter() - t) / repeat
 
 
-def bookkeeping(repeat: int, old: Any = None) -> dict[str, Any]:
-    per_node = {shape: inline_seconds(make(), repeat, old) / len(make())
-                for shape, make in SHAPES.items()}
+def bookkeeping(repeat: int, engines: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each engine's inline figures; with more than one, each figure is taken for every engine
+    in turn, three times, the order alternating, and the median kept (before and after see
+    the same moments of a shared machine)."""
+    passes = 1 if len(engines) == 1 else 3
     sizes = [1, 5, 10, 20, 40]
-    times = [inline_seconds(chain(n), repeat, old) for n in sizes]
-    mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
-    slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
-             / sum((n - mean_n) ** 2 for n in sizes))
-    return {"per_node_s": per_node, "setup_s": mean_t - slope * mean_n, "marginal_s": slope,
-            "call_s": call_seconds(repeat * 20)}
+    graphs = [(shape, make()) for shape, make in SHAPES.items()] + [(n, chain(n)) for n in sizes]
+    samples: dict[tuple[str, Any], list[float]] = {}
+    for key, graph in graphs:
+        for p in range(passes):
+            order = list(engines) if p % 2 == 0 else list(reversed(engines))
+            for label in order:
+                samples.setdefault((label, key), []).append(
+                    inline_seconds(graph, repeat, engines[label]))
+    out = {}
+    for label in engines:
+        per_node = {shape: statistics.median(samples[(label, shape)]) / len(make())
+                    for shape, make in SHAPES.items()}
+        times = [statistics.median(samples[(label, n)]) for n in sizes]
+        mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
+        slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
+                 / sum((n - mean_n) ** 2 for n in sizes))
+        out[label] = {"per_node_s": per_node, "setup_s": mean_t - slope * mean_n,
+                      "marginal_s": slope, "call_s": call_seconds(repeat * 20)}
+    return out
 
 
 def kept_result_bytes(keep: int = 200, old: Any = None) -> dict[str, float]:
@@ -243,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {'':10}  old taskflow {rps['taskflow (old)']:8.0f} runs/s   "
                   f"old / better baseline {fig['old_ratio']:.2f}x")
     engines = {"": None} if old is None else {"": None, "old ": old}
-    for label, engine in engines.items():
-        book = bookkeeping(args.inline, engine)
+    for label, book in bookkeeping(args.inline, engines).items():
         print(f"{label}bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
               f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")
         for shape, seconds in book["per_node_s"].items():
