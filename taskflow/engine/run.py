@@ -94,6 +94,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   hold, its seat in a batch's call (``batching.py``), its retry-budget token (``retrying.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+``record``: what remains of the run once finished (``closing.FinishedRun``, set by ``finish``
+  under ``lock``): its result and context keep it, not the run; node copies made from then on
+  hold it (weakly) instead of the run.
 ``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
   their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
   every path that abandons attempts tests it first (``attempts.py``).
