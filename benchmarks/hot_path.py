@@ -27,7 +27,9 @@ kept in a list.
     python benchmarks/hot_path.py --old /tmp/old   # also an older checkout's engine, same rounds
 
 ``--old`` loads ``<tree>/taskflow`` beside this one (as ``benchmarks/ab_engines.py`` does) and
-adds it as a fourth system of every loaded round, so before and after share the machine's noise.
+adds it as a fourth system of every loaded round, so before and after share the machine's noise;
+the inline bookkeeping (each figure for both engines in turn, three times, the median kept) and
+the kept result are then measured for it too, in the same process.
 """
 
 from __future__ import annotations
@@ -147,15 +149,21 @@ def under_load(rounds: int, seconds: float, old: Any = None) -> dict[str, dict[s
     return out
 
 
-def inline_seconds(graph: Graph, repeat: int) -> float:
-    """The median time of one run of ``graph``, started inline on a one-worker pool."""
-    tops = build(graph)
+def inline_seconds(graph: Graph, repeat: int, old: Any = None) -> float:
+    """The median time of one run of ``graph``, started inline on a one-worker pool (by the
+    ``old`` engine if given)."""
+    if old is None:
+        tops, start = build(graph), TaskScheduling.start
+    else:
+        from ab_engines import build as build_with  # a sibling, as overhead
+
+        tops, start = build_with(old, graph), old.TaskScheduling.start
     with ThreadPoolExecutor(1) as pool:
         def nested() -> list[float]:
             samples = []
             for _ in range(repeat):
                 t = time.perf_counter()
-                TaskScheduling.start(tops, executor=pool, timeout=5.0)
+                start(tops, executor=pool, timeout=5.0)
                 samples.append(time.perf_counter() - t)
             return samples
 
@@ -172,27 +180,49 @@ def call_seconds(repeat: int) -> float:
     return (time.perf_counter() - t) / repeat
 
 
-def bookkeeping(repeat: int) -> dict[str, Any]:
-    per_node = {shape: inline_seconds(make(), repeat) / len(make()) for shape, make in SHAPES.items()}
+def bookkeeping(repeat: int, engines: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each engine's inline figures; with more than one, each figure is taken for every engine
+    in turn, three times, the order alternating, and the median kept (before and after see
+    the same moments of a shared machine)."""
+    passes = 1 if len(engines) == 1 else 3
     sizes = [1, 5, 10, 20, 40]
-    times = [inline_seconds(chain(n), repeat) for n in sizes]
-    mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
-    slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
-             / sum((n - mean_n) ** 2 for n in sizes))
-    return {"per_node_s": per_node, "setup_s": mean_t - slope * mean_n, "marginal_s": slope,
-            "call_s": call_seconds(repeat * 20)}
-
-
-def kept_result_bytes(keep: int = 200) -> dict[str, float]:
+    graphs = [(shape, make()) for shape, make in SHAPES.items()] + [(n, chain(n)) for n in sizes]
+    samples: dict[tuple[str, Any], list[float]] = {}
+    for key, graph in graphs:
+        for p in range(passes):
+            order = list(engines) if p % 2 == 0 else list(reversed(engines))
+            for label in order:
+                samples.setdefault((label, key), []).append(
+                    inline_seconds(graph, repeat, engines[label]))
     out = {}
+    for label in engines:
+        per_node = {shape: statistics.median(samples[(label, shape)]) / len(make())
+                    for shape, make in SHAPES.items()}
+        times = [statistics.median(samples[(label, n)]) for n in sizes]
+        mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
+        slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
+                 / sum((n - mean_n) ** 2 for n in sizes))
+        out[label] = {"per_node_s": per_node, "setup_s": mean_t - slope * mean_n,
+                      "marginal_s": slope, "call_s": call_seconds(repeat * 20)}
+    return out
+
+
+def kept_result_bytes(keep: int = 200, old: Any = None) -> dict[str, float]:
+    out = {}
+    if old is None:
+        start, make_tops = TaskScheduling.start, build
+    else:
+        from ab_engines import build as build_with  # a sibling, as overhead
+
+        start, make_tops = old.TaskScheduling.start, lambda g: build_with(old, g)
     with ThreadPoolExecutor(4) as pool:
         for shape, make in SHAPES.items():
-            tops = build(make())
-            TaskScheduling.start(tops, executor=pool, timeout=5.0)
+            tops = make_tops(make())
+            start(tops, executor=pool, timeout=5.0)
             gc.collect()
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
-            kept = [TaskScheduling.start(tops, executor=pool, timeout=5.0) for _ in range(keep)]
+            kept = [start(tops, executor=pool, timeout=5.0) for _ in range(keep)]
             gc.collect()
             held = tracemalloc.get_traced_memory()[0] - base
             tracemalloc.stop()
@@ -228,15 +258,17 @@ def main(argv: list[str] | None = None) -> int:
         if old is not None:
             print(f"  {'':10}  old taskflow {rps['taskflow (old)']:8.0f} runs/s   "
                   f"old / better baseline {fig['old_ratio']:.2f}x")
-    book = bookkeeping(args.inline)
-    print(f"bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
-          f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")
-    for shape, seconds in book["per_node_s"].items():
-        print(f"  {shape:10}  {seconds * 1e6:6.2f} us per node")
-    print(f"  chains of 1-40: set-up {book['setup_s'] * 1e6:6.2f} us per run, "
-          f"{book['marginal_s'] * 1e6:5.2f} us per node more")
-    for shape, size in kept_result_bytes(20 if args.smoke else 200).items():
-        print(f"a kept {shape} result holds {size / 1024:5.1f} KiB")
+    engines = {"": None} if old is None else {"": None, "old ": old}
+    for label, book in bookkeeping(args.inline, engines).items():
+        print(f"{label}bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
+              f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")
+        for shape, seconds in book["per_node_s"].items():
+            print(f"  {shape:10}  {seconds * 1e6:6.2f} us per node")
+        print(f"  chains of 1-40: set-up {book['setup_s'] * 1e6:6.2f} us per run, "
+              f"{book['marginal_s'] * 1e6:5.2f} us per node more")
+    for label, engine in engines.items():
+        for shape, size in kept_result_bytes(20 if args.smoke else 200, engine).items():
+            print(f"a kept {shape} result holds {size / 1024:5.1f} KiB{' (old)' if label else ''}")
     return 0
 
 

@@ -138,8 +138,10 @@ def _prepare(nodes: Any, executor: Any, timeout: Any, context: Any,
     if not inline:  # an inline run submits nothing: there is nothing to shed
         shedding.admit(plan, executor, prio, flow_name)
     run = Run(plan, executor, budget, ctx, future, caps, inline, flow_name, t0)
-    run.priority = prio
-    run.aio_loop = aio_loop
+    if prio != "normal":  # the class-level defaults otherwise
+        run.priority = prio
+    if aio_loop is not None:
+        run.aio_loop = aio_loop
     bind_context(ctx, run, context is None)
     return run
 

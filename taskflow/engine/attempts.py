@@ -76,6 +76,12 @@ _PRUNE_AT = 64
 _DEFAULT = ResultState.DEFAULT
 
 
+class WatchRecord(Protocol):
+    """What a finished run leaves for its result (``closing.FinishedRun``): its watch."""
+
+    watch: Watch | None
+
+
 class WatchedRun(hooking.HookedRun, Protocol):
     """What this module uses of a run (``run.Run`` satisfies it; ``run.py`` has mypy check
     that): what hooks see, and ``watch`` (created once under ``lock``: ``watch_of``), ``fans``
@@ -84,6 +90,10 @@ class WatchedRun(hooking.HookedRun, Protocol):
     watch: Watch | None
     fans: dict[int, Any]
     cv: contextvars.Context
+
+    @property
+    def record(self) -> WatchRecord | None:
+        """What the run left for its result once it finished (None before)."""
 
 
 class Mark(int):
@@ -161,6 +171,9 @@ def watch_of(run: WatchedRun) -> Watch:
             w = run.watch
             if w is None:
                 w = run.watch = Watch()
+                record = run.record
+                if record is not None:  # an abandoned attempt asks after the run finished
+                    record.watch = w
     return w
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
@@ -50,6 +51,7 @@ from taskflow.errors import (
     UnknownNodeError,
 )
 from taskflow.model.context import current, detach_run
+from taskflow.model.graph import PlanView, copy_node
 from taskflow.model.result import FlowResult, ResultState, WorkResult
 
 __all__ = ["HOOK_GRACE", "ClosingRun", "FinishedRun", "close", "expire", "expire_on_timer",
@@ -86,6 +88,8 @@ class ClosingRun(guards.GuardedRun, attempts.WatchedRun, Protocol):
     future: Future[FlowResult] | None
     inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None
     flow_result: FlowResult | None
+    record: FinishedRun | None
+    nodes: list[Any]
 
     @property
     def economy(self) -> Economy:
@@ -264,6 +268,13 @@ def finish(run: ClosingRun) -> None:
                 timers = [*(timers or ()), watch]
             if run.fans:
                 run.fans.clear()
+            record = run.record = FinishedRun(run)
+            nodes = run.nodes
+            if nodes.count(None) != len(nodes):  # copies made: they now hold the record
+                ref = weakref.ref(record)
+                for n in nodes:
+                    if n is not None:
+                        n.__dict__["_run"] = ref
             break
     if run.run_timer is not None:
         run.run_timer.cancel()
@@ -271,9 +282,8 @@ def finish(run: ClosingRun) -> None:
     if timers:
         for t in timers:
             t.cancel()
-    detach_run(run.ctx, run, FinishedRun(run.flow_id, run.deadline, run.cancel_reason,
-                                         run.plan.index, run.results, run.flow_name))
-    _hand_over(run, FlowResult(run, clock.now() - run.t0))
+    detach_run(run.ctx, run, record)
+    _hand_over(run, FlowResult(record, clock.now() - run.t0))
 
 
 def _hand_over(run: ClosingRun, result: FlowResult) -> None:
@@ -315,6 +325,8 @@ def _serve(run: ClosingRun) -> FlowResult:
     while True:
         if drains:
             inline.drain(run)  # the caller runs the ready nodes itself
+            if run.flow_result is not None:
+                break  # finished while it drained: the wake-up it posted is not waited for
         if infinite:
             item = clock.get(inbox, None)
         else:
@@ -337,22 +349,52 @@ def _serve(run: ClosingRun) -> FlowResult:
     return result
 
 
-class FinishedRun:
-    """What a context keeps of a finished run (no reference back to the run)."""
+class FinishedRun(PlanView):
+    """What remains of a finished run: what its ``FlowResult`` reads (``RunRecord``) and what
+    its context answers (``ContextView``), with no reference back to the run. The result and
+    the context keep this, not the run: its scheduling state (the loop economy, the join
+    counters, the inbox, the lock's waiters, the per-node lists) is freed once no thread runs
+    in it any more. Calling it returns itself (how a context holds it: ``TaskContext._run``).
 
-    __slots__ = ("cancel_reason", "deadline", "flow_id", "flow_name", "index", "results")
+    The run's node copies are this record's once it exists (their weak reference to their run
+    is moved here under the run's lock, and copies made later are made so), so a kept result's
+    nodes still walk their graph; ``lock`` is the run's, so the run and this record never make
+    two copies of one node."""
+
+    __slots__ = ("__weakref__", "budget", "cancel_reason", "data", "deadline", "detached_work",
+                 "expired", "flow_id", "flow_name", "hook_errors", "lock", "names", "nodes",
+                 "plan", "results", "t0", "watch")
 
     finished = True
 
-    def __init__(self, flow_id: str, deadline: float, cancel_reason: str | None,
-                 index: dict[str, int], results: list[WorkResult[Any]],
-                 flow_name: str = "") -> None:
-        self.flow_id = flow_id
-        self.flow_name = flow_name
-        self.deadline = deadline
-        self.cancel_reason = cancel_reason
-        self.index = index
-        self.results = results
+    def __init__(self, run: ClosingRun) -> None:
+        self.flow_id, self.flow_name, self.names = run.flow_id, run.flow_name, run.names
+        self.t0, self.budget, self.deadline = run.t0, run.budget, run.deadline
+        self.cancel_reason, self.expired = run.cancel_reason, run.expired
+        self.plan, self.results, self.nodes = run.plan, run.results, run.nodes
+        self.data, self.lock = run.data, run.lock
+        self.hook_errors = run.hook_errors  # none is written once the run finished
+        self.watch = run.watch  # a watch made later is set here too (``attempts.watch_of``)
+        self.detached_work = run.detached_work  # made before the node settles: before now
+
+    def __call__(self) -> FinishedRun:
+        return self
+
+    # -- RunRecord (what the FlowResult reads) ---------------------------------------------------
+
+    def node(self, i: int) -> Any:
+        """The run's copy of node ``i`` (made on first use); the graph questions are
+        ``PlanView``'s."""
+        n = self.nodes[i]
+        if n is None:
+            with self.lock:
+                n = self.nodes[i]
+                if n is None:
+                    n = self.nodes[i] = copy_node(self.plan.nodes[i], weakref.ref(self),
+                                                  self.results[i], i)
+        return n
+
+    # -- ContextView (what a context of the run answers) -----------------------------------------
 
     def cancelled_for_caller(self) -> bool:
         return True
@@ -361,7 +403,7 @@ class FinishedRun:
         return "?"
 
     def value_of(self, name: str) -> Any:
-        return value_of(self.results, self.index, self.flow_id, name)
+        return value_of(self.results, self.plan.index, self.flow_id, name)
 
     def cancel(self, reason: str | None) -> None:
         """The run is over: nothing to cancel."""

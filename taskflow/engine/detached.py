@@ -113,6 +113,7 @@ from taskflow.engine import hooks as hooking
 from taskflow.engine.states import RUNNING, TERMINAL
 from taskflow.errors import DetachedRefusedError, NodeTimeoutError, traceback_text
 from taskflow.model.context import TaskSupport, current
+from taskflow.model.graph import PlanView, copy_node
 from taskflow.model.result import HookError, ResultState, WorkResult
 
 if TYPE_CHECKING:
@@ -561,7 +562,7 @@ class _Attempt:
         """Clamped calls of a detached node are not kept (its run has returned)."""
 
 
-class DetachedView:
+class DetachedView(PlanView):
     """What a detached node's task and hooks see of their run (``ContextView`` and
     ``RunView``): the run's entries and results, the node's own deadline and end."""
 
@@ -593,15 +594,7 @@ class DetachedView:
     def copy_of_node(self) -> Any:
         """The view's copy of the node (its ``work_result`` is the node's final one)."""
         work = self.work
-        defn = work.run.plan.nodes[work.i]
-        obj = object.__new__(type(defn))
-        d = obj.__dict__
-        d.update(defn.__dict__)
-        d["_run"] = weakref.ref(self)
-        d["_wr"] = work.final
-        d["_idx"] = work.i
-        d["_plans"] = ()
-        return obj
+        return copy_node(work.run.plan.nodes[work.i], weakref.ref(self), work.final, work.i)
 
     def cancelled_for_caller(self) -> bool:
         return self.work.ended
@@ -624,18 +617,6 @@ class DetachedView:
     def node(self, i: int) -> Any:
         work = self.work
         return work.node if i == work.i else work.run.node(i)
-
-    def index_of(self, name: str) -> int:
-        return self.work.run.plan.index[name]
-
-    def fathers_of(self, i: int) -> tuple[int, ...]:
-        return self.work.run.plan.fathers[i]
-
-    def sons_of(self, i: int) -> tuple[int, ...]:
-        return self.work.run.plan.sons[i]
-
-    def is_sink(self, i: int) -> bool:
-        return self.work.run.plan.sinks[i]
 
     @property
     def detached_work(self) -> dict[int, Handle]:

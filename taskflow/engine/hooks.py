@@ -82,6 +82,8 @@ def call_hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt
         fname = getattr(fn, "__name__", "?")
         with run.lock:
             if i not in run.hook_errors and not run.finished:
+                if not run.hook_errors:  # the run's class-level empty default: its own now
+                    run.hook_errors = {}
                 run.hook_errors[i] = HookError(fname, exc)
         run.log.bind(node=name).error(
             "hook {} of node {} raised; ignored\n{}", fname, name, traceback_text(exc))

@@ -94,6 +94,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
   hold, its seat in a batch's call (``batching.py``), its retry-budget token (``retrying.py``).
 ``inbox``: the owner's queue (``start`` runs); ``future``: the Future of a ``submit`` run.
 ``flow_result``: the result, between ``finish`` and the owner taking it (then cleared).
+``record``: what remains of the run once finished (``closing.FinishedRun``, set by ``finish``
+  under ``lock``): its result and context keep it, not the run; node copies made from then on
+  hold it (weakly) instead of the run.
 ``watch``: the attempts that registered ``ctx.on_cancel`` callbacks and the calls clamped to
   their deadline (``attempts.Watch``, its own lock); None until a task of the run asks, and
   every path that abandons attempts tests it first (``attempts.py``).
@@ -109,7 +112,8 @@ Fields most runs never change are class-level defaults (a run writes its own on 
 only a mode or a plan writes are made by ``__init__`` for such runs alone: ``unstarted``,
 ``live``, ``loop_futs`` (LOOPS), ``remote_futs`` (REMOTE), ``node_timers`` (``plan.any_timeout``),
 ``guards`` (``plan.any_policy``); ``chosen`` and ``fans`` by the first switch or fan-out that
-writes one (``dict.setdefault``, atomic). The others read an empty class-level default that
+writes one (``dict.setdefault``, atomic); ``hook_errors`` by the first hook that raises
+(under ``lock``). The others read an empty class-level default that
 raises on a write (``_Unused``), so a field written where it was not made is a loud bug.
 
 State table
@@ -207,7 +211,7 @@ from taskflow.errors import (
 )
 from taskflow.logs import logger
 from taskflow.model.context import TaskContext, current
-from taskflow.model.graph import Plan
+from taskflow.model.graph import Plan, PlanView, copy_node
 from taskflow.model.result import FlowResult, HookError, ResultState, WorkResult
 
 __all__ = ["FinishedRun", "Run", "set_strict"]
@@ -284,7 +288,7 @@ def _no_loops(k: int) -> None:  # pragma: no cover - a watchdog is armed only fo
     """An unpooled economy's ``start``: it never starts loops of its own."""
 
 
-class Run:
+class Run(PlanView):
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
 
@@ -308,6 +312,7 @@ class Run:
     tokens = 0
     ranks: list[tuple[float, float]] | None = None  # dispatch order (ranking.rank)
     flow_result: FlowResult | None = None
+    record: FinishedRun | None = None  # what its result and context keep (set by finish)
     watch: attempts.Watch | None = None
     outer: tuple[Any, Any] | None = None
     _log: Any = None
@@ -322,6 +327,7 @@ class Run:
     # made by the first switch or fan-out that writes them (``dict.setdefault``: atomic)
     chosen: dict[int, frozenset[int]] = Unused()
     fans: dict[int, Any] = Unused()
+    hook_errors: dict[int, HookError] = Unused()  # made by the first hook that raises (lock)
 
     def __init__(self, plan: Plan, executor: Executor, budget: float, ctx: TaskContext,
                  future: Future[FlowResult] | None, caps: executors.Capabilities,
@@ -346,7 +352,6 @@ class Run:
         self.ready: deque[int] = deque()
         self.pending = n
         self.claimed = bytearray(n)
-        self.hook_errors: dict[int, HookError] = {}
         self.owed: list[int] = []  # a list: empty for nearly every run (a deque is 0.7 KiB)
         if plan.any_timeout:
             self.node_timers = {}
@@ -399,27 +404,12 @@ class Run:
         return n
 
     def _clone(self, i: int) -> Any:
-        defn = self.plan.nodes[i]
-        obj = object.__new__(type(defn))
-        d = obj.__dict__
-        d.update(defn.__dict__)
-        d["_run"] = self.ref
-        d["_wr"] = self.results[i]
-        d["_idx"] = i
-        d["_plans"] = ()
-        return obj
+        """Under lock: a new copy of node ``i``, held by the run (its record once finished)."""
+        record = self.record
+        return copy_node(self.plan.nodes[i],
+                         self.ref if record is None else weakref.ref(record),
+                         self.results[i], i)
 
-    def index_of(self, name: str) -> int:
-        return self.plan.index[name]
-
-    def fathers_of(self, i: int) -> tuple[int, ...]:
-        return self.plan.fathers[i]
-
-    def sons_of(self, i: int) -> tuple[int, ...]:
-        return self.plan.sons[i]
-
-    def is_sink(self, i: int) -> bool:
-        return self.plan.sinks[i]
     def describe(self) -> str:
         return f"flow {self.flow_id}"
 

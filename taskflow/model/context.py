@@ -127,13 +127,13 @@ def attach_view(ctx: TaskContext, view: ContextView) -> None:
     ctx._run = lambda: view
 
 
-def detach_run(ctx: TaskContext, run: RunView, record: ContextView) -> None:
+def detach_run(ctx: TaskContext, run: RunView, record: Callable[[], ContextView]) -> None:
     """``run`` finished: if ``ctx`` still points at it, point it at ``record`` (what remains of
-    the run, without a reference back to it) instead."""
+    the run, without a reference back to it, which returns itself when called) instead."""
     with ctx._lock:
         ref = ctx._run
         if ref is not None and ref() is run:
-            ctx._run = lambda: record
+            ctx._run = record
 
 
 def bind_context(ctx: TaskContext, run: RunView, new: bool = False) -> None:

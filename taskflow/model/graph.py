@@ -39,7 +39,8 @@ from taskflow.model.node import (
     task_is_async,
 )
 
-__all__ = ["Plan", "as_top_nodes", "cached_plan", "compile_plan", "select_targets"]
+__all__ = ["Plan", "PlanView", "as_top_nodes", "cached_plan", "compile_plan", "copy_node",
+           "select_targets"]
 
 # narrowed plans kept per full plan (``select_targets``); the cache starts afresh when full
 SUBSET_CACHE = 64
@@ -189,6 +190,39 @@ class Plan:
         self.plain = tuple(s and not a for s, a in zip(simple, self.asyncs, strict=True))
         # the same of async nodes: their plain successes are recorded in batches (aiorecord.py)
         self.aplain = tuple(s and a for s, a in zip(simple, self.asyncs, strict=True))
+
+
+class PlanView:
+    """The graph questions a run (or what remains of it) answers from its ``plan``."""
+
+    __slots__ = ()
+
+    plan: Plan
+
+    def index_of(self, name: str) -> int:
+        return self.plan.index[name]
+
+    def fathers_of(self, i: int) -> tuple[int, ...]:
+        return self.plan.fathers[i]
+
+    def sons_of(self, i: int) -> tuple[int, ...]:
+        return self.plan.sons[i]
+
+    def is_sink(self, i: int) -> bool:
+        return self.plan.sinks[i]
+
+
+def copy_node(defn: SchedulingNode[Any, Any], ref: Any, wr: Any, i: int) -> Any:
+    """A run's copy of its definition node ``defn`` (node ``i``): it holds its run (or what
+    remains of it) weakly through ``ref``, and its WorkResult ``wr``."""
+    obj = object.__new__(type(defn))
+    d = obj.__dict__
+    d.update(defn.__dict__)
+    d["_run"] = ref
+    d["_wr"] = wr
+    d["_idx"] = i
+    d["_plans"] = ()
+    return obj
 
 
 def _earliest(own: float | None, section: Any) -> float | None:

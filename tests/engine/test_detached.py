@@ -584,14 +584,22 @@ def test_a_run_and_its_ended_detached_node_are_freed_without_the_cycle_collector
     import gc
     import weakref
 
+    from taskflow.model.context import current
+
     pool = make_executor(2)
-    node = FunctionNode(lambda ctx, p: "audited", name="audit", detach=True, timeout=LONG)
+    runs: list[Any] = []
+
+    def audit(ctx: Any, p: Any) -> str:
+        runs.append(weakref.ref(current.run))  # the run itself, not what its result keeps
+        return "audited"
+
+    node = FunctionNode(audit, name="audit", detach=True, timeout=LONG)
     gc.collect()
     gc.disable()
     try:
         result = TaskScheduling.start(node, executor=pool, timeout=LONG)
         final = result.detached("audit").result(LONG)
-        run = weakref.ref(result._run)
+        run = runs[0]
         pool.submit(int).result(LONG)  # the worker that ended it has let go of it
         del result
         assert run() is None

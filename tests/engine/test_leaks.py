@@ -4,6 +4,7 @@ the autouse ``no_thread_leaks`` fixture in conftest.py; these tests add the rest
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import threading
 import tracemalloc
@@ -128,6 +129,60 @@ def test_no_stale_references_after_a_failed_run(make_executor):
     alive = [name for name, ref in refs.items() if ref() is not None]
     assert alive == [], f"still referenced after the run: {alive}"
     assert len(selves) == 0
+
+
+_held: contextvars.ContextVar[object] = contextvars.ContextVar("held")
+
+
+def test_a_kept_result_keeps_what_it_reads_and_lets_its_run_go():
+    """A kept FlowResult (and the context it ran with) answers everything once its run, its
+    executor and the caller's context variables it ran under are gone."""
+    from taskflow.model.context import current
+
+    runs: list[weakref.ref[object]] = []
+
+    class Copied(SchedulingNode):
+        """Not a plain function node: the run makes its own copy of it while it runs."""
+
+        def task(self, ctx, param):
+            runs.append(weakref.ref(current.run))
+            ctx["seen"] = param
+            return param
+
+    a = Copied(param=1, name="a")
+    b = FunctionNode(lambda ctx, p: ctx.result_of("a") + 1, name="b")
+    c = FunctionNode(lambda ctx, p: 3, name="c")
+    a >> b
+    a >> c
+    held = Payload("held by the caller's context variables")
+    token = _held.set(held)
+    ctx = TaskContext()
+    with ThreadPoolExecutor(2) as pool:
+        result = TaskScheduling.start(a, executor=pool, timeout=LONG, context=ctx)
+    _held.reset(token)
+    pool_ref, held_ref = weakref.ref(pool), weakref.ref(held)
+    del pool, held
+    collect()
+
+    assert runs and runs[0]() is None, "a kept result keeps its whole run alive"
+    assert pool_ref() is None, "a kept result keeps the executor alive"
+    assert held_ref() is None, "a kept result keeps the caller's context variables alive"
+    assert result.ok and result.outputs == {"a": 1, "b": 2, "c": 3}
+    assert result.states() == dict.fromkeys("abc", ResultState.SUCCESS)
+    assert result.result_of("b").result == 2 and result.result_of("b").attempts == 1
+    assert [n.name for n in result["a"].son_handler] == ["b", "c"]  # copied during the run
+    assert [n.name for n in result["b"].father_handler] == ["a"]  # copied after it
+    assert result["a"] is result["b"].father_handler[0]
+    assert dict(result.context) == {"seen": 1}
+    report = result.report()
+    assert [n.name for n in report.nodes] == ["a", "b", "c"]
+    assert report.nodes[1].fathers == ["a"] and report.nodes[1].node_state == "FINISH"
+    page = result.to_html()
+    assert result.flow_id in page and "SUCCESS" in page
+    assert ctx.result_of("b") == 2 and ctx.flow_id == result.flow_id and ctx.cancelled
+    with ThreadPoolExecutor(1) as pool:
+        again = TaskScheduling.start(a, executor=pool, timeout=LONG, context=ctx)
+    assert again.ok and result.outputs["b"] == 2, "the context is free for another run"
 
 
 def test_abandoned_result_is_released_once_its_thread_finishes(make_executor, gate):

@@ -322,6 +322,8 @@ def test_registered_after_the_attempt_was_abandoned_it_runs_at_once_on_that_thre
     release.set()
     assert done.wait(PROMPT)
     assert ran_on[0].startswith("oncancel") and ran_on[1] == "after register"
+    # registered once the run had returned: the result it returned still counts it
+    assert result.attempt_notes["late"].registered == 1
 
 
 def test_a_callback_that_raises_is_logged_and_counted_never_raised(pool, release, fake_clock):
