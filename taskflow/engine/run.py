@@ -52,9 +52,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
 ``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
-  through the fast path (``execute_plain``, the top of ``complete``; ``complete_outcome`` is
-  the general path). Set by ``begin`` before
-  any node is queued, read without the lock.
+  through the fast path (``plainloop``: a loop's step; ``execute`` and ``complete`` are the
+  general path). Set by ``begin`` before any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): the listeners' are added by ``begin`` (to a stream's channel,
   ``streaming.py``) before any node is queued, read without the lock.
@@ -133,8 +132,8 @@ Invariants
 * A node's outcome is recorded once, under the lock, by whichever thread holds the node RUNNING
   with no outcome yet (``record_success`` or ``fail``); then, still under the lock and after its
   outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
-  reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
-  the same steps inlined.
+  reserves loops and marks it SETTLED (``mark_settled``). A plain node's step
+  (``plainloop``) does the same steps inlined.
 * Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
   ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
   ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
@@ -765,8 +764,8 @@ class Run:
     def record_success(self, i: int, wr: WorkResult[Any], value: Any,
                        degraded: BaseException | None, now: float) -> None:
         """Under lock, node ``i`` RUNNING with no outcome yet: it succeeded with ``value`` (or
-        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). The fast path of
-        ``complete`` inlines it."""
+        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). A plain node's step
+        (``plainloop``) inlines it."""
         wr.result = value
         wr.finished_at = now
         if degraded is not None:
@@ -800,8 +799,8 @@ class Run:
                         now: float) -> tuple[int, int, bool]:
         """Under lock, node ``i`` terminal and its hook done: settle its sons, pop loop
         ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
-        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
-        fast path of ``complete`` inlines it."""
+        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). A
+        plain node's step (``plainloop``) inlines it."""
         _settle_sons(self, i, hooks, now)
         eco = self.economy
         nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
