@@ -44,6 +44,7 @@ __all__ = ["PlainLoopRun", "stepper"]
 
 _DEFAULT = ResultState.DEFAULT
 _SUCCESS = ResultState.SUCCESS
+_succeeded = settling.succeeded
 
 
 class PlainLoopRun(settling.SettlingRun, closing.ClosingRun, retrying.BudgetedRun, Protocol):
@@ -80,14 +81,12 @@ def stepper(run: PlainLoopRun, token: int, tname: str) -> Callable[[int], int]:
     # reserves only when something changed since it last counted (Economy.reserve)
     fifo = eco.ranks is None and eco.batch_of is None
     pooled = eco.pooled
-    cur = current
-    succeeded = settling.succeeded
     hooks: list[int] = []  # what settling ended without running (a father no son needs)
 
     def step(i: int) -> int:
         wr = results[i]
         node: Any = nodes[i]  # a FunctionNode (Plan.plain)
-        cur.idx = i
+        current.idx = i
         while True:
             if wr.state is not _DEFAULT:
                 return run.late(i, token, None, None)
@@ -125,7 +124,7 @@ def stepper(run: PlainLoopRun, token: int, tname: str) -> Callable[[int], int]:
                 sons = sons_of[i]
                 if sons:
                     code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                    succeeded(run, sons, hooks, now, code, left, nsucc, kinds, est, results,
+                    _succeeded(run, sons, hooks, now, code, left, nsucc, kinds, est, results,
                               ready, eco)
                 code[i] = SETTLED  # -> SETTLED: its sons were updated, it has no hook
                 # the loop's next node (Economy.next_node(token, True), its FIFO pop inlined)
@@ -152,10 +151,12 @@ def stepper(run: PlainLoopRun, token: int, tname: str) -> Callable[[int], int]:
                     fin = run.pending == 0
         if not done:
             return run.complete(i, token, value, None)
-        if hooks or k or fin:
+        if hooks or k:
             taken = hooks[:]
             hooks.clear()
             return run.carry_on(nxt, k, fin, taken)
+        if fin:
+            closing.finish(run)
         return nxt
 
     return step
