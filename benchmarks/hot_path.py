@@ -27,7 +27,8 @@ kept in a list.
     python benchmarks/hot_path.py --old /tmp/old   # also an older checkout's engine, same rounds
 
 ``--old`` loads ``<tree>/taskflow`` beside this one (as ``benchmarks/ab_engines.py`` does) and
-adds it as a fourth system of every loaded round, so before and after share the machine's noise.
+adds it as a fourth system of every loaded round, so before and after share the machine's noise;
+the inline bookkeeping is then measured three times for each engine, alternating (medians).
 """
 
 from __future__ import annotations
@@ -147,15 +148,21 @@ def under_load(rounds: int, seconds: float, old: Any = None) -> dict[str, dict[s
     return out
 
 
-def inline_seconds(graph: Graph, repeat: int) -> float:
-    """The median time of one run of ``graph``, started inline on a one-worker pool."""
-    tops = build(graph)
+def inline_seconds(graph: Graph, repeat: int, tf: Any = None) -> float:
+    """The median time of one run of ``graph``, started inline on a one-worker pool (by the
+    engine of package ``tf``; None: this tree's)."""
+    if tf is None:
+        tops, start = build(graph), TaskScheduling.start
+    else:
+        from ab_engines import build as build_with  # a sibling, as overhead
+
+        tops, start = build_with(tf, graph), tf.TaskScheduling.start
     with ThreadPoolExecutor(1) as pool:
         def nested() -> list[float]:
             samples = []
             for _ in range(repeat):
                 t = time.perf_counter()
-                TaskScheduling.start(tops, executor=pool, timeout=5.0)
+                start(tops, executor=pool, timeout=5.0)
                 samples.append(time.perf_counter() - t)
             return samples
 
@@ -172,10 +179,11 @@ def call_seconds(repeat: int) -> float:
     return (time.perf_counter() - t) / repeat
 
 
-def bookkeeping(repeat: int) -> dict[str, Any]:
-    per_node = {shape: inline_seconds(make(), repeat) / len(make()) for shape, make in SHAPES.items()}
+def bookkeeping(repeat: int, tf: Any = None) -> dict[str, Any]:
+    per_node = {shape: inline_seconds(make(), repeat, tf) / len(make())
+                for shape, make in SHAPES.items()}
     sizes = [1, 5, 10, 20, 40]
-    times = [inline_seconds(chain(n), repeat) for n in sizes]
+    times = [inline_seconds(chain(n), repeat, tf) for n in sizes]
     mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
     slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
              / sum((n - mean_n) ** 2 for n in sizes))
@@ -228,13 +236,21 @@ def main(argv: list[str] | None = None) -> int:
         if old is not None:
             print(f"  {'':10}  old taskflow {rps['taskflow (old)']:8.0f} runs/s   "
                   f"old / better baseline {fig['old_ratio']:.2f}x")
-    book = bookkeeping(args.inline)
-    print(f"bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
-          f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")
-    for shape, seconds in book["per_node_s"].items():
-        print(f"  {shape:10}  {seconds * 1e6:6.2f} us per node")
-    print(f"  chains of 1-40: set-up {book['setup_s'] * 1e6:6.2f} us per run, "
-          f"{book['marginal_s'] * 1e6:5.2f} us per node more")
+    engines = {"": None} if old is None else {"": None, "old ": old}
+    books: dict[str, list[dict[str, Any]]] = {k: [] for k in engines}
+    for r in range(1 if old is None else 3):  # with --old: alternating, the median of 3 each
+        for k in (list(engines) if r % 2 == 0 else list(reversed(engines))):
+            books[k].append(bookkeeping(args.inline, engines[k]))
+    for k, measured in books.items():
+        book = {key: statistics.median(b[key] for b in measured)
+                for key in ("setup_s", "marginal_s", "call_s")}
+        print(f"{k}bookkeeping inline on a one-worker pool (median of {args.inline} runs; "
+              f"calling a no-op task {book['call_s'] * 1e6:.2f} us):")
+        for shape in SHAPES:
+            seconds = statistics.median(b["per_node_s"][shape] for b in measured)
+            print(f"  {shape:10}  {seconds * 1e6:6.2f} us per node")
+        print(f"  chains of 1-40: set-up {book['setup_s'] * 1e6:6.2f} us per run, "
+              f"{book['marginal_s'] * 1e6:5.2f} us per node more")
     for shape, size in kept_result_bytes(20 if args.smoke else 200).items():
         print(f"a kept {shape} result holds {size / 1024:5.1f} KiB")
     return 0
