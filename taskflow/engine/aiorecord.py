@@ -3,7 +3,7 @@ one acquisition of the run's lock (``aio.py``'s outcomes use it).
 
 A plain async node (``Plan.aplain``: a stateless FunctionNode whose task is async, with no own
 timeout or deadline, no routing, no fan-out and no resilience options) that succeeded in a
-quiet run (no node observers, no DEBUG lines) needs nothing of ``Run.complete_outcome`` but what
+quiet run (no node observers, no DEBUG lines) needs nothing of ``Run.complete`` but what
 its fast path does for a plain sync node: record the value, settle the sons, count the node off
 ``pending``. Its duration is not learned (``Plan.est`` keeps an async node fast), its timeout
 entry, fan-out and other attempts do not exist (it has no timeout, fan-out or hedge), and no

@@ -25,7 +25,7 @@ Abandonment
 Every way a run gives up on attempts calls ``abandon(run, nodes)`` once the nodes' new state is
 written: ``closing.close`` (the run's deadline, ``ctx.cancel``: its victims), ``deadlines.
 node_timeout`` (a node's own timeout), ``settling`` (a join that no longer needs a father),
-``Run.complete_outcome`` (the node's outcome was recorded by another attempt: a hedged
+``Run.complete`` (the node's outcome was recorded by another attempt: a hedged
 duplicate that won, or a fan-out whose items still run; the recording thread's own attempt is
 spared) and the fan-out's item timeout (that item only). ``abandon`` takes the attempts still
 running out of the watch, under the watch's lock, and hands their callbacks to a

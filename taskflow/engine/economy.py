@@ -90,7 +90,7 @@ def _watch_time(now: float) -> float:
 def learn_duration(est: list[float], i: int, began: float | None, now: float) -> None:
     """Fold a successful attempt's duration into ``est[i]`` (``Plan.est``), the node's typical
     task time the economy sizes loops by: an exponential average, written without a lock (racy
-    by design, see ``Plan.est``). The fast path of ``Run.complete`` inlines it."""
+    by design, see ``Plan.est``). A plain node's step (``plainloop``) inlines it."""
     if began is not None:
         e = est[i]
         d = now - began

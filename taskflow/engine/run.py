@@ -52,9 +52,8 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``ctx``, ``cv`` (the caller's contextvars), ``mode`` (LOOPS, INLINE or REMOTE), ``debug``,
 ``flow_name``: fixed at creation, read without the lock.
 ``quiet``: no node observers and no DEBUG lines; with ``plan.plain[i]`` it sends node ``i``
-  through the fast path (``execute_plain``, the top of ``complete``; ``complete_outcome`` is
-  the general path). Set by ``begin`` before
-  any node is queued, read without the lock.
+  through the fast path (``plainloop``: a loop's step; ``execute`` and ``complete`` are the
+  general path). Set by ``begin`` before any node is queued, read without the lock.
 ``observers``, ``node_observers``: who watches the run (``events.py``; all of them, and those
   told about every node): the listeners' are added by ``begin`` (to a stream's channel,
   ``streaming.py``) before any node is queued, read without the lock.
@@ -137,8 +136,8 @@ Invariants
 * A node's outcome is recorded once, under the lock, by whichever thread holds the node RUNNING
   with no outcome yet (``record_success`` or ``fail``); then, still under the lock and after its
   outcome hook returned, ``settle_and_next`` settles its sons, pops the loop's next node,
-  reserves loops and marks it SETTLED (``mark_settled``). The fast path of ``complete`` does
-  the same steps inlined.
+  reserves loops and marks it SETTLED (``mark_settled``). A plain node's step
+  (``plainloop``) does the same steps inlined.
 * Who owns what: the run's ``lock`` guards the node state (``code``, the join counters,
   ``ready``, ``pending``, ``closed``/``finished``/``keep``, the hook bookkeeping, timers,
   ``fans``, ``remote_futs``) and the economy's fields; a WorkResult's fields are written by the
@@ -177,6 +176,7 @@ from taskflow.engine import (
     guards,
     inflight,
     loops,
+    plainloop,
     ranking,
     remote,
     retrying,
@@ -563,7 +563,8 @@ class Run(PlanView):
         self.run_nodes(i, token)
 
     def run_nodes(self, i: int, token: int) -> None:
-        """Run node ``i`` and the nodes this loop pops after it."""
+        """Run node ``i`` and the nodes this loop pops after it (plain ones of a quiet run in
+        ``plainloop``'s steps)."""
         cv = self.cv
         cur = current
         prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
@@ -571,12 +572,15 @@ class Run(PlanView):
         self.threads[_get_ident()] = cur.__dict__  # once per loop: whose thread (inflight.py)
         tname = _current_thread().name
         plain = self.plan.plain if self.quiet else None
-        execute, execute_plain = self.execute, self.execute_plain
+        execute = self.execute
+        step = plainloop.stepper(self, token, tname) if plain is not None else None
         try:
             while i >= 0:
                 try:
-                    i = cv.copy().run(execute_plain if plain is not None and plain[i]
-                                      else execute, i, token, tname)
+                    if step is not None and plain[i]:  # type: ignore[index]
+                        i = cv.copy().run(step, i)
+                    else:
+                        i = cv.copy().run(execute, i, token, tname)
                 except BaseException as exc:  # noqa: BLE001 - a bug must fail the node, not vanish
                     i = self.engine_error(i, token, exc)
         finally:
@@ -601,8 +605,6 @@ class Run(PlanView):
         """
         plan = self.plan
         wr = self.results[i]
-        if plan.plain[i] and self.quiet:
-            return self.execute_plain(i, token, tname)
         node: Any
         if plan.stateless[i]:
             node = plan.nodes[i]  # FunctionNode: its task reads nothing but fn, param
@@ -651,34 +653,6 @@ class Run(PlanView):
                     return retrying.back_off(self, i, wr, token, delay)
             return self.complete(i, token, value, error)
 
-    def execute_plain(self, i: int, token: int, tname: str) -> int:
-        """``execute`` for a plain node (``Plan.plain``) of a quiet run (no node observers, no
-        DEBUG lines): the same steps without the checks that cannot apply, and the
-        FunctionNode's ``fn(ctx, param)`` called directly."""
-        wr = self.results[i]
-        node: Any = self.plan.nodes[i]  # a FunctionNode (Plan.plain)
-        ctx = self.ctx
-        current.idx = i
-        while True:
-            if wr.state is not _DEFAULT:
-                return self.late(i, token, None, None)
-            if wr.started_at is None:
-                wr.started_at = clock.now()
-            wr.attempts += 1
-            wr.thread = tname
-            try:
-                value = node.fn(ctx, node.param)
-                if type(value) is _Coroutine:
-                    aio.returned_coroutine(self.names[i], value)
-            except BaseException as exc:  # noqa: BLE001 - a task's failure is its node's outcome
-                delay = retrying.retry_delay(self, i, wr, exc)
-                if delay == 0.0:
-                    continue
-                if delay > 0.0:
-                    return retrying.back_off(self, i, wr, token, delay)
-                return self.complete(i, token, None, exc)
-            return self.complete(i, token, value, None)
-
     def begin_attempt(self, i: int, wr: WorkResult[Any], thread: str, node: Any) -> None:
         """Stamp an attempt of node ``i`` (arming its own timeout at the first) and run
         ``on_begin``."""
@@ -723,58 +697,8 @@ class Run(PlanView):
             return self.economy.next_unless_abandoned(token)
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
-        """Record node ``i``'s outcome, run its hook, settle its sons; return the next node."""
-        plan = self.plan
-        wr = self.results[i]
-        if error is None and plan.plain[i] and self.quiet:
-            # the hot path: a plain node (no hook, own timeout, policy, fan-out or routing) of a
-            # quiet run succeeded. The steps of complete_outcome without the checks that cannot
-            # apply, with learn_duration, record_success, settle_and_next (mark_settled) and
-            # carry_on inlined: no call a plain node does not need
-            now = clock.now()
-            if now < self.deadline:
-                began = wr.started_at
-                if began is not None:  # economy.learn_duration, inlined
-                    est = plan.est
-                    e = est[i]
-                    d = now - began
-                    est[i] = d if e < 0.0 else e + (d - e) * 0.25
-                sons_hooks: list[int] = []
-                eco = self.economy
-                with self.lock:
-                    code = self.code
-                    done = code[i] == RUNNING and wr.state is _DEFAULT
-                    if done:
-                        eco.progress += 1
-                        wr.result = value  # record_success, inlined
-                        wr.finished_at = now
-                        wr.state = _SUCCESS
-                        code[i] = TERMINAL  # RUNNING -> TERMINAL, checked just above
-                        if plan.sons[i]:  # settle_and_next, inlined (a sink has no sons)
-                            _settle_sons(self, i, sons_hooks, now)
-                        abandoned = eco.abandoned
-                        nxt = eco.next_node(token, True) if token >= -1 and (
-                            not abandoned or token not in abandoned) else -1
-                        k = eco.reserve(nxt) if self.ready else 0
-                        code[i] = SETTLED  # TERMINAL -> SETTLED (self.mark_settled(i), inlined)
-                        if self.closed:
-                            fin = i == self.keep and not self.finished
-                        else:
-                            self.pending -= 1
-                            fin = self.pending == 0
-                if done:
-                    if sons_hooks:  # carry_on, inlined
-                        fin = _after_settle(self, sons_hooks, k) or fin
-                    elif k:
-                        self.dispatch(k)
-                    if fin:
-                        closing.finish(self)
-                    return nxt
-            # past the deadline, or settled without us: the general path says so
-        return self.complete_outcome(i, token, value, error)
-
-    def complete_outcome(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
-        """``complete`` for any node: the budget, the node's own timeout and its policy decide
+        """Record node ``i``'s outcome, run its hook, settle its sons; return the next node. For
+        any node (``plainloop`` does a plain node's success): the budget, the node's own timeout and its policy decide
         the outcome; it is recorded, observed, logged and hooked, then settled."""
         plan = self.plan
         wr = self.results[i]
@@ -830,8 +754,8 @@ class Run(PlanView):
     def record_success(self, i: int, wr: WorkResult[Any], value: Any,
                        degraded: BaseException | None, now: float) -> None:
         """Under lock, node ``i`` RUNNING with no outcome yet: it succeeded with ``value`` (or
-        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). The fast path of
-        ``complete`` inlines it."""
+        ends DEGRADED: a fallback's ``value`` stands in for ``degraded``). A plain node's step
+        (``plainloop``) inlines it."""
         wr.result = value
         wr.finished_at = now
         if degraded is not None:
@@ -865,8 +789,8 @@ class Run(PlanView):
                         now: float) -> tuple[int, int, bool]:
         """Under lock, node ``i`` terminal and its hook done: settle its sons, pop loop
         ``token``'s next node (-1: none, or the loop was abandoned), reserve loops for the ready
-        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). The
-        fast path of ``complete`` inlines it."""
+        nodes and settle ``i``. Returns (next node, loops reserved, whether to finish). A
+        plain node's step (``plainloop``) inlines it."""
         _settle_sons(self, i, hooks, now)
         eco = self.economy
         nxt = eco.next_node(token, True) if token >= -1 and token not in eco.abandoned else -1
@@ -971,6 +895,7 @@ if TYPE_CHECKING:
     _detaching: type[detached.DetachingRun] = Run
     _viewed: type[inflight.ViewedRun] = Run
     _async: type[aio.AsyncRun] = Run
+    _plain: type[plainloop.PlainLoopRun] = Run
 
 
 def plan_pos(plan: Plan, node: Any) -> int:

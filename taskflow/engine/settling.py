@@ -21,7 +21,7 @@ decided once (only WAITING sons move); a node's on_fail hook runs before its son
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -32,9 +32,10 @@ from taskflow.engine.economy import FAST_TASK, Economy
 from taskflow.engine.states import QUEUED, SETTLED, TERMINAL, WAITING
 from taskflow.errors import NodeCancelledError, UpstreamFailedError
 from taskflow.model import joins
-from taskflow.model.result import ResultState
+from taskflow.model.result import ResultState, WorkResult
 
-__all__ = ["SettlingRun", "after_settle", "failed_father", "settle_sons"]
+__all__ = ["SettlingRun", "after_settle", "failed_father", "other_join", "settle_sons",
+           "succeeded"]
 
 _SUCCESS = ResultState.SUCCESS
 _DEGRADED = ResultState.DEGRADED
@@ -85,40 +86,59 @@ def settle_sons(run: SettlingRun, i: int, hooks: list[int], now: float) -> None:
     and are appended to ``hooks`` (their on_fail hook and settlement happen after the lock).
     """
     plan = run.plan
-    code, left, nsucc, nskip = run.code, run.left, run.nsucc, run.nskip
-    results = run.results
-    kinds, join_k, nfathers = plan.join_kind, plan.join_k, plan.nfathers
-    sons_of, est, ready = plan.sons, plan.est, run.ready
-    eco = run.economy
-    if results[i].state is _SUCCESS and not plan.routes[i]:
+    if run.results[i].state is _SUCCESS and not plan.routes[i]:
         # the common case, without the work list: a success can only fire sons or leave
         # them waiting (the same decide() rule as below)
-        for s in sons_of[i]:
-            if code[s] != WAITING:
-                continue
-            n = left[s] - 1
-            left[s] = n
-            nsucc[s] += 1
-            kind = kinds[s]
-            if kind == _ALL:
-                # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
-                # (not SKIP: this father succeeded, so not every father was skipped)
-                if n:
-                    continue
-            elif _decide(kind, join_k[s], nfathers[s], n, nsucc[s], nskip[s], 0) != _FIRE:
-                continue
-            code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
-            results[s].queued_at = now
-            e = est[s]  # eco.enqueue(s), inlined on the hot path
-            if e < 0.0 or e >= FAST_TASK:
-                eco.nslow += 1
-                eco.slowq[s] = 1
-            ready.append(s)
-            eco.dirty = True
-            if n:
-                _cancel_unneeded(run, s, hooks, now)
+        succeeded(run, plan.sons[i], hooks, now, run.code, run.left, run.nsucc, plan.join_kind,
+                  plan.est, run.results, run.ready, run.economy)
         return
     _settle_through(run, i, hooks, now)
+
+
+def succeeded(run: SettlingRun, sons: tuple[int, ...], hooks: list[int], now: float,
+              code: list[int], left: list[int], nsucc: list[int], kinds: Sequence[int],
+              est: list[float], results: list[WorkResult[Any]], ready: deque[int],
+              eco: Economy) -> None:
+    """Under lock: a father of ``sons`` succeeded (its state written, no switch): each WAITING
+    son counts it and is queued when its join fires (``other_join`` for a join not ALL). The
+    run's and plan's fields come as arguments: a loop's step (``plainloop``) has them bound."""
+    for s in sons:
+        if code[s] != WAITING:
+            continue
+        n = left[s] - 1
+        left[s] = n
+        nsucc[s] += 1
+        if kinds[s] != _ALL:
+            other_join(run, s, n, hooks, now)
+            continue
+        # decide() for ALL with no failure: WAIT while fathers are left, else FIRE
+        # (not SKIP: this father succeeded, so not every father was skipped)
+        if n:
+            continue
+        code[s] = QUEUED  # WAITING -> QUEUED, checked at the top of the loop
+        results[s].queued_at = now
+        e = est[s]  # eco.enqueue(s), inlined on the hot path
+        if e < 0.0 or e >= FAST_TASK:
+            eco.nslow += 1
+            eco.slowq[s] = 1
+        ready.append(s)
+        eco.dirty = True
+
+
+def other_join(run: SettlingRun, s: int, n: int, hooks: list[int], now: float) -> None:
+    """Under lock: a father of WAITING son ``s``, whose join is not ALL, succeeded (``left[s]``
+    is ``n`` and ``nsucc[s]`` counts it already): ``s`` is queued if its join fires, and its
+    fathers nobody needs any more are cancelled if it fired early (``plainloop`` inlines the
+    ALL joins of ``settle_sons`` and calls this for the others)."""
+    plan = run.plan
+    if _decide(plan.join_kind[s], plan.join_k[s], plan.nfathers[s], n, run.nsucc[s],
+               run.nskip[s], 0) != _FIRE:
+        return
+    run.code[s] = QUEUED  # WAITING -> QUEUED: the caller tested it
+    run.results[s].queued_at = now
+    run.economy.enqueue(s)
+    if n:
+        _cancel_unneeded(run, s, hooks, now)
 
 
 def _settle_through(run: SettlingRun, i: int, hooks: list[int], now: float) -> None:

@@ -179,7 +179,7 @@ class Plan:
         )
 
     def _mark_plain(self) -> None:
-        """The engine's fast path (``Run.execute``/``Run.complete``): a stateless FunctionNode
+        """The engine's fast path (``engine/plainloop.py``): a stateless FunctionNode
         with no own timeout, no routing, no fan-out and no resilience options; its task is
         ``fn(ctx, param)`` called directly and a success settles without any of those checks."""
         simple = [

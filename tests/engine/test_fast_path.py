@@ -1,5 +1,5 @@
-"""The engine's fast path for plain nodes of quiet runs (``Plan.plain``, ``Run.execute_plain`` and
-the top of ``Run.complete``): which nodes take it, that it records exactly what the general path
+"""The engine's fast path for plain nodes of quiet runs (``Plan.plain``, a loop's step in
+``engine/plainloop.py``): which nodes take it, that it records exactly what the general path
 records, and that anything it does not handle (observers, failures, retries, late outcomes)
 still goes the general way."""
 
@@ -85,7 +85,7 @@ def test_quiet_runs_take_the_fast_path_and_record_what_the_general_path_does(
     monkeypatch.setattr(engine_run.Run, "execute", counted)
     top = _diamond()
     quiet = TaskScheduling.start(top, executor=pool, timeout=LONG)
-    assert general == []  # every node went through execute_plain
+    assert general == []  # every node went through a loop's plain step
 
     class Watch(events.RunObserver):
         pass
@@ -190,3 +190,35 @@ def test_a_plain_node_finishing_after_the_run_closed_is_dropped(
     assert result["slow"].work_result.state is ResultState.CANCELLED
     assert result["slow"].work_result.result is None  # the late value never overwrote it
     assert result["son"].work_result.state is ResultState.CANCELLED
+
+
+def test_an_early_join_on_the_fast_path_cancels_the_father_it_no_longer_needs() -> None:
+    # the father that fires an ANY join settles it in its own step; the other father, still
+    # running, is cancelled there (settled outside the lock) and its late value is dropped
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(ctx: Any, param: Any) -> str:
+        entered.set()
+        release.wait(LONG)
+        return "late"
+
+    def fast(ctx: Any, param: Any) -> str:
+        entered.wait(LONG)  # the slow father is RUNNING when this one ends
+        return "first"
+
+    slow_node = FunctionNode(slow, name="slow")
+    fast_node = FunctionNode(fast, name="fast")
+    son = FunctionNode(lambda ctx, p: ctx.result_of("fast"), name="son", join=Join.ANY)
+    slow_node >> son
+    fast_node >> son
+    ex = ThreadPoolExecutor(4)
+    try:
+        result = TaskScheduling.start([slow_node, fast_node], executor=ex, timeout=LONG)
+    finally:
+        release.set()
+        ex.shutdown(wait=True)  # the slow father's loop has handed its late value over
+    assert result.outputs["son"] == "first"
+    wr = result["slow"].work_result
+    assert wr.state is ResultState.CANCELLED
+    assert wr.result is None  # the late value never overwrote it
+    assert result["fast"].work_result.state is ResultState.SUCCESS

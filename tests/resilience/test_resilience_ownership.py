@@ -254,7 +254,7 @@ class FakeRun:
         pass
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
-        """As ``Run.complete_outcome``: the leader resolves its call, then the outcome is
+        """As ``Run.complete``: the leader resolves its call, then the outcome is
         recorded unless the node settled without it."""
         assert not self.lock.held
         guards.finish(self, i, value, error)
