@@ -242,19 +242,23 @@ def close_rest(run: ClosingRun, timers: list[timer.Timer], running: list[Future[
 
 def finish(run: ClosingRun) -> None:
     """Make the FlowResult once, after every owed hook started, and hand it over."""
-    mine = 1 if current.__dict__.get("hooking") is run else 0
+    mine = -1  # 1 if a hook of the run finishes it (read once, when hooks are running)
+    eco = run.economy
     while True:
         if run.owed:  # read without the lock: the check under it below catches a late claim
             hooking.run_owed(run)
         with run.lock:
             if run.finished:
                 return
-            run.closed = run.economy.closed = True
-            if run.hooks_running > mine:
-                idle = run.hooks_idle
-                if idle is None:
-                    idle = run.hooks_idle = threading.Condition(run.lock)
-                clock.real_wait_for(idle, lambda: run.hooks_running <= mine, HOOK_GRACE)
+            run.closed = eco.closed = True
+            if run.hooks_running:  # hooks started: wait for them (but the one finishing it)
+                if mine < 0:
+                    mine = 1 if current.__dict__.get("hooking") is run else 0
+                if run.hooks_running > mine:
+                    idle = run.hooks_idle
+                    if idle is None:
+                        idle = run.hooks_idle = threading.Condition(run.lock)
+                    clock.real_wait_for(idle, lambda: run.hooks_running <= mine, HOOK_GRACE)
             if run.owed:
                 continue  # a closer claimed more while we waited: run them first
             run.finished = True
@@ -263,7 +267,7 @@ def finish(run: ClosingRun) -> None:
             if run.node_timers:
                 timers = list(run.node_timers.values())
                 run.node_timers.clear()
-            watch = run.economy.stop()
+            watch = eco.stop() if eco.watch is not None else None  # an armed watchdog
             if watch is not None:
                 timers = [*(timers or ()), watch]
             if run.fans:

@@ -158,6 +158,8 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from functools import partial
+from itertools import repeat as _repeat
+from itertools import starmap as _starmap
 from queue import SimpleQueue
 from types import CoroutineType as _Coroutine
 from typing import TYPE_CHECKING, Any
@@ -316,6 +318,8 @@ class Run(PlanView):
     watch: attempts.Watch | None = None
     outer: tuple[Any, Any] | None = None
     _log: Any = None
+    debug = False  # per-node DEBUG lines (set at creation when ``logs.log_nodes`` is on)
+    quiet = True  # not ``debug`` and no node observers (set at creation and by ``begin``)
     # fields only some modes or plans write: ``__init__`` makes them for those runs; the
     # others read these empty defaults (a write into one raises)
     unstarted: set[int] = UnusedSet()  # LOOPS
@@ -347,7 +351,8 @@ class Run(PlanView):
         self.left = list(plan.nfathers)
         self.nsucc = [0] * n
         self.nskip = [0] * n
-        self.results: list[WorkResult[Any]] = [WorkResult() for _ in range(n)]
+        # a C loop (a comprehension costs a function call of its own per run)
+        self.results: list[WorkResult[Any]] = list(_starmap(WorkResult, _repeat((), n)))
         self.nodes: list[Any] = [None] * n
         self.ready: deque[int] = deque()
         self.pending = n
@@ -375,8 +380,9 @@ class Run(PlanView):
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
             SimpleQueue() if future is None else None)
         self.cv = _copy_context()
-        self.debug = logs.logging_nodes() and _debug_enabled()  # off by default: one call
-        self.quiet = not self.debug  # and no node observers (set again by begin)
+        if logs.logging_nodes() and _debug_enabled():  # off by default: one call
+            self.debug = True
+            self.quiet = False
         # when the caller called (its budget counts from then, building the run included)
         self.t0 = clock.now() if t0 is None else t0
         self.deadline = self.t0 + budget
@@ -509,7 +515,9 @@ class Run(PlanView):
             k = eco.reserve() if self.mode is not INLINE else 0
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
-        if hand_off and k:
+        if not k:
+            return  # nothing to start (an inline run: its caller drains the roots next)
+        if hand_off:
             remote.coordinator.put(self.cv, self.dispatch, (k,))
             return
         self.dispatch(k)
@@ -567,9 +575,10 @@ class Run(PlanView):
         ``plainloop``'s steps)."""
         cv = self.cv
         cur = current
-        prev = cur.__dict__.get("run"), cur.__dict__.get("idx")
+        d = cur.__dict__
+        prev = d.get("run"), d.get("idx")
         cur.run = self
-        self.threads[_get_ident()] = cur.__dict__  # once per loop: whose thread (inflight.py)
+        self.threads[_get_ident()] = d  # once per loop: whose thread (inflight.py)
         tname = _current_thread().name
         plain = self.plan.plain if self.quiet else None
         execute = self.execute
