@@ -258,7 +258,8 @@ def finish(run: ClosingRun) -> None:
                     idle = run.hooks_idle
                     if idle is None:
                         idle = run.hooks_idle = threading.Condition(run.lock)
-                    clock.real_wait_for(idle, lambda: run.hooks_running <= mine, HOOK_GRACE)
+                    clock.real_wait_for(idle, lambda: run.hooks_running <= mine,  # noqa: B023 - waited for here
+                                        HOOK_GRACE)
             if run.owed:
                 continue  # a closer claimed more while we waited: run them first
             run.finished = True

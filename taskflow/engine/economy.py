@@ -27,13 +27,15 @@ Fields (all under ``lock``)
   ``joinable(i)``: whether ready node ``i`` may take a seat now (``batching.joinable``); both set
   by the run's ``begin``. ``gathered[i]``: the ready nodes of its batch that node ``i`` took
   along when it was popped (PARKED since), until its batch gate takes them (``batching.gate``)
-  or it ends first (``regather``: they are ready again).
+  or it ends first (``regather``: they are ready again); made by the first batch taken along
+  (until then the class-level empty ``Unused`` mapping, which raises on a write).
 ``closed``: the run closed; no watchdog is armed any more.
 ``dirty``: a ready node arrived, or a loop exited, was refused or abandoned, since ``reserve``
   last counted (pooled): without it ``reserve`` answers 0 at once (the loops counted then
   still cover what is ready: since, loops only took nodes).
 ``backlog``: a probe of how many tasks wait in the executor's queue, or None (see
-  ``next_node``).
+  ``next_node``); with ``start``, stored only by a pooled economy (an unpooled one reads the
+  class-level None and a ``start`` that starts nothing).
 
 Invariants
 ==========
@@ -58,6 +60,7 @@ from typing import Any
 from taskflow import clock
 from taskflow.engine import ranking, timer
 from taskflow.engine.states import PARKED, QUEUED, RUNNING
+from taskflow.engine.unused import Unused
 
 __all__ = ["BACKLOG", "FAST_BATCH", "FAST_SCAN", "FAST_TASK", "WATCH", "Economy", "learn_duration"]
 
@@ -108,18 +111,25 @@ class Economy:
 
     def __init__(self, est: list[float], ready: deque[int], code: list[int], pooled: bool,
                  max_loops: int, backlog: Callable[[], int] | None, lock: Any,
-                 start: Callable[[int], None]) -> None:
+                 start: Callable[[int], None] | None) -> None:
         self.est = est
         self.ready = ready
         self.code = code
-        self.pooled = pooled
         self.max_loops = max_loops
-        self.backlog = backlog
         self.lock = lock
-        self.start = start
+        if pooled:  # the class-level defaults otherwise
+            self.pooled = True
+            self.backlog = backlog
+            self.start = start  # type: ignore[method-assign,assignment]
         self.slowq = bytearray(len(code))
         self.loop_node: dict[int, int] = {}
-        self.gathered: dict[int, list[int]] = {}
+
+    pooled = False
+    backlog: Callable[[], int] | None = None
+    gathered: dict[int, list[int]] = Unused()  # made by the first batch taken along
+
+    def start(self, k: int) -> None:  # pragma: no cover - a watchdog is armed only when pooled
+        """An unpooled economy's ``start`` (a pooled one is given the run's): none."""
 
     # the scalar fields start at class-level defaults (an economy writes its own on change)
     loops = 0
@@ -312,7 +322,10 @@ class Economy:
                 slowq[j] = 0
                 self.nslow -= 1
             code[j] = PARKED  # QUEUED -> PARKED: taken along into node i's batch call
-        self.gathered[i] = taken
+        gathered = self.__dict__.get("gathered")
+        if gathered is None:  # the first batch taken along: the economy's own mapping
+            gathered = self.gathered = {}
+        gathered[i] = taken
 
     def regather(self, i: int) -> None:
         """Node ``i`` ended (or will not take a seat) before its batch gate took the nodes it

@@ -286,10 +286,6 @@ def _wake() -> None:
     """Posted to an inline run's inbox: nodes became ready."""
 
 
-def _no_loops(k: int) -> None:  # pragma: no cover - a watchdog is armed only for pooled runs
-    """An unpooled economy's ``start``: it never starts loops of its own."""
-
-
 class Run(PlanView):
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
@@ -374,7 +370,7 @@ class Run(PlanView):
         # the economy calls back through a weak reference: no cycle between it and the run
         self.economy = Economy(plan.est, self.ready, self.code, pooled, caps.parallelism,
                                executors.backlog(executor) if pooled else None, self.lock,
-                               partial(_start_loops, self.ref) if pooled else _no_loops)
+                               partial(_start_loops, self.ref) if pooled else None)
         self.threads: dict[int, dict[str, Any]] = {}  # who drained it (inflight.py)
         self.future = future
         self.inbox: SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] | None = (
