@@ -290,6 +290,15 @@ class Run(PlanView):
     """One execution of a plan. Created and started by ``TaskScheduling`` (see the module
     docstring for every field)."""
 
+    # the fields every run writes at creation are slots (CPython keeps an instance dict of
+    # more than 30 keys unshared: building one costs three resizes and a store per key costs
+    # twice a slot's); the rest live in the instance dict, made by the first write of one, over
+    # the class-level defaults below
+    __slots__ = ("__dict__", "__weakref__", "budget", "caps", "claimed", "code", "ctx", "cv",
+                 "data", "deadline", "economy", "executor", "flow_id", "flow_name", "future",
+                 "inbox", "left", "lock", "mode", "names", "nodes", "nskip", "nsucc", "owed",
+                 "pending", "plan", "ready", "ref", "results", "t0", "threads")
+
     detached_work: dict[int, detached.Handle] | None = None  # made by the first hand-off
     priority = "normal"  # the priority it was started with (set by the facade)
     aio_loop: Any = None  # run_async's loop for async nodes (aio.py; None: the process's)
