@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 
 from taskflow import _fork
 
@@ -18,20 +19,23 @@ __all__ = ["new_flow_id"]
 
 
 class _FlowIds:
-    """The prefix and the counter (renewed after a fork)."""
+    """The prefix and the counter (renewed after a fork): ``ids`` yields the flow ids, each a
+    ``next`` of C iterators (the counter, its wrap, the formatting) with no Python frame."""
 
     def __init__(self) -> None:
         self._after_fork_in_child()
 
     def _after_fork_in_child(self) -> None:
         self.prefix = os.urandom(3).hex()
-        self.counter = itertools.count(int.from_bytes(os.urandom(3), "big"))
-
-    def new(self) -> str:
-        """The next flow id."""
-        return f"{self.prefix}{next(self.counter) & 0xFFFFFF:06x}"
+        counter = itertools.count(int.from_bytes(os.urandom(3), "big"))
+        self.ids: Iterator[str] = map(f"{self.prefix}%06x".__mod__,
+                                      map((0xFFFFFF).__and__, counter))
 
 
 _ids = _FlowIds()
 _fork.register(_ids)
-new_flow_id = _ids.new
+
+
+def new_flow_id() -> str:
+    """The next flow id."""
+    return next(_ids.ids)
