@@ -107,7 +107,9 @@ Fields of a run (``lock`` guards every mutable one unless said otherwise)
 ``outer``: for an inline run, the ``current`` run and node of the thread that started it (how
   ``attempts`` sees an attempt that runs a nested flow still running); None otherwise.
 
-Fields most runs never change are class-level defaults (a run writes its own on change). Those
+The fields every run writes at creation are slots (``Run.__slots__``); the others live in the
+instance dict, made by the first write of one. Fields most runs never change are class-level
+defaults (a run writes its own on change). Those
 only a mode or a plan writes are made by ``__init__`` for such runs alone: ``unstarted``,
 ``live``, ``loop_futs`` (LOOPS), ``remote_futs`` (REMOTE), ``node_timers`` (``plan.any_timeout``),
 ``guards`` (``plan.any_policy``); ``chosen`` and ``fans`` by the first switch or fan-out that

@@ -85,6 +85,16 @@ def _a_run(executor) -> run.Run:
                    executors.capabilities(executor))
 
 
+def test_the_fields_a_run_writes_at_creation_are_slots(make_executor):
+    # the instance dict holds only the fields of the run's mode (``__init__`` makes them) and
+    # those written later: building a run does not grow a dict of every field
+    r = _a_run(make_executor(1))
+    assert set(vars(r)) <= {"unstarted", "live", "loop_futs", "remote_futs", "outer"}
+    assert len(run.Run.__slots__) < 40
+    r.closed = True  # a field with a class-level default is the run's own once written
+    assert vars(r)["closed"] is True and run.Run.closed is False
+
+
 def test_an_illegal_move_raises_with_the_debug_switch_on(make_executor):
     r = _a_run(make_executor(1))
     with r.lock:
