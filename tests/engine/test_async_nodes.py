@@ -176,21 +176,50 @@ class _CountingPool(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def test_a_page_of_async_nodes_is_handed_to_the_loop_by_one_worker_loop() -> None:
+def test_a_page_of_async_roots_is_handed_to_the_loop_without_a_worker() -> None:
     async def call(ctx: TaskContext, k: int) -> int:
         await asyncio.sleep(0.01)
         return k
 
     nodes = [FunctionNode(call, k, name=f"call-{k}") for k in range(40)]
     with _CountingPool(8) as counted:
-        assert TaskScheduling.start(nodes, executor=counted, timeout=LONG).ok  # measured once
+        assert TaskScheduling.start(nodes, executor=counted, timeout=LONG).ok
         counted.submitted = 0
         result = TaskScheduling.start(nodes, executor=counted, timeout=LONG)
         assert result.ok
-        # handing an attempt to the loop is fast whatever it awaits: one loop starts them all
-        # (a loop per node would be one per worker; the watchdog may add one on a busy machine)
-        assert counted.submitted < 8
+        # the run's owner hands its plain async roots to the loop itself: no worker loop
+        assert counted.submitted == 0
     assert sorted(result.result_of(f"call-{k}").result for k in range(40)) == list(range(40))
+    assert {result.result_of(f"call-{k}").thread for k in range(40)} == {LOOP}
+
+
+def test_an_async_root_starts_while_every_worker_is_held_by_a_blocked_sync_node() -> None:
+    held = threading.Event()
+    release = threading.Event()
+    entered = threading.Barrier(3)
+
+    def blocked(ctx: TaskContext, _: Any) -> str:
+        entered.wait(LONG)
+        release.wait(LONG)
+        return "done"
+
+    async def call(ctx: TaskContext, _: Any) -> str:
+        held.set()  # it ran on the loop while both workers were blocked
+        await asyncio.sleep(0)
+        return "called"
+
+    with ThreadPoolExecutor(2, thread_name_prefix="tfheld") as pool:
+        sync_nodes = [FunctionNode(blocked, name=f"blocked-{k}") for k in range(2)]
+        busy = TaskScheduling.submit(sync_nodes, executor=pool, timeout=LONG)
+        try:
+            entered.wait(LONG)  # both workers are inside a blocked sync node
+            result = TaskScheduling.start(FunctionNode(call, name="call"), executor=pool,
+                                          timeout=LONG)
+            assert held.is_set()
+            assert result.ok and result.result_of("call").result == "called"
+        finally:
+            release.set()
+        assert busy.result(LONG).ok
 
 
 # -- mixed graphs ------------------------------------------------------------------------------
