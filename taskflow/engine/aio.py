@@ -570,10 +570,10 @@ class _Steps(Coroutine[Any, Any, Any]):
 
     __slots__ = ("att", "coro", "live", "watch")
 
-    def __init__(self, att: Attempt, coro: Any) -> None:
+    def __init__(self, att: Attempt, coro: Any, watch: looplag.Loop | None = None) -> None:
         self.att = att
         self.coro = coro
-        self.watch = looplag.loop_of(att.loop, current.__dict__)
+        self.watch = watch or looplag.loop_of(att.loop, current.__dict__)
         self.live = False  # between its first step and its end (``looplag.began``)
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -716,9 +716,24 @@ def start_plain(run: AsyncRun, nodes: list[int]) -> None:
 
 
 def _begin_all(go: list[tuple[Attempt, Any]]) -> None:
-    """The loop thread: begin the attempts ``start_plain`` handed over together."""
+    """The loop thread: begin the attempts ``start_plain`` handed over together (of one run,
+    on one loop): ``Attempt.begin``'s steps, with what they share read once."""
+    first = go[0][0]
+    run, loop = first.run, first.loop
+    assert loop is not None and first.hub is not None
+    name, results, cv, create = first.hub.name, run.results, run.cv, loop.create_task
+    watch = looplag.loop_of(loop, current.__dict__)
     for att, coro in go:
-        att.begin(coro)
+        if att.stopped:
+            att.begin(coro)  # it closes the coroutine
+            continue
+        wr = results[att.i]
+        if wr.thread != name:
+            wr.thread = name
+        if _TASK_CONTEXT:
+            att.task = create(_Steps(att, coro, watch), context=cv.copy())
+        else:
+            att.task = cv.copy().run(create, _Steps(att, coro, watch))
 
 
 def _thread_name(run: AsyncRun) -> str:
