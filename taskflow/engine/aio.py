@@ -975,4 +975,5 @@ class _BatchCall:
 
 
 batching.start_on_loop = start_batch_call
+aiorecord.start_plain = start_plain
 loophub.batched[_outcome] = _outcomes

@@ -323,6 +323,25 @@ class Economy:
                 code[j] = QUEUED  # PARKED -> QUEUED: it waited for nothing yet
                 self.enqueue(j)
 
+    def take(self, flags: Sequence[bool]) -> list[int]:
+        """Take the QUEUED ready nodes whose flag is set out of ``ready``, moved to RUNNING:
+        the caller starts them itself, with no loop (plain async nodes, ``aio.start_plain``)."""
+        code = self.code
+        taken = list(dict.fromkeys(i for i in self.ready if flags[i] and code[i] == QUEUED))
+        if not taken:
+            return taken
+        gone = set(taken)
+        kept = [i for i in self.ready if i not in gone]
+        self.ready.clear()
+        self.ready.extend(kept)
+        slowq = self.slowq
+        for i in taken:
+            if slowq[i]:
+                slowq[i] = 0
+                self.nslow -= 1
+            code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
+        return taken
+
     def first_node(self, token: int) -> int:
         """A reserved loop started: its first node (``next_node``), or -1."""
         self.starting -= 1

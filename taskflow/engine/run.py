@@ -508,17 +508,13 @@ class Run:
                 eco.batch_of = plan.batches
                 eco.joinable = partial(batching.joinable, plan.policy, self.guards, self.deadline)
         code = self.code
-        aplain = plan.aplain if plan.any_async and self.quiet and self.mode is LOOPS else None
-        direct: list[int] = []  # started below on the loop (aio.start_plain)
         with self.lock:
             for i in plan.roots:
                 code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
-                if aplain is not None and aplain[i]:
-                    code[i] = RUNNING  # QUEUED -> RUNNING: a plain async root, no worker hop
-                    direct.append(i)
-                else:
-                    eco.enqueue(i)
+                eco.enqueue(i)
+            # plain async roots of a quiet pooled run: started below, with no worker hop
+            direct = eco.take(plan.aplain) if plan.any_async and self.quiet and eco.pooled else ()
             if plan.any_deadline:  # after the roots are queued: an entry may fire at once
                 sections.arm(self, deadlines.node_timeout)
             # an inline run's caller drains the roots itself next (closing.wait): no wake-up
@@ -526,7 +522,7 @@ class Run:
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
         if direct:
-            aio.start_plain(self, direct)
+            aio.start_plain(self, list(direct))
         if hand_off and k:
             remote.coordinator.put(self.cv, self.dispatch, (k,))
             return
