@@ -37,11 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from threading import Lock
+from types import CoroutineType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from taskflow.errors import FlowDefinitionError
+from taskflow.errors import FlowDefinitionError, returned_coroutine
 from taskflow.exposition import Sample
 from taskflow.resilience.cache import (
     FRESH,
@@ -462,6 +463,10 @@ def check_share_key(share_key: object, *, node: str) -> None:
     check_callable(f"node {node!r}", "share_key", share_key, "(ctx, param)")
 
 
+_KEY_FIX = ("a key is computed on the run's threads and never awaited: return it from a plain "
+            "def (the key of the node's param, not a call to the backend)")
+
+
 def share_key_of(share_key: Callable[[Any, Any], Hashable], ctx: Any, param: Any, *,
                  node: str) -> Hashable:
     """The run's key for a node: ``share_key(ctx, param)``, checked to be hashable.
@@ -470,8 +475,12 @@ def share_key_of(share_key: Callable[[Any, Any], Hashable], ctx: Any, param: Any
 
     Raises:
         UnhashableKeyError: The key cannot be hashed (the message names the node).
+        TypeError: ``share_key`` is a plain def that returned a coroutine (closed, never a
+            key: each would be a key of its own), naming the node.
     """
     key = share_key(ctx, param)
+    if type(key) is CoroutineType:
+        raise returned_coroutine(f"node {node!r}", key, "its share_key", _KEY_FIX)
     try:
         hash(key)
     except TypeError as exc:
