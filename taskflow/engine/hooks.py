@@ -53,7 +53,7 @@ class HookedRun(RunView, Protocol):
         """The run's logger."""
 
 
-def hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt: int,
+def hook(run: HookedRun, fn: Callable[[TaskSupport], object], i: int, attempt: int,
          outcome: bool) -> None:
     """Call a hook if it is admitted: an outcome hook (``on_success``/``on_fail``) runs once
     (``claimed``), and after the run closed only the closer's and ``keep``'s run."""
@@ -90,7 +90,7 @@ def unawaited(value: object, name: str, fn: object, callback: bool = False) -> N
                                  _CALLBACK_FIX if callback else _HOOK_FIX)
 
 
-def call_hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
+def call_hook(run: HookedRun, fn: Callable[[TaskSupport], object], i: int, attempt: int) -> None:
     """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
     ``hook_errors`` (the node's first, unless the run has finished) and logged with its
     traceback as text, never as the record's exception: a ``diagnose=True`` sink would

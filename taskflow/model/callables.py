@@ -61,7 +61,7 @@ def _generator_flags(fn: object) -> int:
         return 0
     import inspect
 
-    for f in (fn, getattr(type(fn), "__call__", None)):
+    for f in (fn, type(fn).__call__):
         if inspect.isasyncgenfunction(f):
             return _CO_ASYNC_GENERATOR
         if inspect.isgeneratorfunction(f):

@@ -63,8 +63,8 @@ from taskflow.resilience.export import register, render_prometheus
 from taskflow.resilience.options import (
     check_callable,
     check_int,
-    check_not_coroutine,
     check_name,
+    check_not_coroutine,
     check_seconds,
     is_async,
     rebuild,

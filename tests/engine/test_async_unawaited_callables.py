@@ -142,14 +142,15 @@ def test_a_batch_key_returning_a_coroutine_fails_its_node(pool: ThreadPoolExecut
     asked: list[Any] = []
     batch = Batch("prices", lambda keys: asked.extend(keys) or {k: k for k in keys},
                   key=lambda ctx, p: key_for(ctx, p))
-    nodes = [FunctionNode(lambda ctx, p: p, k, name=f"n{k}", batch=batch) for k in range(3)]
     with NeverAwaited() as caught:
-        result = TaskScheduling.start(nodes, executor=pool, timeout=LONG)
+        result = TaskScheduling.start(
+            [FunctionNode(lambda ctx, p: p, k, name=f"n{k}", batch=batch) for k in range(3)],
+            executor=pool, timeout=LONG)
+    assert [result[f"n{k}"].work_result.state for k in range(3)] == [EXCEPTION] * 3
     for k in range(3):
-        wr = result[f"n{k}"].work_result
-        assert wr.state is EXCEPTION
-        _assert_names(wr.exception, f"node 'n{k}' (batch 'prices')", "its batch's key")
-    assert asked == []
+        _assert_names(result[f"n{k}"].work_result.exception, f"node 'n{k}' (batch 'prices')",
+                      "its batch's key")
+    assert asked == []  # no key, no call
     assert caught.lines == []
 
 
