@@ -61,6 +61,7 @@ from taskflow.resilience.options import (
     check_int,
     check_name,
     check_seconds,
+    is_async,
     rebuild,
 )
 from taskflow.resilience.process import track
@@ -230,6 +231,8 @@ class SingleFlight:
         if cache is not None and not isinstance(cache, Cache):
             raise FlowDefinitionError(f"{owner}: cache must implement taskflow.cache.Cache "
                                       f"(get/set/try_lock/metrics), got {cache!r}")
+        if cache is not None:
+            _check_sync_cache(owner, cache)
         self._user_cache = cache
         self._clock = clock
         self._start_fresh()
@@ -438,6 +441,21 @@ class SingleFlight:
     def __repr__(self) -> str:
         return (f"SingleFlight({self.name!r}, cache_ttl={self.cache_ttl}, "
                 f"in_flight={len(self._calls)})")
+
+
+# what taskflow calls of a cache, on its own threads, never awaiting what it returns
+_CACHE_CALLS = ("get", "set", "try_lock", "lookup", "end_refresh", "_get_raw", "_set_raw")
+
+
+def _check_sync_cache(owner: str, cache: Cache) -> None:
+    """A cache whose methods are ``async def`` (a cache over an asyncio client) is refused: its
+    calls would be coroutines nobody awaits, every read a miss and every write lost."""
+    for method in _CACHE_CALLS:
+        if is_async(getattr(cache, method, None)):
+            raise FlowDefinitionError(
+                f"{owner}: cache {cache!r} has an async {method}(): taskflow calls its cache on "
+                "its own threads and never awaits it; implement the cache with a sync client "
+                "(redis.Redis, not redis.asyncio.Redis)")
 
 
 def _lookup(cache: Cache, key: str, ttl: float, *, stale_for: float = 0.0,

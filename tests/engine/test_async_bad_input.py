@@ -20,6 +20,7 @@ from conftest import LONG, PROMPT, NeverAwaited
 
 import taskflow
 from taskflow import Batch, FunctionNode, SchedulingNode, TaskContext, TaskScheduling
+from taskflow.cache import LruCache
 from taskflow.errors import (
     FlowDefinitionError,
     InvalidArgumentError,
@@ -198,6 +199,17 @@ def test_a_coroutine_object_given_for_a_callable_option_is_refused_and_closed(
 def test_an_async_share_key_is_refused_when_the_node_is_built() -> None:
     with pytest.raises(FlowDefinitionError, match=r"share_key .* is async"):
         FunctionNode(lambda c, p: 1, name="price", share_key=fetch)
+
+
+def test_a_cache_with_async_methods_is_refused_when_the_node_is_built() -> None:
+    class AsyncCache(LruCache):
+        async def get(self, key: str) -> Any:  # type: ignore[override]
+            return None  # pragma: no cover - never awaited: refused
+
+    with pytest.raises(FlowDefinitionError, match=r"'price': cache .* has an async get\(\)"
+                                                  r".*never awaits it"):
+        FunctionNode(lambda c, p: 1, name="price", share_key=lambda c, p: p, cache_ttl=30,
+                     cache=AsyncCache("prices"))
 
 
 @pytest.mark.parametrize("where", ["sync", "async"])
