@@ -348,7 +348,7 @@ def _call(run: WatchedRun, i: int, fn: Callable[[], object]) -> None:
     """Call one callback, holding no lock; an exception is logged and counted, never raised."""
     raised = False
     try:
-        fn()
+        hooking.unawaited(fn(), run.names[i], fn, callback=True)
     except BaseException as exc:  # noqa: BLE001 - a callback never changes the run
         raised = True
         name = run.names[i]
