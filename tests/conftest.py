@@ -6,12 +6,14 @@ machine can stretch them all at once (JSR-166 TCK's SHORT/MEDIUM/LONG convention
 
 from __future__ import annotations
 
+import gc
 import http.client
 import os
 import socket
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -265,6 +267,23 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(LONG)
+
+
+class NeverAwaited:
+    """Records the "never awaited" warnings of the coroutines collected while it is entered
+    (a collection runs before it leaves)."""
+
+    def __enter__(self) -> NeverAwaited:
+        self._catch = warnings.catch_warnings(record=True)
+        self._caught = self._catch.__enter__()
+        warnings.simplefilter("always")
+        self.lines: list[str] = []
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.collect()
+        self.lines = [str(w.message) for w in self._caught if "never awaited" in str(w.message)]
+        self._catch.__exit__(*exc)
 
 
 T = TypeVar("T")

@@ -16,7 +16,11 @@ has the run track the attempt (``attempts.track``: an ``Attempt`` with a dict of
 ``current``, so every way the run abandons it reaches it) and hands it to the loop through the
 loop's ``loophub.Hub`` (``Hub.call``: the attempts handed over before the loop thread gets to
 them are begun by one drain, for one ``call_soon_threadsafe``). The thread goes on at once with
-its next node: the attempt holds no worker while it awaits. The attempt's thread is the loop's
+its next node: the attempt holds no worker while it awaits. The plain async roots
+(``Plan.aplain``) of a quiet run on a thread pool skip the worker: the run's owner starts them
+as the run begins (``Run.begin`` -> ``start_plain``: tracked under one lock of the watch, handed
+to the loop in one ``Hub.call``), so a pool whose workers are all held does not delay them.
+The attempt's thread is the loop's
 (``WorkResult.thread``: the thread's name, written again by the loop as it begins the task).
 
 On the loop, the coroutine runs inside an asyncio task driving a ``_Steps`` wrapper, which
@@ -144,7 +148,7 @@ if TYPE_CHECKING:
 __all__ = ["LOOP_THREAD", "AsyncRun", "Attempt", "LoopThread", "cancel_from_loop",
            "check_batches", "check_plan", "event_loop", "loop_thread", "on_loop",
            "returned_coroutine", "set_event_loop", "start_batch_call", "start_detached",
-           "start_node"]
+           "start_node", "start_plain"]
 
 LOOP_THREAD = "taskflow-asyncio"
 # how long interpreter exit waits for the loop thread to cancel what is left (real time)
@@ -451,32 +455,27 @@ class Attempt:
             name = self.hub.name  # type: ignore[union-attr]
             if wr.thread != name:
                 wr.thread = name
-        # the task copies the run's contextvars, as a worker runs a node in a copy of them
+        # the task copies the run's contextvars, as a worker runs a node in a copy of them; its
+        # end is handed over by its last step (``_Steps``), with no done-callback
         if _TASK_CONTEXT:
-            task = self.loop.create_task(  # type: ignore[union-attr]
+            self.task = self.loop.create_task(  # type: ignore[union-attr]
                 _Steps(self, coro), context=self.run.cv.copy())
         else:
-            task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
-                                          _Steps(self, coro))
-        self.task = task
-        task.add_done_callback(self.ended)
+            self.task = self.run.cv.copy().run(self.loop.create_task,  # type: ignore[union-attr]
+                                               _Steps(self, coro))
 
-    def ended(self, task: asyncio.Task[Any]) -> None:
-        """The loop thread: the task ended; hand its outcome over unless the run abandoned it
+    def ended(self, value: Any, error: BaseException | None, cancelled: bool) -> None:
+        """The loop thread, in the task's last step: the coroutine returned ``value``, raised
+        ``error`` or was cancelled; hand the outcome over unless the run abandoned the attempt
         (an abandoned attempt of a node with resilience options still gives back its slot)."""
         self.tls["idx"] = None  # no longer running: an abandonment from now on skips it
         self.task = None
-        if task.cancelled():
-            error: BaseException | None = (None if self.stopped
-                                           else _cancelled_outside(self.run, self.i))
-            value = None
-        else:
-            error = task.exception()
-            value = task.result() if error is None else None
+        if cancelled and not self.stopped:
+            error = _cancelled_outside(self.run, self.i)
         if not self.stopped:
             self.deliver(value, error, True)
         elif self.guarded:  # the run gave up on it: its state says so already
-            self.abandoned_end(None if task.cancelled() else error is None)
+            self.abandoned_end(None if cancelled else error is None)
 
     def deliver(self, value: Any, error: BaseException | None, on_loop: bool = False) -> None:
         """The attempt's outcome goes to the run's owner (``on_loop``, from the loop thread:
@@ -563,14 +562,16 @@ class _Steps(Coroutine[Any, Any, Any]):
     attempt's ``current`` fields written on the loop thread around each step (and the thread's
     own put back after it), each step timed for ``looplag`` (a step holding the loop past its
     threshold is reported), the attempt counted in flight on its loop from its first step to
-    its end."""
+    its end. Its last step hands the attempt's outcome over (``Attempt.ended``) and ends the
+    task with None: the task's own result is read by nobody (no done-callback, and no
+    "exception never retrieved" for a failed attempt)."""
 
     __slots__ = ("att", "coro", "live", "watch")
 
-    def __init__(self, att: Attempt, coro: Any) -> None:
+    def __init__(self, att: Attempt, coro: Any, watch: looplag.Loop | None = None) -> None:
         self.att = att
         self.coro = coro
-        self.watch = looplag.loop_of(att.loop, current.__dict__)
+        self.watch = watch or looplag.loop_of(att.loop, current.__dict__)
         self.live = False  # between its first step and its end (``looplag.began``)
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -586,31 +587,54 @@ class _Steps(Coroutine[Any, Any, Any]):
         self.coro.close()
         if self.live:
             self.live = False
-            looplag.ended(self.watch)
+            self.watch.running -= 1  # looplag.ended
 
     def _step(self, method: Callable[..., Any], *arg: Any) -> Any:
         watch = self.watch
         if not self.live:
             self.live = True
             looplag.began(watch)
+        att = self.att
         d = current.__dict__
-        tls = self.att.tls
+        tls = att.tls
         prev = d.get("run"), d.get("idx"), d.get("item"), d.get("aio")
         d["run"], d["idx"], d["item"], d["aio"] = tls["run"], tls["idx"], None, tls
         t0 = watch.t0 = clock.real_now()  # t0 first: the watcher reads step, then t0
-        watch.step = self.att
+        watch.step = att
         try:
-            return method(*arg)
-        except BaseException:  # its end (StopIteration: it returned)
-            self.live = False
-            looplag.ended(watch)
-            raise
-        finally:
+            out = method(*arg)
+        except StopIteration as stop:  # it returned
+            end: tuple[Any, BaseException | None, bool] = (stop.value, None, False)
+        except Exception as exc:  # noqa: BLE001 - the attempt's failure
+            end = (None, exc, False)
+        except BaseException as exc:
+            if not isinstance(exc, sys.modules["asyncio"].CancelledError):
+                self._end(d, prev, t0, (None, exc, False))  # KeyboardInterrupt, SystemExit:
+                raise  # the loop's too
+            end = (None, None, True)
+        else:
             watch.step = None
             d["run"], d["idx"], d["item"], d["aio"] = prev
             lag = clock.real_now() - t0
             if lag >= looplag.threshold():
-                looplag.stepped(self.att, lag)
+                looplag.stepped(att, lag)
+            return out
+        self._end(d, prev, t0, end)
+        raise StopIteration(None)  # the task ends with None: its outcome went over
+
+    def _end(self, d: dict[str, Any], prev: tuple[Any, ...], t0: float,
+             end: tuple[Any, BaseException | None, bool]) -> None:
+        """The last step returned, raised or was cancelled: put the thread's own ``current``
+        back, time the step, and hand the outcome over."""
+        watch, att = self.watch, self.att
+        watch.step = None
+        d["run"], d["idx"], d["item"], d["aio"] = prev
+        self.live = False
+        watch.running -= 1  # looplag.ended
+        lag = clock.real_now() - t0
+        if lag >= looplag.threshold():
+            looplag.stepped(att, lag)
+        att.ended(*end)
 
 
 def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
@@ -638,6 +662,76 @@ def start_node(run: AsyncRun, i: int, token: int, node: Any) -> int:
         run.begin_attempt(i, wr, _thread_name(run), node)
     _begin(Attempt(run, i, pol is not None), node)
     return run.move_on(token)
+
+
+def start_plain(run: AsyncRun, nodes: list[int]) -> None:
+    """The run's owner, as the run begins: start an attempt of each plain async node of
+    ``nodes`` (``Plan.aplain``, of a quiet run; moved to RUNNING by the caller) on the loop,
+    without a worker: the attempts are stamped, tracked under one lock of the run's watch
+    and handed to the loop in one ``Hub.call`` (begun there by one call). A pool whose
+    workers are all busy does not delay them."""
+    try:
+        loop = event_loop(run)
+    except BaseException as exc:  # noqa: BLE001 - every attempt fails, as a task's would
+        for i in nodes:
+            run.post(_outcome, run, i, None, exc)
+        return
+    hub = loophub.hub_of(loop, LOOP_THREAD if loop is loop_thread.loop else None)
+    name = hub.name or _thread_name(run)
+    now = clock.now()
+    plan_nodes, results, ctx = run.plan.nodes, run.results, run.ctx
+    started: list[tuple[Attempt, Any]] = []
+    for i in nodes:
+        wr = results[i]
+        if wr.started_at is None:
+            wr.started_at = now
+        wr.attempts += 1
+        wr.thread = name
+        att = Attempt(run, i)
+        att.loop, att.hub = loop, hub
+        att.tls["hub"] = hub
+        node: Any = plan_nodes[i]  # a FunctionNode (Plan.aplain)
+        try:
+            started.append((att, node.fn(ctx, node.param)))
+        except BaseException as exc:  # noqa: BLE001 - the attempt's failure
+            att.deliver(None, exc)
+    ok = attempts.track_many(run, [(a.i, a.tls, a.stop) for a, _ in started])
+    go = []
+    for (att, coro), tracked in zip(started, ok, strict=True):
+        if tracked:
+            go.append((att, coro))
+        else:
+            coro.close()  # the run gave up on the node already
+    if not go:
+        return
+    try:
+        hub.call(loop, _begin_all, go)
+    except RuntimeError as exc:  # the loop was closed meanwhile
+        for att, coro in go:
+            coro.close()
+            att.tls["idx"] = None
+            att.deliver(None, exc)
+
+
+def _begin_all(go: list[tuple[Attempt, Any]]) -> None:
+    """The loop thread: begin the attempts ``start_plain`` handed over together (of one run,
+    on one loop): ``Attempt.begin``'s steps, with what they share read once."""
+    first = go[0][0]
+    run, loop = first.run, first.loop
+    assert loop is not None and first.hub is not None
+    name, results, cv, create = first.hub.name, run.results, run.cv, loop.create_task
+    watch = looplag.loop_of(loop, current.__dict__)
+    for att, coro in go:
+        if att.stopped:
+            att.begin(coro)  # it closes the coroutine
+            continue
+        wr = results[att.i]
+        if wr.thread != name:
+            wr.thread = name
+        if _TASK_CONTEXT:
+            att.task = create(_Steps(att, coro, watch), context=cv.copy())
+        else:
+            att.task = cv.copy().run(create, _Steps(att, coro, watch))
 
 
 def _thread_name(run: AsyncRun) -> str:
@@ -879,4 +973,5 @@ class _BatchCall:
 
 
 batching.start_on_loop = start_batch_call
+aiorecord.start_plain = start_plain
 loophub.batched[_outcome] = _outcomes

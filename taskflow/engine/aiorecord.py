@@ -10,13 +10,15 @@ entry, fan-out and other attempts do not exist (it has no timeout, fan-out or he
 hook, observer or log line hears of it. ``settle_plain`` does those steps for every such
 outcome of a batch (``loophub.Hub.post``: the outcomes of a run's attempts that ended in the
 same iteration of the loop) under one lock, then reserves and starts the loops the ready sons
-need once, and finishes the run if it is done; whatever is not such an outcome (a failure, a
+need once (its plain async sons start on the loop from here, ``start_plain``: no worker hop),
+and finishes the run if it is done; whatever is not such an outcome (a failure, a
 late outcome, a run past its deadline or not quiet) is returned, for the general path
 (``aio._record``, one by one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from taskflow import clock
@@ -45,6 +47,15 @@ class PlainRun(settling.SettlingRun, closing.ClosingRun, Protocol):
 
     def dispatch(self, k: int) -> None:
         """Outside the lock: start ``k`` reserved loops."""
+
+
+def _no_loop(run: Any, nodes: list[int]) -> None:  # pragma: no cover - aio replaces it
+    raise RuntimeError("taskflow.engine.aio is not loaded: no async node can start")
+
+
+start_plain: Callable[[Any, list[int]], None] = _no_loop
+"""Start plain async nodes moved to RUNNING on the run's loop: ``aio.start_plain`` (set by
+``aio``, which imports this module; a plan with async nodes has loaded it)."""
 
 
 def settle_plain(run: PlainRun, batch: list[Outcome]) -> list[Outcome]:
@@ -85,7 +96,12 @@ def settle_plain(run: PlainRun, batch: list[Outcome]) -> list[Outcome]:
             else:
                 run.pending -= 1
                 fin = fin or run.pending == 0
-        k = eco.reserve() if run.ready and len(rest) < len(batch) else 0  # else none moved
+        moved = run.ready and len(rest) < len(batch)  # else no son became ready
+        # its plain async sons start from here, on the loop, with no worker hop
+        direct = eco.take(aplain) if moved and eco.pooled else None
+        k = eco.reserve() if moved else 0
+    if direct:
+        start_plain(run, direct)
     if hooks:
         fin = settling.after_settle(run, hooks, k) or fin
     elif k:

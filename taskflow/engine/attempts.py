@@ -66,7 +66,7 @@ from taskflow.model.context import current
 from taskflow.model.result import AttemptNotes, ResultState
 
 __all__ = ["MAX_CLAMPS", "Asking", "Mark", "Watch", "WatchedRun", "abandon", "deadline_of",
-           "note_clamp", "register", "track", "watch_of"]
+           "note_clamp", "register", "track", "track_many", "watch_of"]
 
 # clamped calls kept per node for the report (all are counted)
 MAX_CLAMPS = 16
@@ -277,6 +277,33 @@ def track(run: WatchedRun, i: int, tls: dict[str, Any], stop: Callable[[], objec
     return True
 
 
+def track_many(run: WatchedRun, items: list[tuple[int, dict[str, Any], Callable[[], object]]],
+               ) -> list[bool]:
+    """``track`` for several attempts ``(i, tls, stop)`` started together, under one acquisition
+    of the watch's lock; one answer per attempt, in order."""
+    watch = watch_of(run)
+    results = run.results
+    live = watch.live
+    out: list[bool] = []
+    with watch.lock:
+        for i, tls, stop in items:
+            if deadline_of(run, i, None) == -math.inf:
+                out.append(False)
+                continue
+            attempts = live.get(i)
+            if attempts is None:
+                attempts = live[i] = []
+            elif len(attempts) >= _PRUNE_AT:
+                attempts[:] = [a for a in attempts if _running(run, i, a)]
+            mark = Mark(i)
+            a = _Attempt(tls, mark, results[i].attempts, None)
+            a.stop = stop
+            attempts.append(a)
+            tls["idx"] = mark
+            out.append(True)
+    return out
+
+
 def abandon(run: WatchedRun, nodes: Iterable[int], *, item: Any = None,
             spare: dict[str, Any] | None = None) -> None:
     """The run gave up on the running attempts of ``nodes`` (only fan-out ``item``'s, when
@@ -321,7 +348,7 @@ def _call(run: WatchedRun, i: int, fn: Callable[[], object]) -> None:
     """Call one callback, holding no lock; an exception is logged and counted, never raised."""
     raised = False
     try:
-        fn()
+        hooking.unawaited(fn(), run.names[i], fn, callback=True)
     except BaseException as exc:  # noqa: BLE001 - a callback never changes the run
         raised = True
         name = run.names[i]

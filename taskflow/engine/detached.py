@@ -480,7 +480,7 @@ class Detached:
         prev = d.get("run"), d.get("idx"), d.get("hooking")
         cur.run, cur.idx, cur.hooking = view, self.i, view
         try:
-            fn(TaskSupport(view, self.i, attempt))
+            hooking.unawaited(fn(TaskSupport(view, self.i, attempt)), self.name, fn)
         except BaseException as exc:  # noqa: BLE001 - a hook never changes the outcome
             fname = getattr(fn, "__name__", "?")
             if outcome and self.i not in view.hook_errors:
@@ -536,7 +536,7 @@ def refresh(run: DetachingRun, i: int, limit: float, finish: Finish) -> None:
 
 def _call_cancel(work: Detached, fn: Any) -> None:
     try:
-        fn()
+        hooking.unawaited(fn(), work.name, fn, callback=True)
     except Exception as exc:  # noqa: BLE001 - a callback's error is logged, never raised
         work.run.log.bind(node=work.name).error(
             "on_cancel callback of {} {} raised; ignored\n{}", work.LABEL, work.name,

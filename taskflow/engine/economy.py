@@ -312,6 +312,16 @@ class Economy:
         taken = [j for j in self.ready if code[j] == QUEUED and batch_of[j] is b and joinable(j)]
         if not taken:
             return
+        self._remove(taken)
+        for j in taken:
+            code[j] = PARKED  # QUEUED -> PARKED: taken along into node i's batch call
+        gathered = self.__dict__.get("gathered")
+        if gathered is None:  # the first batch taken along: the economy's own mapping
+            gathered = self.gathered = {}
+        gathered[i] = taken
+
+    def _remove(self, taken: list[int]) -> None:
+        """Take the ready entries of ``taken`` out of ``ready`` (and their slow counts)."""
         gone = set(taken)
         kept = [j for j in self.ready if j not in gone]
         self.ready.clear()
@@ -321,11 +331,6 @@ class Economy:
             if slowq[j]:
                 slowq[j] = 0
                 self.nslow -= 1
-            code[j] = PARKED  # QUEUED -> PARKED: taken along into node i's batch call
-        gathered = self.__dict__.get("gathered")
-        if gathered is None:  # the first batch taken along: the economy's own mapping
-            gathered = self.gathered = {}
-        gathered[i] = taken
 
     def regather(self, i: int) -> None:
         """Node ``i`` ended (or will not take a seat) before its batch gate took the nodes it
@@ -335,6 +340,18 @@ class Economy:
             if code[j] == PARKED:
                 code[j] = QUEUED  # PARKED -> QUEUED: it waited for nothing yet
                 self.enqueue(j)
+
+    def take(self, flags: Sequence[bool]) -> list[int]:
+        """Take the QUEUED ready nodes whose flag is set out of ``ready``, moved to RUNNING:
+        the caller starts them itself, with no loop (plain async nodes, ``aio.start_plain``)."""
+        code = self.code
+        taken = list(dict.fromkeys(i for i in self.ready if flags[i] and code[i] == QUEUED))
+        if not taken:
+            return taken
+        self._remove(taken)
+        for i in taken:
+            code[i] = RUNNING  # QUEUED -> RUNNING, checked just above
+        return taken
 
     def first_node(self, token: int) -> int:
         """A reserved loop started: its first node (``next_node``), or -1."""

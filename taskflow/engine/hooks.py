@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any, Protocol
 
-from taskflow.errors import traceback_text
+from taskflow.errors import returned_coroutine, traceback_text
 from taskflow.model.context import RunView, TaskSupport, current
 from taskflow.model.graph import Plan
 from taskflow.model.result import HookError, ResultState
@@ -52,7 +53,7 @@ class HookedRun(RunView, Protocol):
         """The run's logger."""
 
 
-def hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt: int,
+def hook(run: HookedRun, fn: Callable[[TaskSupport], object], i: int, attempt: int,
          outcome: bool) -> None:
     """Call a hook if it is admitted: an outcome hook (``on_success``/``on_fail``) runs once
     (``claimed``), and after the run closed only the closer's and ``keep``'s run."""
@@ -67,7 +68,29 @@ def hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt: int
     call_hook(run, fn, i, attempt)
 
 
-def call_hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt: int) -> None:
+_HOOK_FIX = ("hooks run on the run's threads and are never awaited: await in the task (an async "
+             "def task) and keep the hook a plain def")
+_CALLBACK_FIX = ("on_cancel callbacks run on a coordinator thread and are never awaited; in an "
+                 "async def task clean up where asyncio.CancelledError arrives (try/finally, "
+                 "async with)")
+
+
+def unawaited(value: object, name: str, fn: object, callback: bool = False) -> None:
+    """What hook (or, ``callback``, ``ctx.on_cancel`` callback) ``fn`` of node ``name``
+    returned is not a coroutine; if it is, it is closed (nothing would await it) and the
+    call fails with the ``TypeError`` naming the node, logged like any raising hook.
+
+    Raises:
+        TypeError: ``value`` is a coroutine.
+    """
+    if type(value) is CoroutineType:
+        fname = getattr(fn, "__name__", "?")
+        what = f"its on_cancel callback {fname}" if callback else f"its hook {fname}"
+        raise returned_coroutine(f"node {name!r}", value, what,
+                                 _CALLBACK_FIX if callback else _HOOK_FIX)
+
+
+def call_hook(run: HookedRun, fn: Callable[[TaskSupport], object], i: int, attempt: int) -> None:
     """Call an admitted hook (``hooks_running`` counts it). A raising hook is kept in
     ``hook_errors`` (the node's first, unless the run has finished) and logged with its
     traceback as text, never as the record's exception: a ``diagnose=True`` sink would
@@ -76,7 +99,7 @@ def call_hook(run: HookedRun, fn: Callable[[TaskSupport], None], i: int, attempt
     prev = cur.__dict__.get("run"), cur.__dict__.get("idx"), cur.__dict__.get("hooking")
     cur.run, cur.idx, cur.hooking = run, i, run
     try:
-        fn(TaskSupport(run, i, attempt))
+        unawaited(fn(TaskSupport(run, i, attempt)), run.names[i], fn)
     except BaseException as exc:  # noqa: BLE001 - a hook never changes the flow
         name = run.names[i]
         fname = getattr(fn, "__name__", "?")

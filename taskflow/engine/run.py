@@ -516,12 +516,16 @@ class Run(PlanView):
                 code[i] = QUEUED  # WAITING -> QUEUED: a new run's nodes are all WAITING
                 results[i].queued_at = now
                 eco.enqueue(i)
+            # plain async roots of a quiet pooled run: started below, with no worker hop
+            direct = eco.take(plan.aplain) if plan.any_async and self.quiet and eco.pooled else ()
             if plan.any_deadline:  # after the roots are queued: an entry may fire at once
                 sections.arm(self, deadlines.node_timeout)
             # an inline run's caller drains the roots itself next (closing.wait): no wake-up
             k = eco.reserve() if self.mode is not INLINE else 0
         if self.future is not None and not math.isinf(self.budget):
             self.run_timer = timer.schedule(self.deadline, closing.expire_on_timer, self)
+        if direct:
+            aio.start_plain(self, list(direct))
         if not k:
             return  # nothing to start (an inline run: its caller drains the roots next)
         if hand_off:

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 from taskflow.errors import FlowDefinitionError, TaskflowError
+from taskflow.model.callables import callable_is_async
 from taskflow.model.context import TaskContext
 from taskflow.model.node import NodeKind, SchedulingNode
 
@@ -157,6 +158,7 @@ class SwitchNode(SchedulingNode[T, Any]):
         **options: Any,
     ) -> SwitchNode[Any]:
         """A switch whose decision is ``fn(ctx, param)``; ``name`` defaults to ``fn.__name__``.
+        An ``async def`` ``fn`` is awaited on the event loop (an async node).
 
         On executors that run tasks in other processes ``fn`` must be picklable (a module-level
         function, or any callable with loky and dask).
@@ -165,7 +167,8 @@ class SwitchNode(SchedulingNode[T, Any]):
             raise TypeError(f"SwitchNode.of needs a callable, got {type(fn).__name__}")
         if name is None:
             name = getattr(fn, "__name__", None) or type(fn).__name__
-        node = _FunctionSwitch(param, name=name, cases=cases, default=default, **options)
+        cls = _AsyncFunctionSwitch if callable_is_async(fn) else _FunctionSwitch
+        node = cls(param, name=name, cases=cases, default=default, **options)
         node.__dict__["fn"] = fn
         return node
 
@@ -213,3 +216,11 @@ class _FunctionSwitch(SwitchNode[Any]):
 
     def task(self, ctx: TaskContext, param: Any) -> Any:
         return self.fn(ctx, param)
+
+
+class _AsyncFunctionSwitch(_FunctionSwitch):
+    """``SwitchNode.of`` an async function: the decision is awaited on the event loop, as an
+    ``async def task`` of a ``SwitchNode`` subclass is."""
+
+    async def task(self, ctx: TaskContext, param: Any) -> Any:
+        return await self.fn(ctx, param)

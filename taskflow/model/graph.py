@@ -28,7 +28,11 @@ from taskflow.errors import (
     did_you_mean,
 )
 from taskflow.model import joins
-from taskflow.model.callables import callable_is_async, is_coroutine_function
+from taskflow.model.callables import (
+    callable_is_async,
+    generator_problem,
+    is_coroutine_function,
+)
 from taskflow.model.node import (
     FunctionNode,
     NodeKind,
@@ -435,6 +439,10 @@ def _validate(nodes: list[SchedulingNode[Any, Any]]) -> None:
                 f"got {not_a_node(cls.task)}")
         if is_coroutine_function(cls.task):
             load_asyncio()  # with the plan, not inside the run
+        elif cls.task is not FunctionNode.task:
+            problem = generator_problem(cls.task)
+            if problem is not None:
+                raise FlowDefinitionError(f"node {n.name!r}: {problem}")
         for hook in ("on_begin", "on_success", "on_fail"):
             if callable_is_async(n.__dict__.get(hook) or getattr(cls, hook)):
                 raise FlowDefinitionError(

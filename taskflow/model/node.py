@@ -28,6 +28,7 @@ from taskflow.errors import FlowDefinitionError, InvalidNodeError, closest_name
 from taskflow.model.callables import (
     CO_VARARGS,
     callable_is_async,
+    generator_problem,
     is_coroutine_function,
     plain_function,
 )
@@ -868,6 +869,10 @@ class FunctionNode(SchedulingNode[Any, Any]):
             name = getattr(fn, "__name__", None) or type(fn).__name__
         if callable_is_async(fn):
             load_asyncio()  # with the node, not inside its first run
+        else:
+            problem = generator_problem(fn)
+            if problem is not None:
+                raise InvalidNodeError(f"node {name!r}: {problem}")
         problem = arity_problem(fn, "fn(ctx, param)", 2)
         if problem is not None:
             raise InvalidNodeError(f"node {name!r}: {problem}")

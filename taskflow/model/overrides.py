@@ -25,6 +25,7 @@ from taskflow.errors import (
     InvalidArgumentValueError,
     did_you_mean,
 )
+from taskflow.model.callables import generator_problem
 from taskflow.model.graph import Plan
 from taskflow.model.node import SchedulingNode, arity_problem
 
@@ -56,7 +57,7 @@ def _unknown(names: list[str], known: Mapping[str, int]) -> InvalidArgumentValue
 def _task_of(name: str, override: Any) -> Callable[[Any, Any], Any]:
     if not callable(override):
         return Constant(override)
-    problem = arity_problem(override, "fn(ctx, param)", 2)
+    problem = generator_problem(override) or arity_problem(override, "fn(ctx, param)", 2)
     if problem is not None:
         raise InvalidArgumentValueError(f"override of node {name!r}: {problem}",
                                         argument="overrides")

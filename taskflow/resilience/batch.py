@@ -64,6 +64,7 @@ from taskflow.resilience.options import (
     check_callable,
     check_int,
     check_name,
+    check_not_coroutine,
     check_seconds,
     is_async,
     rebuild,
@@ -239,8 +240,15 @@ class Batch:
 
         Raises:
             UnhashableKeyError: The key cannot be hashed (the message names ``owner``).
+            TypeError: ``key`` is a plain def that returned a coroutine (closed), naming
+                ``owner`` and the batch.
         """
         k = param if self.key is None else self.key(ctx, param)
+        if type(k) is CoroutineType:
+            raise returned_coroutine(
+                f"{owner} (batch {self.name!r})", k, "its batch's key",
+                "a batch's key is computed on the run's threads and never awaited: return it "
+                "from a plain def")
         try:
             hash(k)
         except TypeError as exc:
@@ -510,6 +518,7 @@ class Batch:
 
 def _check_fn(owner: str, fn: object) -> None:
     """``fn`` must be callable with one positional argument (the keys); async or not."""
+    check_not_coroutine(owner, "fn", fn, "(keys)")
     if not callable(fn):
         raise FlowDefinitionError(f"{owner}: fn must be callable as fn(keys), got {fn!r}")
     try:

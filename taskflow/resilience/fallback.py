@@ -7,6 +7,12 @@ node. It then ends the node ``DEGRADED`` with that value, or ``EXCEPTION`` with 
 ``FallbackError`` the call raised (both errors chained). To stand in with a value that is itself
 callable, wrap it: ``fallback=lambda ctx, error: handler``.
 
+The fallback is called, never awaited (for an async node too: the stand-in is computed on one of
+the run's threads, ``engine/fallbacks.py``), so an async one is refused when the node is built,
+a coroutine object given as the value as well (it is closed), and a plain def that returns a
+coroutine fails the node with a ``FallbackError`` whose cause is the ``TypeError`` naming the
+node (the coroutine closed).
+
 Which failures it covers (``covers``): ``EXCEPTION`` and ``TIMEOUT``, whatever caused them (the
 node's own error or timeout, a bulkhead, a breaker, a rate limit, a failed father). Never
 ``CANCELLED`` (the run or a join no longer wants the node) or ``SKIPPED``.
@@ -15,8 +21,10 @@ node's own error or timeout, a bulkhead, a breaker, a rate limit, a failed fathe
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any
 
+from taskflow.errors import FlowDefinitionError, returned_coroutine
 from taskflow.resilience.errors import FallbackError
 from taskflow.resilience.options import check_callable
 
@@ -33,7 +41,8 @@ class Fallback:
         node: The node's name, for error messages.
 
     Raises:
-        FlowDefinitionError: ``spec`` is callable but cannot take ``(ctx, error)``.
+        FlowDefinitionError: ``spec`` is callable but cannot take ``(ctx, error)``, is async,
+            or is a coroutine object (closed: it would stand in unawaited).
     """
 
     __slots__ = ("_fn", "_value", "node")
@@ -45,6 +54,13 @@ class Fallback:
         if callable(spec):
             check_callable(f"node {node!r}", "fallback", spec, "(ctx, error)")
             self._fn = spec
+        elif type(spec) is CoroutineType:
+            fn = spec.__qualname__
+            spec.close()
+            raise FlowDefinitionError(
+                f"node {node!r}: fallback is the coroutine object {fn}(...), which taskflow "
+                "would never await (it was closed); pass the value itself, or a plain function "
+                "fallback(ctx, error) that returns it")
         else:
             self._value = spec
 
@@ -58,14 +74,21 @@ class Fallback:
         """The stand-in value for ``error``; calls the user's callable when there is one.
 
         Raises:
-            FallbackError: The callable raised; its ``__cause__`` is that exception, whose
+            FallbackError: The callable raised (or, a plain def, returned a coroutine: the
+                ``TypeError`` naming the node); its ``__cause__`` is that exception, whose
                 ``__context__`` leads back to ``error``.
         """
         fn = self._fn
         if fn is None:
             return self._value
         try:
-            return fn(ctx, error)
+            value = fn(ctx, error)
+            if type(value) is CoroutineType:  # nothing would await it: closed, the node fails
+                raise returned_coroutine(
+                    f"node {self.node!r}", value, "its fallback",
+                    "a fallback is called on the run's threads and never awaited: return the "
+                    "stand-in value from a plain def")
+            return value
         except Exception as exc:
             if exc is not error and exc.__context__ is None and exc.__cause__ is None:
                 exc.__context__ = error  # as if raised while handling it: tracebacks show both

@@ -9,12 +9,14 @@ from __future__ import annotations
 import inspect
 import math
 import types
+from types import CoroutineType
 from typing import Any
 
 from taskflow.errors import FlowDefinitionError
 
 __all__ = [
     "check_callable",
+    "check_not_coroutine",
     "check_int",
     "check_name",
     "check_ratio",
@@ -78,12 +80,24 @@ def is_async(fn: object) -> bool:
     return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
 
 
+def check_not_coroutine(owner: str, option: str, fn: object, params: str) -> None:
+    """Raise when ``fn`` is a coroutine object (a call of an async function, given where the
+    function was expected), closed first so that it does not warn "never awaited" later."""
+    if type(fn) is CoroutineType:
+        what = fn.__qualname__
+        fn.close()
+        raise FlowDefinitionError(
+            f"{owner}: {option} must be a function callable as {option}{params}, got the "
+            f"coroutine object {what}(...), which taskflow would never await (it was closed)")
+
+
 def check_callable(owner: str, option: str, fn: object, params: str) -> None:
     """Raise unless ``fn`` is a plain (not async) callable with two positional arguments
-    (named in ``params``).
+    (named in ``params``); a coroutine object given instead is closed.
 
     Callables whose signature Python cannot read (some builtins) are accepted.
     """
+    check_not_coroutine(owner, option, fn, params)
     if not callable(fn):
         raise FlowDefinitionError(f"{owner}: {option} must be callable as {option}{params}, "
                                   f"got {fn!r}")

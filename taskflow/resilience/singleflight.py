@@ -37,11 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from threading import Lock
+from types import CoroutineType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from taskflow.errors import FlowDefinitionError
+from taskflow.errors import FlowDefinitionError, returned_coroutine
 from taskflow.exposition import Sample
 from taskflow.resilience.cache import (
     FRESH,
@@ -60,6 +61,7 @@ from taskflow.resilience.options import (
     check_int,
     check_name,
     check_seconds,
+    is_async,
     rebuild,
 )
 from taskflow.resilience.process import track
@@ -229,6 +231,8 @@ class SingleFlight:
         if cache is not None and not isinstance(cache, Cache):
             raise FlowDefinitionError(f"{owner}: cache must implement taskflow.cache.Cache "
                                       f"(get/set/try_lock/metrics), got {cache!r}")
+        if cache is not None:
+            _check_sync_cache(owner, cache)
         self._user_cache = cache
         self._clock = clock
         self._start_fresh()
@@ -439,6 +443,21 @@ class SingleFlight:
                 f"in_flight={len(self._calls)})")
 
 
+# what taskflow calls of a cache, on its own threads, never awaiting what it returns
+_CACHE_CALLS = ("get", "set", "try_lock", "lookup", "end_refresh", "_get_raw", "_set_raw")
+
+
+def _check_sync_cache(owner: str, cache: Cache) -> None:
+    """A cache whose methods are ``async def`` (a cache over an asyncio client) is refused: its
+    calls would be coroutines nobody awaits, every read a miss and every write lost."""
+    for method in _CACHE_CALLS:
+        if is_async(getattr(cache, method, None)):
+            raise FlowDefinitionError(
+                f"{owner}: cache {cache!r} has an async {method}(): taskflow calls its cache on "
+                "its own threads and never awaits it; implement the cache with a sync client "
+                "(redis.Redis, not redis.asyncio.Redis)")
+
+
 def _lookup(cache: Cache, key: str, ttl: float, *, stale_for: float = 0.0,
             stale_if_error: float = 0.0) -> tuple[str, Any]:
     # a protocol-only cache (no ``lookup``): read the entry and judge its age here
@@ -462,6 +481,10 @@ def check_share_key(share_key: object, *, node: str) -> None:
     check_callable(f"node {node!r}", "share_key", share_key, "(ctx, param)")
 
 
+_KEY_FIX = ("a key is computed on the run's threads and never awaited: return it from a plain "
+            "def (the key of the node's param, not a call to the backend)")
+
+
 def share_key_of(share_key: Callable[[Any, Any], Hashable], ctx: Any, param: Any, *,
                  node: str) -> Hashable:
     """The run's key for a node: ``share_key(ctx, param)``, checked to be hashable.
@@ -470,8 +493,12 @@ def share_key_of(share_key: Callable[[Any, Any], Hashable], ctx: Any, param: Any
 
     Raises:
         UnhashableKeyError: The key cannot be hashed (the message names the node).
+        TypeError: ``share_key`` is a plain def that returned a coroutine (closed, never a
+            key: each would be a key of its own), naming the node.
     """
     key = share_key(ctx, param)
+    if type(key) is CoroutineType:
+        raise returned_coroutine(f"node {node!r}", key, "its share_key", _KEY_FIX)
     try:
         hash(key)
     except TypeError as exc:

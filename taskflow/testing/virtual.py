@@ -219,9 +219,11 @@ class FakeClock:
     # -- the semantic clock ---------------------------------------------------------------------
 
     def now(self) -> float:
-        """The virtual time, in seconds: ``start`` on entering, then as time moves."""
+        """The virtual time, in seconds: ``start`` on entering, then as time moves, to the
+        nanosecond (virtual time is kept on the seam's scale, where a jump of a whole hour can
+        read a float rounding off; rounded, it reads 3600.0)."""
         self._epoch += 1
-        return self._start + self._now - self._base
+        return round(self._start + self._now - self._base, 9)
 
     def seam_now(self) -> float:
         """What taskflow reads as ``clock.now()`` while entered: the seam's time when the clock

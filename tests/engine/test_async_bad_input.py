@@ -16,11 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import LONG, PROMPT
+from conftest import LONG, PROMPT, NeverAwaited
 
 import taskflow
 from taskflow import Batch, FunctionNode, SchedulingNode, TaskContext, TaskScheduling
-from taskflow.errors import FlowDefinitionError, InvalidArgumentError, InvalidNodeError
+from taskflow.cache import LruCache
+from taskflow.errors import (
+    FlowDefinitionError,
+    InvalidArgumentError,
+    InvalidArgumentValueError,
+    InvalidNodeError,
+)
 
 pytestmark = pytest.mark.filterwarnings("error")  # a coroutine never awaited fails the test
 
@@ -58,7 +64,7 @@ class Plain(SchedulingNode[Any, Any]):
 ran = threading.Event()
 
 
-@pytest.mark.parametrize("hook", ["on_success", "on_fail"])
+@pytest.mark.parametrize("hook", ["on_begin", "on_success", "on_fail"])
 @pytest.mark.parametrize("how", ["instance function", "callable object", "partial"])
 def test_an_async_hook_set_on_the_node_is_refused_before_anything_runs(
         pool: ThreadPoolExecutor, hook: str, how: str) -> None:
@@ -168,9 +174,42 @@ def test_an_async_fallback_is_refused_when_the_node_is_built() -> None:
         FunctionNode(lambda c, p: 1 / 0, name="price", fallback=fetch)
 
 
+def test_an_async_fallback_of_an_async_node_is_refused_too() -> None:
+    # the stand-in is computed on the run's threads for an async node too: never awaited
+    with pytest.raises(FlowDefinitionError, match=r"node 'price': fallback .* is async"):
+        FunctionNode(fetch, name="price", fallback=AsyncCall())
+
+
+@pytest.mark.parametrize("option", ["fallback", "share_key", "key", "fn"])
+def test_a_coroutine_object_given_for_a_callable_option_is_refused_and_closed(
+        option: str) -> None:
+    with NeverAwaited() as caught:
+        coro = fetch(None, None)
+        with pytest.raises(FlowDefinitionError, match=r"coroutine object fetch\(\.\.\.\)"
+                                                      r".*never await.*closed"):
+            if option == "key":
+                Batch("prices", get_many, key=coro)
+            elif option == "fn":
+                Batch("prices", coro)
+            else:
+                FunctionNode(lambda c, p: 1, name="price", **{option: coro})
+    assert caught.lines == []
+
+
 def test_an_async_share_key_is_refused_when_the_node_is_built() -> None:
     with pytest.raises(FlowDefinitionError, match=r"share_key .* is async"):
         FunctionNode(lambda c, p: 1, name="price", share_key=fetch)
+
+
+def test_a_cache_with_async_methods_is_refused_when_the_node_is_built() -> None:
+    class AsyncCache(LruCache):
+        async def get(self, key: str) -> Any:  # type: ignore[override]
+            return None  # pragma: no cover - never awaited: refused
+
+    with pytest.raises(FlowDefinitionError, match=r"'price': cache .* has an async get\(\)"
+                                                  r".*never awaits it"):
+        FunctionNode(lambda c, p: 1, name="price", share_key=lambda c, p: p, cache_ttl=30,
+                     cache=AsyncCache("prices"))
 
 
 @pytest.mark.parametrize("where", ["sync", "async"])
@@ -193,3 +232,69 @@ def test_an_async_on_cancel_callback_is_refused_at_the_call(pool: ThreadPoolExec
     assert isinstance(error, InvalidArgumentError)
     assert "on_cancel needs a plain function, got the async" in str(error)
     assert "close" in str(error) and "CancelledError" in str(error)
+
+
+# -- generator functions as tasks ----------------------------------------------------------------
+
+
+def numbers(ctx: TaskContext, p: Any) -> Iterator[int]:
+    yield 1
+
+
+async def async_numbers(ctx: TaskContext, p: Any) -> Any:
+    yield 1
+
+
+class Gen:
+    def __call__(self, ctx: TaskContext, p: Any) -> Iterator[int]:
+        yield 1
+
+
+@pytest.mark.parametrize(("fn", "kind"), [
+    (numbers, "a generator function"), (async_numbers, "an async generator function"),
+    (functools.partial(numbers), "a generator function"), (Gen(), "a generator function")],
+    ids=["generator", "async generator", "partial", "callable object"])
+def test_a_generator_function_task_is_refused_when_the_node_is_built(fn: Any,
+                                                                     kind: str) -> None:
+    with pytest.raises(InvalidNodeError, match=rf"node 'items': its task .* is {kind}"):
+        FunctionNode(fn, name="items")
+
+
+class GenTask(SchedulingNode[Any, Any]):
+    def task(self, ctx: TaskContext, param: Any) -> Any:
+        ran.set()
+        yield 1
+
+
+class AsyncGenTask(SchedulingNode[Any, Any]):
+    async def task(self, ctx: TaskContext, param: Any) -> Any:  # type: ignore[override]
+        ran.set()
+        yield 1
+
+
+@pytest.mark.parametrize(("cls", "kind"), [(GenTask, "a generator function"),
+                                           (AsyncGenTask, "an async generator function")])
+def test_a_generator_task_method_is_refused_at_start(pool: ThreadPoolExecutor, cls: type,
+                                                     kind: str) -> None:
+    ran.clear()
+    with pytest.raises(FlowDefinitionError,
+                       match=rf"node 'items': its task {cls.__name__}\.task is {kind}"):
+        TaskScheduling.start(cls(name="items"), executor=pool, timeout=LONG)
+    assert not ran.is_set()
+
+
+def test_a_generator_function_override_is_refused(pool: ThreadPoolExecutor) -> None:
+    with pytest.raises(InvalidArgumentValueError,
+                       match=r"override of node 'plain': its task numbers is a generator"):
+        TaskScheduling.start(Plain(name="plain"), executor=pool, timeout=LONG,
+                             overrides={"plain": numbers})
+
+
+def test_a_wrapper_that_consumes_a_generator_is_a_plain_task(pool: ThreadPoolExecutor) -> None:
+    @functools.wraps(numbers)
+    def collected(ctx: TaskContext, p: Any) -> list[int]:
+        return list(numbers(ctx, p))
+
+    result = TaskScheduling.start(FunctionNode(collected, name="items"), executor=pool,
+                                  timeout=LONG)
+    assert result.outputs == {"items": [1]}

@@ -4,6 +4,7 @@ mixes with sync nodes in one DAG, and is cancelled for real when the run gives u
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -176,21 +177,69 @@ class _CountingPool(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def test_a_page_of_async_nodes_is_handed_to_the_loop_by_one_worker_loop() -> None:
+def test_a_page_of_async_roots_is_handed_to_the_loop_without_a_worker() -> None:
     async def call(ctx: TaskContext, k: int) -> int:
         await asyncio.sleep(0.01)
         return k
 
     nodes = [FunctionNode(call, k, name=f"call-{k}") for k in range(40)]
     with _CountingPool(8) as counted:
-        assert TaskScheduling.start(nodes, executor=counted, timeout=LONG).ok  # measured once
+        assert TaskScheduling.start(nodes, executor=counted, timeout=LONG).ok
         counted.submitted = 0
         result = TaskScheduling.start(nodes, executor=counted, timeout=LONG)
         assert result.ok
-        # handing an attempt to the loop is fast whatever it awaits: one loop starts them all
-        # (a loop per node would be one per worker; the watchdog may add one on a busy machine)
-        assert counted.submitted < 8
+        # the run's owner hands its plain async roots to the loop itself: no worker loop
+        assert counted.submitted == 0
     assert sorted(result.result_of(f"call-{k}").result for k in range(40)) == list(range(40))
+    assert {result.result_of(f"call-{k}").thread for k in range(40)} == {LOOP}
+
+
+def test_an_async_root_starts_while_every_worker_is_held_by_a_blocked_sync_node() -> None:
+    held = threading.Event()
+    release = threading.Event()
+    entered = threading.Barrier(3)
+
+    def blocked(ctx: TaskContext, _: Any) -> str:
+        entered.wait(LONG)
+        release.wait(LONG)
+        return "done"
+
+    async def call(ctx: TaskContext, _: Any) -> str:
+        held.set()  # it ran on the loop while both workers were blocked
+        await asyncio.sleep(0)
+        return "called"
+
+    async def then(ctx: TaskContext, _: Any) -> str:  # a son of an async father
+        await asyncio.sleep(0)
+        return ctx.result_of("call") + " then"
+
+    with ThreadPoolExecutor(2, thread_name_prefix="tfheld") as pool:
+        sync_nodes = [FunctionNode(blocked, name=f"blocked-{k}") for k in range(2)]
+        busy = TaskScheduling.submit(sync_nodes, executor=pool, timeout=LONG)
+        try:
+            entered.wait(LONG)  # both workers are inside a blocked sync node
+            root, son = FunctionNode(call, name="call"), FunctionNode(then, name="then")
+            root >> son
+            result = TaskScheduling.start(son, executor=pool, timeout=LONG)
+            assert held.is_set() and not release.is_set()
+            assert result.ok and result.result_of("then").result == "called then"
+        finally:
+            release.set()
+        assert busy.result(LONG).ok
+
+
+def test_a_chain_of_async_nodes_runs_without_a_worker() -> None:
+    async def step(ctx: TaskContext, k: int) -> int:
+        await asyncio.sleep(0)
+        return k if k == 0 else ctx.result_of(f"step-{k - 1}") + k
+
+    nodes = [FunctionNode(step, k, name=f"step-{k}") for k in range(5)]
+    for father, son in itertools.pairwise(nodes):
+        father >> son
+    with _CountingPool(4) as counted:
+        result = TaskScheduling.start(nodes[-1], executor=counted, timeout=LONG)
+        assert result.ok and result.result_of("step-4").result == 0 + 1 + 2 + 3 + 4
+        assert counted.submitted == 0  # each son is started by the owner that recorded its father
 
 
 # -- mixed graphs ------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ is closed, so no "never awaited" warning follows."""
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import warnings
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 import fanout_tasks as ft
 import pytest
 import remote_tasks as rt
-from conftest import LONG
+from conftest import LONG, NeverAwaited
 
 from taskflow import Batch, FunctionNode, ResultState, TaskScheduling
 from taskflow.engine import remote
@@ -29,23 +28,6 @@ EXCEPTION, SUCCESS = ResultState.EXCEPTION, ResultState.SUCCESS
 def pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(4, thread_name_prefix="tfpool") as p:
         yield p
-
-
-class NeverAwaited:
-    """Records the "never awaited" warnings of the coroutines collected while it is entered
-    (a collection runs before it leaves)."""
-
-    def __enter__(self) -> NeverAwaited:
-        self._catch = warnings.catch_warnings(record=True)
-        self._caught = self._catch.__enter__()
-        warnings.simplefilter("always")
-        self.lines: list[str] = []
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.collect()
-        self.lines = [str(w.message) for w in self._caught if "never awaited" in str(w.message)]
-        self._catch.__exit__(*exc)
 
 
 def _assert_item_errors(fan_in: Any, n: int) -> None:

@@ -258,6 +258,21 @@ def test_a_switch_that_raises_is_retried_like_any_node():
     assert result["decide"].work_result.attempts == 2
 
 
+def test_a_switch_of_an_async_function_awaits_its_decision():
+    seen = []
+
+    async def decide(ctx, param):
+        seen.append(param)
+        return "b"
+
+    switch = SwitchNode.of(decide, "order-1", cases={"a": leaf("a"), "b": leaf("b")})
+
+    result = run(switch)
+
+    assert state_of(result, "decide", "a", "b") == {"decide": SUCCESS, "a": SKIPPED, "b": SUCCESS}
+    assert result["decide"].work_result.result == "b" and seen == ["order-1"]
+
+
 def test_a_switch_can_wait_for_fathers_and_read_their_results():
     risk = leaf("risk", {"decision": "reject", "score": 0.97})
     inventory = leaf("inventory", 3)

@@ -9,6 +9,7 @@ time", a wall-time bound far looser than the virtual times involved (a 30 s budg
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -485,3 +486,14 @@ def test_after_a_clock_that_ran_ahead_stamps_are_on_taskflows_clock_not_time_mon
     wr = result.result_of("one")
     assert before <= result.started_at <= wr.started_at <= wr.finished_at <= clock.now()
     assert result.started_at - time.monotonic() > 9.0  # time.monotonic() is behind them
+
+
+def test_now_reads_whole_virtual_seconds_when_a_jump_crosses_a_power_of_two_of_the_seam() -> None:
+    # virtual time is kept on the seam's scale: from 1,000 s below a power of two, an hour's
+    # jump crosses it, where the float sum loses a bit; now() still reads exactly 3600.0
+    target = 2.0 ** math.ceil(math.log2(clock.now() + 4000.0)) - 1000.123
+    with FakeClock() as ahead:
+        ahead.advance(target - clock.now())  # leaves the seam there for good
+    with FakeClock(autojump=True) as fake:
+        assert clock.wait(threading.Event(), 3600.0) is False
+        assert fake.now() == 3600.0
