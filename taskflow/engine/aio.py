@@ -476,6 +476,10 @@ class Attempt:
             self.deliver(value, error, True)
         elif self.guarded:  # the run gave up on it: its state says so already
             self.abandoned_end(None if cancelled else error is None)
+        # the run's watch keeps the attempt (its ``stop``, its ``tls``) until the run is freed:
+        # without these links back the run is freed by refcounting, not by the cyclic collector
+        self.tls["run"] = None
+        self.run = None  # type: ignore[assignment]  # read by no one from now on
 
     def deliver(self, value: Any, error: BaseException | None, on_loop: bool = False) -> None:
         """The attempt's outcome goes to the run's owner (``on_loop``, from the loop thread:

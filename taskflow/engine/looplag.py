@@ -178,6 +178,8 @@ def stepped(att: Any, lag: float) -> None:
 
 def _report(att: Any, lag: float, done: bool) -> None:
     run = att.run
+    if run is None:  # the watcher read the step as it ended (``aio.Attempt.ended``)
+        return
     key = (run.flow_name, run.names[att.i])
     with _reg.lock:
         if key in _reg.reported:

@@ -320,3 +320,37 @@ def test_thread_pool_stays_usable_after_each_kind_of_run(make_executor, gate, ou
     )
     release.set()
     assert pool.submit(lambda: "alive").result(timeout=LONG) == "alive"
+
+
+def test_a_run_of_async_nodes_is_freed_by_refcounting():
+    """The attempts of async nodes let go of their run as they end: a finished run is freed
+    without the cyclic garbage collector (which would otherwise run often under load)."""
+    import asyncio
+
+    from taskflow.engine import aio
+    from taskflow.model.context import current
+
+    runs: list[weakref.ref[object]] = []
+
+    async def call(ctx, k):
+        runs.append(weakref.ref(current.run))
+        await asyncio.sleep(0)
+        return k
+
+    nodes = [FunctionNode(call, k, name=f"call-{k}") for k in range(3)]
+    with ThreadPoolExecutor(2) as pool:
+        assert TaskScheduling.start(nodes, executor=pool, timeout=LONG).ok  # the loop started
+        collect()
+        gc.disable()
+        try:
+            result = TaskScheduling.start(nodes, executor=pool, timeout=LONG)
+            assert result.ok and result.outputs == {f"call-{k}": k for k in range(3)}
+            del result
+            loop = aio.loop_thread.loop
+            assert loop is not None
+            # the loop's callbacks queued before this one (the attempts' last steps) are done
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(LONG)
+            alive = [ref for ref in runs[3:] if ref() is not None]
+        finally:
+            gc.enable()
+    assert len(runs) == 6 and alive == [], "a finished run waits for the cyclic collector"
