@@ -771,7 +771,8 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
         cur.run, cur.idx = prev
     if error is None:
         latencies.record(plan.policy[i], clock.now() - a.started)
-    _hedge_returned(run, i, race, a, value, error)
+    # the duplicate may win: its outcome is told (log lines, hooks) in the caller's contextvars
+    run.cv.copy().run(_hedge_returned, run, i, race, a, value, error)
 
 
 def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,

@@ -32,6 +32,7 @@ from taskflow import (
     FlowDefinitionError,
     FlowStatus,
     FunctionNode,
+    Hedge,
     ItemTimeoutError,
     MonitoredExecutor,
     NodeCancelledError,
@@ -838,3 +839,46 @@ def test_raise_for_failure_after_ctx_cancel_names_a_node_of_the_run(
     assert err.node in set(result), f"names {err.node!r}, not a node of the run"
     assert err.reason == "x"
     assert repr(result.flow_id) not in str(err)
+
+
+# --- a winning hedged duplicate's outcome is told in the caller's contextvars ------------------
+
+
+class HedgedSeesRequest(SchedulingNode[Any, str]):
+    """The first attempt waits until the duplicate returned; the duplicate wins at once. The
+    outcome hook records ``REQUEST_ID`` (a trace id a log line carries the same way)."""
+
+    def __init__(self, seen: list[str | None], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.__dict__["_seen"] = seen
+        self.__dict__["_calls"] = 0
+        self.__dict__["_lock"] = threading.Lock()
+        self.__dict__["_dup_done"] = threading.Event()
+
+    def task(self, ctx: TaskContext, param: Any) -> str:
+        with self.__dict__["_lock"]:
+            self.__dict__["_calls"] += 1
+            first = self.__dict__["_calls"] == 1
+        if first:
+            self.__dict__["_dup_done"].wait(LONG)
+            return "first"
+        self.__dict__["_dup_done"].set()
+        return "duplicate"
+
+    def on_success(self, support: TaskSupport) -> None:
+        self.__dict__["_seen"].append(REQUEST_ID.get(None))
+
+
+@pytest.mark.timeout(30)
+def test_a_winning_hedged_duplicate_is_told_in_the_callers_contextvars(
+    make_executor: Callable[..., ThreadPoolExecutor],
+) -> None:
+    seen: list[str | None] = []
+    node = HedgedSeesRequest(seen, name="price", hedge=Hedge(after=0.001), idempotent=True)
+    token = REQUEST_ID.set("req-7")
+    try:
+        result = TaskScheduling.start(node, executor=make_executor(3), timeout=LONG)
+    finally:
+        REQUEST_ID.reset(token)
+    assert result.outputs == {"price": "duplicate"}
+    assert seen == ["req-7"]
