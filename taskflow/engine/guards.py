@@ -736,7 +736,9 @@ def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
                 events.event(run.observers, i, "hedge", {"attempt": n})
             try:
                 if g.launch is None:
-                    run.executor.submit(_hedge_attempt, run, i, race, a)
+                    # in a copy of the caller's contextvars, as a loop runs a node: the task
+                    # and, if the duplicate wins, its outcome (log lines, hooks) see them
+                    run.executor.submit(run.cv.copy().run, _hedge_attempt, run, i, race, a)
                 else:
                     g.launch(run, i, race, a)
                 r = None  # its token is used
@@ -752,7 +754,8 @@ def _hedge_launch(run: GuardedRun, i: int, race: Any, delay: float) -> None:
 
 
 def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
-    """An executor thread: a duplicate attempt of node ``i``."""
+    """An executor thread, in a copy of the caller's contextvars: a duplicate attempt of node
+    ``i``."""
     from taskflow.resilience.latency import latencies
 
     plan = run.plan
@@ -762,7 +765,7 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
     cur.run, cur.idx = run, i
     error: BaseException | None = None
     try:
-        value = run.cv.copy().run(node.task, run.ctx, node.param)
+        value = node.task(run.ctx, node.param)
         if plan.routes[i]:
             run.route(i, node, value)
     except BaseException as exc:  # noqa: BLE001 - the attempt's failure is its outcome
@@ -771,8 +774,7 @@ def _hedge_attempt(run: GuardedRun, i: int, race: Any, a: Attempt) -> None:
         cur.run, cur.idx = prev
     if error is None:
         latencies.record(plan.policy[i], clock.now() - a.started)
-    # the duplicate may win: its outcome is told (log lines, hooks) in the caller's contextvars
-    run.cv.copy().run(_hedge_returned, run, i, race, a, value, error)
+    _hedge_returned(run, i, race, a, value, error)
 
 
 def _hedge_returned(run: GuardedRun, i: int, race: Any, a: Attempt, value: Any,

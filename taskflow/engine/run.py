@@ -718,8 +718,9 @@ class Run(PlanView):
 
     def complete(self, i: int, token: int, value: Any, error: BaseException | None) -> int:
         """Record node ``i``'s outcome, run its hook, settle its sons; return the next node. For
-        any node (``plainloop`` does a plain node's success): the budget, the node's own timeout and its policy decide
-        the outcome; it is recorded, observed, logged and hooked, then settled."""
+        any node (``plainloop`` does a plain node's success): the budget, the node's own timeout
+        and its policy decide the outcome; it is recorded, observed, logged and hooked, then
+        settled."""
         plan = self.plan
         wr = self.results[i]
         guarded = plan.any_policy and plan.policy[i] is not None
